@@ -1,0 +1,108 @@
+"""Adaptation-state files: one ``.npz`` of named arrays plus a JSON header, written atomically.
+
+No pickle anywhere: arrays are plain numeric ``.npy`` members, read with
+``allow_pickle=False``; the header (format, version, method, counters, names) is UTF-8 JSON
+stored as a ``uint8`` member. numpy alone reads it, so a torch-free process can too.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+STATE_FORMAT = "realm-tta/adaptation-state"
+STATE_VERSION = 1
+_HEADER_KEY = "__header__"
+
+
+def write_state(path: str | os.PathLike[str], arrays: dict[str, np.ndarray], header: dict) -> None:
+    """Write arrays and a JSON header to ``path`` atomically.
+
+    The file is written beside its destination under a temporary name, flushed and fsynced,
+    then renamed over ``path``: a crash at any point leaves either the old file or the new
+    one, never a torn one.
+
+    Args:
+        path: destination file (conventionally ``*.npz``).
+        arrays: name → numeric array.
+        header: JSON-serialisable metadata; ``format`` and ``version`` are added.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    full_header = {"format": STATE_FORMAT, "version": STATE_VERSION, **header}
+    members = {name: np.asarray(a, order="C") for name, a in arrays.items()}  # keeps 0-d
+    if _HEADER_KEY in members:
+        raise ValueError(f"array name {_HEADER_KEY!r} is reserved")
+    members[_HEADER_KEY] = np.frombuffer(json.dumps(full_header).encode("utf-8"), dtype=np.uint8)
+    buffer = io.BytesIO()
+    np.savez(buffer, **members)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(buffer.getbuffer())
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def read_state(path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Read a file written by :func:`write_state`.
+
+    Args:
+        path: the state file.
+
+    Returns:
+        ``(arrays, header)``.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: not a readable state file, or of another format or version.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"adaptation state file not found: {path}")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {name: data[name] for name in data.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise ValueError(f"{path} is not a readable adaptation state file: {exc}") from exc
+    raw = arrays.pop(_HEADER_KEY, None)
+    if raw is None:
+        raise ValueError(f"{path} has no {_HEADER_KEY} member: not a realm-tta state file")
+    try:
+        header = json.loads(raw.tobytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: its header is not valid JSON: {exc}") from exc
+    if header.get("format") != STATE_FORMAT:
+        raise ValueError(f"{path}: format {header.get('format')!r}, expected {STATE_FORMAT!r}")
+    if header.get("version") != STATE_VERSION:
+        raise ValueError(
+            f"{path}: state format version {header.get('version')!r} is not supported "
+            f"(this library reads version {STATE_VERSION})"
+        )
+    return arrays, header
+
+
+def _fsync_dir(directory: Path) -> None:
+    # Makes the rename itself durable; not possible on every platform (e.g. Windows).
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

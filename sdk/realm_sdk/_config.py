@@ -1,0 +1,173 @@
+"""Hyper-parameters of an online adaptation run (SPEC §4), as one frozen dataclass."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Method = Literal["realm", "tent", "eata"]
+Preset = Literal["cifar", "imagenet"]
+LossScale = Literal["one", "lambda"]
+
+METHODS: tuple[str, ...] = ("realm", "tent", "eata")
+PRESETS: tuple[str, ...] = ("cifar", "imagenet")
+
+# Projection bounds of the robust-loss parameters (SPEC §2). α must stay below 2 (the loss is
+# concave, and |α − 2| > 0) and above 0 (division by α); λ must stay positive.
+ALPHA_MIN = 1e-3
+ALPHA_MAX = 1.999
+LAMBDA_MIN = 1e-4
+
+
+@dataclass(frozen=True)
+class RealmConfig:
+    """Everything that decides one online adaptation run, validated on construction.
+
+    Build it from a preset (``RealmConfig.preset("cifar", num_classes=10)``) and override
+    fields with ``dataclasses.replace`` or :meth:`with_overrides`. All three implementations
+    (the PyTorch reference, the exported ONNX graph and the runtime) read the same fields.
+    """
+
+    num_classes: int  # C of the classifier; sets λ0 and e0 of the ImageNet-style presets
+    method: Method = "realm"  # loss: REALM's robust ρ(H), Tent's H, or EATA's weighted H
+    lr: float = 0.005  # SGD learning rate of the normalisation affine parameters θ
+    lr_alpha_lambda: float = 0.01  # SGD learning rate of α and λ (REALM only)
+    momentum: float = 0.0  # SGD momentum (PyTorch semantics, dampening 0), shared by θ, α, λ
+    alpha0: float = 0.15  # initial shape α of ρ; small α mimics EATA's reliable-sample cut
+    lambda0: float = 0.1  # initial scale λ of ρ (entropy units)
+    loss_scale: LossScale = "one"  # C of ρ: 1, or the live λ (removes λ from the grad's scale)
+    diversity_margin: float = 0.4  # d: update only if |cos(p, ema)| < d (EATA's S_div)
+    ema_beta: float = 0.9  # β of the EMA of the predictions of updated samples
+    entropy_margin: float | None = None  # e0 of EATA (None: 0.4·ln(num_classes), as EATA)
+    frozen: tuple[str, ...] = ()  # regexes matched at the start of parameter names to freeze
+    freeze_last_block: bool = False  # also freeze the model's last block (SAR/REALM ImageNet)
+    episodic: bool = False  # reset to the source model after every adapt() call
+    preset_name: str | None = field(default=None, compare=True)  # provenance, for manifests
+
+    def __post_init__(self) -> None:
+        errors = []
+        if not isinstance(self.num_classes, int) or self.num_classes < 2:
+            errors.append(f"num_classes must be an integer ≥ 2, got {self.num_classes!r}")
+        if self.method not in METHODS:
+            errors.append(f"method must be one of {METHODS}, got {self.method!r}")
+        if self.loss_scale not in ("one", "lambda"):
+            errors.append(f"loss_scale must be 'one' or 'lambda', got {self.loss_scale!r}")
+        for name in ("lr", "lr_alpha_lambda"):
+            value = getattr(self, name)
+            if not _finite(value) or value < 0:
+                errors.append(f"{name} must be a finite number ≥ 0, got {value!r}")
+        if not _finite(self.momentum) or not 0 <= self.momentum < 1:
+            errors.append(f"momentum must be in [0, 1), got {self.momentum!r}")
+        if not _finite(self.alpha0) or not 0 < self.alpha0 < 2:
+            errors.append(f"alpha0 must be in (0, 2), got {self.alpha0!r}")
+        elif not ALPHA_MIN <= self.alpha0 <= ALPHA_MAX:
+            errors.append(
+                f"alpha0 must lie in the projection range [{ALPHA_MIN}, {ALPHA_MAX}], "
+                f"got {self.alpha0!r}"
+            )
+        if not _finite(self.lambda0) or self.lambda0 < LAMBDA_MIN:
+            errors.append(f"lambda0 must be a finite number ≥ {LAMBDA_MIN}, got {self.lambda0!r}")
+        if not _finite(self.diversity_margin) or not 0 < self.diversity_margin <= 1:
+            errors.append(f"diversity_margin (d) must be in (0, 1], got {self.diversity_margin!r}")
+        if not _finite(self.ema_beta) or not 0 <= self.ema_beta < 1:
+            errors.append(f"ema_beta must be in [0, 1), got {self.ema_beta!r}")
+        if self.entropy_margin is not None and (
+            not _finite(self.entropy_margin) or self.entropy_margin <= 0
+        ):
+            errors.append(f"entropy_margin must be > 0 or None, got {self.entropy_margin!r}")
+        if not isinstance(self.frozen, tuple) or not all(isinstance(p, str) for p in self.frozen):
+            errors.append(f"frozen must be a tuple of regex strings, got {self.frozen!r}")
+        if errors:
+            raise ValueError("invalid RealmConfig: " + "; ".join(errors))
+
+    @property
+    def e0(self) -> float:
+        """EATA's entropy threshold: ``entropy_margin`` or 0.4·ln(num_classes)."""
+        if self.entropy_margin is not None:
+            return self.entropy_margin
+        return 0.4 * math.log(self.num_classes)
+
+    @property
+    def uses_diversity(self) -> bool:
+        """Whether S_div gates updates (REALM and EATA; Tent updates on every sample)."""
+        return self.method != "tent"
+
+    @property
+    def learns_alpha_lambda(self) -> bool:
+        """Whether α and λ are parameters of the loss (REALM only)."""
+        return self.method == "realm"
+
+    @classmethod
+    def preset(
+        cls, name: Preset, *, num_classes: int, method: Method = "realm", **overrides: Any
+    ) -> RealmConfig:
+        """The paper's hyper-parameters (SPEC §4; REALM Sec. 4.1 and App. B).
+
+        Args:
+            name: ``"cifar"`` (plain SGD, C = 1, d = 0.4) or ``"imagenet"`` (momentum 0.9,
+                C = λ, d = 0.05, λ0 = 0.4·ln(num_classes), last block frozen).
+            num_classes: number of classes of the classifier.
+            method: ``"realm"``, or the ``"tent"`` / ``"eata"`` baselines on the same settings.
+            **overrides: any other field, applied after the preset.
+
+        Returns:
+            The validated configuration.
+        """
+        if name == "cifar":
+            lr = 0.005
+            base: dict[str, Any] = dict(
+                lr=lr,
+                lr_alpha_lambda=2 * lr,
+                momentum=0.0,
+                alpha0=0.15,
+                lambda0=0.1,
+                loss_scale="one",
+                diversity_margin=0.4,
+                freeze_last_block=False,
+            )
+        elif name == "imagenet":
+            if not isinstance(num_classes, int) or num_classes < 2:
+                raise ValueError(f"num_classes must be an integer ≥ 2, got {num_classes!r}")
+            lr = 0.00025 / 16  # SAR's batch-size-1 scaling of the ImageNet learning rate
+            base = dict(
+                lr=lr,
+                lr_alpha_lambda=lr,
+                momentum=0.9,
+                alpha0=0.15,
+                lambda0=0.4 * math.log(num_classes),
+                loss_scale="lambda",
+                diversity_margin=0.05,
+                freeze_last_block=True,
+            )
+        else:
+            raise ValueError(f"unknown preset {name!r}: choose one of {PRESETS}")
+        base.update(overrides)
+        return cls(num_classes=num_classes, method=method, preset_name=name, **base)
+
+    def with_overrides(self, **overrides: Any) -> RealmConfig:
+        """A copy with some fields replaced (validated again)."""
+        return dataclasses.replace(self, **overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dictionary of every field (tuples become lists)."""
+        out = dataclasses.asdict(self)
+        out["frozen"] = list(self.frozen)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RealmConfig:
+        """Inverse of :meth:`to_dict`; unknown keys are an error, not silently dropped."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown RealmConfig fields: {unknown}")
+        data = dict(data)
+        if "frozen" in data:
+            data["frozen"] = tuple(data["frozen"])
+        return cls(**data)
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,0 +1,40 @@
+"""The ``realm`` command line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from realm_sdk._cli import main
+
+
+def test_unknown_corruption_is_refused(capsys):
+    assert main(["demo", "--corruptions", "snowstorm"]) == 2
+    assert "unknown corruptions" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end(tmp_path):
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "realm_sdk._cli",
+            "demo",
+            "--corruptions",
+            "gaussian_noise",
+            "--no-progress",
+            "--cache-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    ).stdout
+    assert "gaussian_noise" in out and "average" in out
+    row = next(line for line in out.splitlines() if line.startswith("gaussian_noise"))
+    numbers = [float(v) for v in row.split()[1:5]]
+    assert all(0 <= v <= 100 for v in numbers)

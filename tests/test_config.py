@@ -1,0 +1,98 @@
+"""SPEC §4: presets and validation of RealmConfig."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from realm_sdk import RealmConfig
+
+
+def test_cifar_preset_matches_paper_table():
+    cfg = RealmConfig.preset("cifar", num_classes=10)
+    assert (cfg.method, cfg.lr, cfg.momentum, cfg.alpha0, cfg.lambda0) == (
+        "realm",
+        0.005,
+        0.0,
+        0.15,
+        0.1,
+    )
+    assert cfg.lr_alpha_lambda == pytest.approx(2 * 0.005)
+    assert cfg.loss_scale == "one"
+    assert cfg.diversity_margin == 0.4
+    assert not cfg.freeze_last_block and cfg.frozen == ()
+    assert cfg.ema_beta == 0.9
+    assert cfg.preset_name == "cifar"
+
+
+def test_imagenet_preset_matches_paper_table():
+    cfg = RealmConfig.preset("imagenet", num_classes=1000)
+    assert cfg.lr == pytest.approx(0.00025 / 16)
+    assert cfg.lr_alpha_lambda == pytest.approx(cfg.lr)
+    assert cfg.momentum == 0.9
+    assert cfg.alpha0 == 0.15
+    assert cfg.lambda0 == pytest.approx(0.4 * math.log(1000))
+    assert cfg.loss_scale == "lambda"
+    assert cfg.diversity_margin == 0.05
+    assert cfg.freeze_last_block
+
+
+def test_eata_threshold_defaults_to_0_4_ln_c():
+    assert RealmConfig.preset("cifar", num_classes=10, method="eata").e0 == pytest.approx(
+        0.4 * math.log(10)
+    )
+    assert RealmConfig(num_classes=10, method="eata", entropy_margin=0.7).e0 == 0.7
+
+
+def test_methods_share_the_preset():
+    tent = RealmConfig.preset("imagenet", num_classes=100, method="tent")
+    assert tent.method == "tent" and not tent.uses_diversity and not tent.learns_alpha_lambda
+    assert tent.lr == RealmConfig.preset("imagenet", num_classes=100).lr
+
+
+def test_overrides_apply_after_the_preset():
+    cfg = RealmConfig.preset("cifar", num_classes=10, lr=0.01, episodic=True)
+    assert cfg.lr == 0.01 and cfg.episodic
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("alpha0", 0.0, "alpha0"),
+        ("alpha0", 2.0, "alpha0"),
+        ("alpha0", float("nan"), "alpha0"),
+        ("lambda0", 0.0, "lambda0"),
+        ("lr", -1e-3, "lr"),
+        ("lr_alpha_lambda", float("inf"), "lr_alpha_lambda"),
+        ("momentum", 1.0, "momentum"),
+        ("diversity_margin", 0.0, "diversity_margin"),
+        ("diversity_margin", 1.5, "diversity_margin"),
+        ("ema_beta", 1.0, "ema_beta"),
+        ("method", "sar", "method"),
+        ("loss_scale", "two", "loss_scale"),
+        ("num_classes", 1, "num_classes"),
+        ("frozen", ["layer4"], "frozen"),
+        ("entropy_margin", -1.0, "entropy_margin"),
+    ],
+)
+def test_invalid_values_are_named(field, value, message):
+    base = RealmConfig.preset("cifar", num_classes=10)
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(base, **{field: value})
+
+
+def test_unknown_preset():
+    with pytest.raises(ValueError, match="unknown preset"):
+        RealmConfig.preset("svhn", num_classes=10)  # type: ignore[arg-type]
+
+
+def test_frozen_and_dict_round_trip():
+    cfg = RealmConfig.preset("imagenet", num_classes=1000, frozen=(r"blocks\.0\.",))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.lr = 1.0  # type: ignore[misc]
+    again = RealmConfig.from_dict(cfg.to_dict())
+    assert again == cfg
+    with pytest.raises(ValueError, match="unknown RealmConfig fields"):
+        RealmConfig.from_dict({**cfg.to_dict(), "bogus": 1})
