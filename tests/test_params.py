@@ -137,3 +137,13 @@ def test_timm_norm_subclasses_are_found():
         "3.weight",
     ]
     assert torch.is_tensor(dict(model.named_parameters())["3.weight"])
+
+
+def test_digits_model_adapts_its_eight_groupnorms():
+    from realm_sdk import DigitsGNNet
+
+    # stem + stages of 2, 2, 2 and 1 conv blocks, each conv followed by a GroupNorm: 8 layers.
+    names = norm_affine_names(DigitsGNNet())
+    assert len(names) == 16
+    assert names[:2] == ["stem.1.weight", "stem.1.bias"]
+    assert names[-1] == "stages.3.0.1.bias"

@@ -71,6 +71,22 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--cache-dir", default=".cache")
     demo.add_argument("--no-progress", action="store_true", help="no progress bars")
     demo.set_defaults(func=_cmd_demo)
+
+    try:  # the export command needs the export extra (onnx, onnxruntime-training)
+        from realm_export._cli import add_export_parser
+    except ImportError as exc:
+        missing = str(exc)
+
+        def _no_export(_args: argparse.Namespace) -> int:
+            print(
+                f"realm export needs the export extra ({missing}): pip install 'realm-tta[export]'",
+                file=sys.stderr,
+            )
+            return 2
+
+        sub.add_parser("export", help="(needs the export extra)").set_defaults(func=_no_export)
+    else:
+        add_export_parser(sub)
     return parser
 
 

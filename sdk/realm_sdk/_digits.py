@@ -107,7 +107,7 @@ class DigitsGNNet(nn.Module):
     """A small GroupNorm CNN, in the spirit of the paper's ResNet-26-GN for CIFAR.
 
     ``stem`` then four ``stages`` (32 → 16 → 8 → 4 pixels), global average pooling and a
-    linear ``head``. Nine GroupNorm layers, 18 affine tensors to adapt.
+    linear ``head``. Eight GroupNorm layers, 16 affine tensors to adapt.
 
     Args:
         num_classes: output classes.

@@ -1,0 +1,206 @@
+"""``realm export``: the command line over :func:`export_realm_artifacts` (flags, files, output)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+
+def add_export_parser(sub: Any) -> None:
+    """Register the ``export`` sub-command on an argparse sub-parser set."""
+    p = sub.add_parser(
+        "export",
+        help="export a model as validated ONNX Runtime training artifacts",
+        description="Export a torch/timm classifier as ONNX Runtime on-device training "
+        "artifacts whose loss is REALM's, validated against the PyTorch reference.",
+    )
+    p.add_argument(
+        "--model",
+        required=True,
+        help="timm:<name> (random init unless --weights), digits (the built-in demo model, "
+        "trained and cached), or path/to/file.py:factory (a function returning an nn.Module)",
+    )
+    p.add_argument("--out", required=True, help="artifact directory to create")
+    p.add_argument(
+        "--num-classes",
+        type=int,
+        default=None,
+        help="classes of the classifier (default: 10 for digits, else 1000)",
+    )
+    p.add_argument("--preset", choices=("cifar", "imagenet"), default="cifar")
+    p.add_argument("--method", choices=("realm", "tent", "eata"), default="realm")
+    p.add_argument(
+        "--input-shape",
+        default=None,
+        help="B,C,H,W of the export, e.g. 1,3,224,224 (default: the model's own)",
+    )
+    p.add_argument(
+        "--weights",
+        default=None,
+        help="local state dict (.pt/.pth, loaded with weights_only) or .safetensors",
+    )
+    p.add_argument("--atol", type=float, default=1e-4, help="tolerance on logits and loss")
+    p.add_argument("--grad-rtol", type=float, default=1e-3, help="relative tolerance on grads")
+    p.add_argument("--static-batch", action="store_true", help="fix the batch axis")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    p.add_argument("--cache-dir", default=".cache", help="where the digits model is cached")
+    p.set_defaults(func=run_export)
+
+
+def load_model(spec: str, num_classes: int, cache_dir: str) -> tuple[nn.Module, dict[str, Any]]:
+    """Build the model named by a ``--model`` spec.
+
+    Returns:
+        ``(model, description for the manifest)``.
+
+    Raises:
+        ValueError: an unknown spec, a missing file or factory, or a factory that does not
+            return an ``nn.Module``.
+    """
+    if spec == "digits":
+        from realm_sdk import load_digits, train_digits_model
+
+        if num_classes != 10:
+            raise ValueError(f"the digits model has 10 classes, not {num_classes}")
+        return train_digits_model(load_digits(), cache_dir=cache_dir), {"name": "digits"}
+    if spec.startswith("timm:"):
+        import timm
+
+        name = spec[len("timm:") :]
+        if not timm.is_model(name):
+            raise ValueError(f"timm has no model {name!r} (timm {timm.__version__})")
+        model = timm.create_model(name, pretrained=False, num_classes=num_classes)
+        return model, {"name": spec}
+    path_text, sep, factory = spec.rpartition(":")
+    if not sep or not path_text.endswith(".py"):
+        raise ValueError(
+            f"--model {spec!r}: expected timm:<name>, digits, or path/to/file.py:factory"
+        )
+    path = Path(path_text)
+    if not path.is_file():
+        raise ValueError(f"--model: file not found: {path}")
+    module_spec = importlib.util.spec_from_file_location(f"realm_user_model_{path.stem}", path)
+    assert module_spec is not None and module_spec.loader is not None
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    fn = getattr(module, factory, None)
+    if not callable(fn):
+        raise ValueError(f"--model: {path} has no callable {factory!r}")
+    model = fn()
+    if not isinstance(model, nn.Module):
+        raise ValueError(
+            f"--model: {path}:{factory}() returned {type(model).__name__}, not a torch.nn.Module"
+        )
+    return model, {"name": spec}
+
+
+def load_weights(model: nn.Module, path: str) -> None:
+    """Load a local state dict into ``model`` (strict: every key must match).
+
+    Raises:
+        ValueError: missing file, unreadable file, or keys/shapes that do not match.
+    """
+    import torch
+
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"--weights: file not found: {file}")
+    try:
+        if file.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            state = load_file(str(file))
+        else:
+            state = torch.load(file, map_location="cpu", weights_only=True)
+            if isinstance(state, dict) and "state_dict" in state:
+                state = state["state_dict"]
+    except Exception as exc:
+        raise ValueError(f"--weights: cannot read {file}: {exc}") from exc
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        raise ValueError(f"--weights: {file} does not fit the model: {exc}") from exc
+
+
+def _default_shape(model: nn.Module, spec: str) -> tuple[int, ...]:
+    if spec == "digits":
+        return (1, 1, 32, 32)
+    cfg = getattr(model, "pretrained_cfg", None)
+    if isinstance(cfg, dict) and cfg.get("input_size"):
+        return (1, *(int(d) for d in cfg["input_size"]))
+    raise ValueError("the model declares no input size: pass --input-shape B,C,H,W")
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """Run ``realm export`` with parsed arguments; returns the exit code."""
+    from realm_sdk import RealmConfig
+
+    from ._export import export_realm_artifacts
+    from ._rewrite import UnsupportedModelError
+    from ._validate import ValidationError
+
+    num_classes = args.num_classes or (10 if args.model == "digits" else 1000)
+    try:
+        model, info = load_model(args.model, num_classes, args.cache_dir)
+        if args.weights:
+            load_weights(model, args.weights)
+            info["weights"] = str(Path(args.weights).resolve())
+        if args.input_shape:
+            try:
+                shape = tuple(int(v) for v in args.input_shape.split(","))
+            except ValueError:
+                raise ValueError(f"--input-shape {args.input_shape!r}: expected B,C,H,W") from None
+        else:
+            shape = _default_shape(model, args.model)
+        config = RealmConfig.preset(args.preset, num_classes=num_classes, method=args.method)
+    except ValueError as exc:
+        print(f"realm export: {exc}", file=sys.stderr)
+        return 2
+
+    start = time.perf_counter()
+
+    def progress(stage: str) -> None:
+        print(f"[{time.perf_counter() - start:6.1f} s] {stage} …", file=sys.stderr, flush=True)
+
+    print(
+        f"exporting {args.model} ({type(model).__name__}), input {shape}, "
+        f"{args.preset} preset, method {args.method}",
+        flush=True,
+    )
+    try:
+        result = export_realm_artifacts(
+            model,
+            args.out,
+            config=config,
+            input_shape=shape,
+            atol=args.atol,
+            grad_rtol=args.grad_rtol,
+            dynamic_batch=not args.static_batch,
+            overwrite=args.overwrite,
+            model_info=info,
+            progress=progress,
+        )
+    except ValidationError as exc:
+        print(f"realm export: validation FAILED, nothing written.\n{exc}", file=sys.stderr)
+        return 1
+    except (UnsupportedModelError, FileExistsError, ValueError) as exc:
+        print(f"realm export: {exc}", file=sys.stderr)
+        return 1
+    n_norm = len(result.trainable) - (2 if config.learns_alpha_lambda else 0)
+    print(
+        f"wrote {result.directory} in {result.seconds:.1f} s: {n_norm} norm tensors"
+        f"{' + α, λ' if config.learns_alpha_lambda else ''} trainable"
+    )
+    for role, path in result.files.items():
+        size = path.stat().st_size
+        print(f"  {role:<16} {path.name:<22} {size / 1e6:9.2f} MB")
+    if result.validation is not None:
+        print("validation against the PyTorch reference:")
+        print(result.validation.table())
+    return 0

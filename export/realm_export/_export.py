@@ -1,0 +1,376 @@
+"""``export_realm_artifacts``: torch model → validated ORT training artifacts + manifest."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import os
+import re
+import shutil
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+from torch import nn
+
+from realm_runtime._manifest import (
+    ALPHA_NAME,
+    ARTIFACT_FORMAT,
+    ARTIFACT_VERSION,
+    CHECKPOINT,
+    EVAL_MODEL,
+    INFERENCE_MODEL,
+    LAMBDA_NAME,
+    MANIFEST_NAME,
+    TRAINING_MODEL,
+    InputSpec,
+    Manifest,
+    sha256_of,
+)
+from realm_sdk import RealmAdapter, RealmConfig
+
+from ._graph import (
+    INPUT_NAME,
+    LOGITS_NAME,
+    append_loss,
+    check_trainable_names,
+    check_versions,
+    model_to_onnx,
+)
+from ._rewrite import UnsupportedModelError
+from ._validate import ValidationError, ValidationReport, validate_artifacts
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ExportInfo:
+    """What :func:`export_realm_artifacts` wrote."""
+
+    directory: Path  # the artifact directory
+    files: dict[str, Path]  # role -> path: training, eval, checkpoint, inference, manifest
+    trainable: list[str]  # trainable tensors: the SDK's norm parameters, then α and λ
+    validation: ValidationReport | None  # None when validation was switched off
+    manifest: Manifest  # the manifest as written
+    seconds: float  # wall time of the export, validation included
+
+
+def export_realm_artifacts(
+    model: nn.Module,
+    out_dir: str | os.PathLike[str],
+    *,
+    config: RealmConfig,
+    input_shape: Sequence[int],
+    validate: bool = True,
+    atol: float = 1e-4,
+    grad_rtol: float = 1e-3,
+    validation_inputs: int = 3,
+    dynamic_batch: bool = True,
+    overwrite: bool = False,
+    seed: int = 0,
+    preprocessing: dict[str, Any] | None = None,
+    model_info: dict[str, Any] | None = None,
+    progress: Progress | None = None,
+) -> ExportInfo:
+    """Export ``model`` as ONNX Runtime on-device training artifacts whose loss is REALM's.
+
+    The artifacts train exactly the parameters the SDK adapts (norm-layer affine weights and
+    biases, minus the config's frozen patterns) plus α and λ, and are checked against the
+    PyTorch reference before this returns. Everything is written to a temporary sibling
+    directory and moved into place at the end, so a failed export leaves no half-written
+    artifact directory (and an existing one untouched).
+
+    Args:
+        model: the classifier (timm or any ``nn.Module``); it is copied, never modified.
+        out_dir: the artifact directory to create.
+        config: the adaptation settings; method, preset and α0/λ0 shape the loss graph.
+        input_shape: ``(batch, C, H, W)`` of the export, e.g. ``(1, 3, 224, 224)``.
+        validate: compare ORT with torch on random inputs before returning.
+        atol: tolerance on logits and loss (absolute).
+        grad_rtol: tolerance on gradients (relative to each tensor's gradient scale).
+        validation_inputs: how many random inputs to validate on.
+        dynamic_batch: export a symbolic batch axis (B > 1 allowed at run time).
+        overwrite: replace an existing ``out_dir``.
+        seed: seed of the random validation inputs.
+        preprocessing: mean/std/size for the manifest; default: timm's ``pretrained_cfg``.
+        model_info: extra description of the model for the manifest (name, weights, ...).
+        progress: called with a short label as each stage starts.
+
+    Returns:
+        The paths, trainable names and validation figures.
+
+    Raises:
+        UnsupportedModelError: the model cannot become a training graph (no norm layer, an op
+            without ONNX form or gradient, dynamic control flow), with the reason.
+        ValidationError: ORT and torch disagree beyond the tolerances (the report is attached).
+        FileExistsError: ``out_dir`` exists and ``overwrite`` is false.
+    """
+    start = time.perf_counter()
+    out_dir = Path(out_dir)
+    notify = progress or (lambda _label: None)
+    shape = _check_shape(input_shape)
+    if not isinstance(config, RealmConfig):
+        raise TypeError(f"config must be a RealmConfig, got {type(config).__name__}")
+    if out_dir.exists() and not overwrite:
+        raise FileExistsError(f"{out_dir} exists; pass overwrite=True to replace it")
+
+    notify("selecting parameters")
+    source = copy.deepcopy(model).eval()
+    try:
+        trainable = RealmAdapter(copy.deepcopy(source), config).trainable_names
+    except ValueError as exc:
+        raise UnsupportedModelError(str(exc)) from exc
+    for p in source.parameters():
+        p.requires_grad_(False)
+
+    notify("exporting the forward graph")
+    example = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        logits = source(example)
+    if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (
+        shape[0],
+        config.num_classes,
+    ):
+        got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise UnsupportedModelError(
+            f"the model must return logits of shape ({shape[0]}, {config.num_classes}) for an "
+            f"input of shape {shape}, got {got}"
+        )
+    forward, branches = model_to_onnx(source, example, dynamic_batch=dynamic_batch)
+    versions = check_versions(forward)
+    check_trainable_names(forward, trainable)
+
+    notify("adding the loss graph")
+    with_loss = append_loss(forward, config)
+    extra = [ALPHA_NAME, LAMBDA_NAME] if config.learns_alpha_lambda else []
+    requires_grad = [*trainable, *extra]
+
+    tmp = out_dir.parent / f".{out_dir.name}.partial-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir(parents=True)
+    try:
+        notify("generating training artifacts")
+        _generate(with_loss, requires_grad, tmp)
+        onnx.save(forward, str(tmp / INFERENCE_MODEL))
+
+        report = None
+        if validate:
+            notify("validating against the PyTorch reference")
+            inputs = validation_batch(
+                shape, validation_inputs, seed=seed + 1, extra_batch=dynamic_batch
+            )
+            report = validate_artifacts(tmp, source, config, inputs, atol=atol, grad_rtol=grad_rtol)
+            log.info("validation of %s:\n%s", out_dir, report.table())
+            if not report.passed:
+                hint = ""
+                if branches:
+                    hint = (
+                        "\nThe trace turned tensors into Python booleans (data-dependent control "
+                        "flow, frozen into one branch) at: " + ", ".join(branches[:5])
+                    )
+                raise ValidationError(
+                    "the exported artifacts disagree with the PyTorch reference:\n"
+                    + report.table()
+                    + hint,
+                    report,
+                )
+
+        notify("writing the manifest")
+        manifest = _manifest(
+            tmp,
+            source,
+            config,
+            forward,
+            shape,
+            dynamic_batch,
+            requires_grad,
+            versions,
+            report,
+            preprocessing,
+            model_info,
+        )
+        (tmp / MANIFEST_NAME).write_text(manifest.to_json(), encoding="utf-8")
+        _move_into_place(tmp, out_dir, overwrite=overwrite)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    files = {
+        "training_model": out_dir / TRAINING_MODEL,
+        "eval_model": out_dir / EVAL_MODEL,
+        "checkpoint": out_dir / CHECKPOINT,
+        "inference_model": out_dir / INFERENCE_MODEL,
+        "manifest": out_dir / MANIFEST_NAME,
+    }
+    return ExportInfo(out_dir, files, requires_grad, report, manifest, time.perf_counter() - start)
+
+
+def validation_batch(
+    shape: tuple[int, ...], count: int, *, seed: int, extra_batch: bool
+) -> list[np.ndarray]:
+    """Random validation inputs that differ in scale and offset, not just in noise.
+
+    Input k is ``s_k · N(0, 1) + m_k`` with (s, m) cycling through (1, 0), (0.5, 0.5),
+    (2, −0.5): a model whose trace baked in one branch of data-dependent control flow then
+    disagrees with torch on some input. With ``extra_batch``, one more input has batch size
+    ``shape[0] + 1`` to check the symbolic batch axis.
+    """
+    rng = np.random.default_rng(seed)
+    styles = ((1.0, 0.0), (0.5, 0.5), (2.0, -0.5))
+    shapes = [shape] * count + ([(shape[0] + 1, *shape[1:])] if extra_batch else [])
+    return [
+        (styles[k % 3][0] * rng.standard_normal(s) + styles[k % 3][1]).astype(np.float32)
+        for k, s in enumerate(shapes)
+    ]
+
+
+def _check_shape(input_shape: Sequence[int]) -> tuple[int, ...]:
+    shape = tuple(input_shape)
+    if len(shape) < 2 or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape
+    ):
+        raise ValueError(
+            f"input_shape must be positive integers (batch, C, ...), e.g. (1, 3, 224, 224); "
+            f"got {input_shape!r}"
+        )
+    return shape
+
+
+@contextlib.contextmanager
+def _quiet_ort() -> Iterator[None]:
+    """Silence onnxruntime's C++ INFO chatter while building the gradient graph.
+
+    onnxblock's graph builder logs every graph transformer at INFO level straight to file
+    descriptor 2, whatever the Python-side logger severity; so fd 2 is redirected to a
+    temporary file for the duration, and its warning and error lines are passed on to the
+    ``logging`` module.
+    """
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            for line in sink.read().decode("utf-8", "replace").splitlines():
+                if "[W:" in line or "[E:" in line:
+                    log.warning("onnxruntime: %s", line.strip())
+
+
+def _generate(proto: onnx.ModelProto, requires_grad: list[str], directory: Path) -> None:
+    from onnxruntime.training import artifacts
+
+    trainable = set(requires_grad)
+    frozen = [init.name for init in proto.graph.initializer if init.name not in trainable]
+    try:
+        with _quiet_ort():
+            artifacts.generate_artifacts(
+                proto,
+                requires_grad=requires_grad,
+                frozen_params=frozen,
+                loss=None,  # the graph's first output, realm.loss, is the loss
+                optimizer=None,  # SGD with momentum and two learning rates runs in the runtime
+                artifact_directory=str(directory),
+            )
+    except Exception as exc:
+        raise UnsupportedModelError(_explain_ort_error(str(exc))) from exc
+
+
+def _explain_ort_error(message: str) -> str:
+    """A readable reason from an onnxruntime-training graph-building error."""
+    missing = re.search(r"has not been registered: (\w+) for node (\S+)", message)
+    if missing:
+        op, node = missing.groups()
+        return (
+            f"the ONNX op {op} (node {node}) has no gradient in onnxruntime-training 1.19.2, and "
+            "it lies between the adapted norm parameters and the loss: replace it in the model "
+            "(or freeze the norm layers before it with RealmConfig.frozen)"
+        )
+    first = message.strip().splitlines()[0] if message.strip() else "unknown error"
+    return f"onnxruntime-training could not build the gradient graph: {first[-400:]}"
+
+
+def _preprocessing(model: nn.Module, given: dict[str, Any] | None) -> dict[str, Any]:
+    if given is not None:
+        return dict(given)
+    cfg = getattr(model, "pretrained_cfg", None)
+    if not isinstance(cfg, dict):
+        return {}
+    keys = ("input_size", "mean", "std", "interpolation", "crop_pct", "crop_mode")
+    return {k: (list(cfg[k]) if isinstance(cfg[k], tuple) else cfg[k]) for k in keys if k in cfg}
+
+
+def _manifest(
+    directory: Path,
+    model: nn.Module,
+    config: RealmConfig,
+    forward: onnx.ModelProto,
+    shape: tuple[int, ...],
+    dynamic_batch: bool,
+    requires_grad: list[str],
+    versions: dict[str, int],
+    report: ValidationReport | None,
+    preprocessing: dict[str, Any] | None,
+    model_info: dict[str, Any] | None,
+) -> Manifest:
+    import onnxruntime
+
+    inits = {init.name: list(init.dims) for init in forward.graph.initializer}
+    trainable = {n: inits.get(n, []) for n in requires_grad}  # α, λ are scalars: []
+    all_versions: dict[str, Any] = {
+        "onnxruntime": onnxruntime.__version__,
+        "onnx": onnx.__version__,
+        "torch": torch.__version__,
+        **versions,
+    }
+    with contextlib.suppress(ImportError):
+        import timm
+
+        all_versions["timm"] = timm.__version__
+    from realm_sdk import __version__ as realm_version
+
+    all_versions["realm-tta"] = realm_version
+    info = {"class": f"{type(model).__module__}.{type(model).__qualname__}"}
+    info.update(model_info or {})
+    files = {p.name: sha256_of(p) for p in sorted(directory.iterdir()) if p.is_file()}
+    return Manifest(
+        format=ARTIFACT_FORMAT,
+        version=ARTIFACT_VERSION,
+        input=InputSpec(
+            INPUT_NAME, ["batch" if dynamic_batch else shape[0], *shape[1:]], "float32"
+        ),
+        logits_name=LOGITS_NAME,
+        num_classes=config.num_classes,
+        config=config.to_dict(),
+        trainable=trainable,
+        files=files,
+        versions=all_versions,
+        preprocessing=_preprocessing(model, preprocessing),
+        validation=report.to_dict() if report is not None else {},
+        model=info,
+    )
+
+
+def _move_into_place(tmp: Path, out_dir: Path, *, overwrite: bool) -> None:
+    if out_dir.exists():
+        if not overwrite:
+            raise FileExistsError(f"{out_dir} appeared during the export; not replacing it")
+        old = out_dir.parent / f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}"
+        os.replace(out_dir, old)
+        os.replace(tmp, out_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out_dir)

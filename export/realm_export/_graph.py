@@ -1,0 +1,219 @@
+"""ONNX graph building: the model's forward (torch → ONNX) and REALM's loss on top (SPEC §2)."""
+
+from __future__ import annotations
+
+import io
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+import torch
+from onnx import TensorProto, helper, numpy_helper
+from torch import nn
+
+from realm_runtime._manifest import ALPHA_NAME, LAMBDA_NAME, LOSS_NAME, SAMPLE_WEIGHT_NAME
+from realm_sdk import RealmConfig
+
+from ._rewrite import UnsupportedModelError, export_friendly_norms
+
+OPSET = 17  # ≤ 21 (ORT 1.19.2); 17 is the first with LayerNormalization
+MAX_IR_VERSION = 10  # ORT 1.19.2 refuses newer IR versions
+MAX_OPSET = 21
+INPUT_NAME = "input"
+LOGITS_NAME = "logits"
+
+
+def model_to_onnx(
+    model: nn.Module, example: torch.Tensor, *, dynamic_batch: bool
+) -> tuple[onnx.ModelProto, list[str]]:
+    """Export the forward pass with every parameter kept as a named initializer.
+
+    The TorchScript exporter with constant folding off and initializers kept as inputs is the
+    recipe that keeps every parameter name (the default flags fold away or de-duplicate
+    equal-valued norm parameters, e.g. freshly initialised ones; the dynamo exporter folds or
+    emits CastLike, which has no gradient). The initializers are then dropped from the graph
+    inputs so they are weights, not feeds.
+
+    Args:
+        model: the classifier, in eval mode.
+        example: an input of the export shape.
+        dynamic_batch: make the batch axis symbolic.
+
+    Returns:
+        The forward graph (input ``input``, output ``logits``), and the places where the
+        tracer turned a tensor into a Python bool: data-dependent control flow, frozen into
+        the branch that the example input took (reported if validation then fails).
+    """
+    buffer = io.BytesIO()
+    axes = {INPUT_NAME: {0: "batch"}, LOGITS_NAME: {0: "batch"}} if dynamic_batch else None
+    with export_friendly_norms(), torch.no_grad(), warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")  # recorded, not shown: the exporter is noisy
+        try:
+            torch.onnx.export(
+                model,
+                (example,),
+                buffer,
+                dynamo=False,
+                opset_version=OPSET,
+                do_constant_folding=False,
+                keep_initializers_as_inputs=True,
+                training=torch.onnx.TrainingMode.EVAL,
+                input_names=[INPUT_NAME],
+                output_names=[LOGITS_NAME],
+                dynamic_axes=axes,
+            )
+        except UnsupportedModelError:
+            raise
+        except Exception as exc:  # the exporter's errors name the op; keep them, add context
+            raise UnsupportedModelError(
+                f"torch.onnx.export (TorchScript, opset {OPSET}) failed on "
+                f"{type(model).__name__}: {exc}. Data-dependent control flow and ops without an "
+                "ONNX form cannot be exported for on-device training."
+            ) from exc
+    branches = sorted(
+        {
+            f"{w.filename}:{w.lineno}"
+            for w in seen
+            if issubclass(w.category, torch.jit.TracerWarning)
+            and "Python boolean" in str(w.message)
+        }
+    )
+    proto = onnx.load_from_string(buffer.getvalue())
+    initializers = {init.name for init in proto.graph.initializer}
+    feeds = [i for i in proto.graph.input if i.name not in initializers]
+    del proto.graph.input[:]
+    proto.graph.input.extend(feeds)
+    declare_layer_norm_outputs(proto)
+    return proto, branches
+
+
+def declare_layer_norm_outputs(proto: onnx.ModelProto) -> int:
+    """Give every ``LayerNormalization`` node its Mean and InvStdDev outputs.
+
+    onnxruntime-training builds the LayerNormalization gradient only when the node declares
+    all three outputs; the exporter declares just Y.
+
+    Returns:
+        How many nodes were changed.
+    """
+    changed = 0
+    for index, node in enumerate(proto.graph.node):
+        if node.op_type == "LayerNormalization" and len(node.output) == 1:
+            base = node.name or f"layernorm_{index}"
+            node.output.extend([f"{base}.mean", f"{base}.inv_std_dev"])
+            changed += 1
+    return changed
+
+
+def check_versions(proto: onnx.ModelProto) -> dict[str, int]:
+    """IR version and ai.onnx opset, checked against what ORT 1.19.2 loads.
+
+    Raises:
+        UnsupportedModelError: an IR version above 10 or an opset above 21.
+    """
+    opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    if proto.ir_version > MAX_IR_VERSION or opset > MAX_OPSET:
+        raise UnsupportedModelError(
+            f"the graph has IR version {proto.ir_version} and opset {opset}; onnxruntime-training "
+            f"1.19.2 loads IR ≤ {MAX_IR_VERSION} and opset ≤ {MAX_OPSET} (is onnx newer than "
+            "1.17.0 installed?)"
+        )
+    return {"ir_version": int(proto.ir_version), "opset": int(opset)}
+
+
+def check_trainable_names(proto: onnx.ModelProto, names: Sequence[str]) -> None:
+    """Every trainable parameter must be an initializer of the graph, under its torch name.
+
+    Raises:
+        UnsupportedModelError: listing the names that vanished (folded, de-duplicated or not
+            used by the forward pass).
+    """
+    present = {init.name for init in proto.graph.initializer}
+    missing = [n for n in names if n not in present]
+    if missing:
+        raise UnsupportedModelError(
+            f"{len(missing)} of {len(names)} trainable parameters are not initializers of the "
+            f"exported graph (unused by forward(), or folded/renamed by the exporter): "
+            f"{missing[:8]}{' …' if len(missing) > 8 else ''}"
+        )
+
+
+def append_loss(proto: onnx.ModelProto, config: RealmConfig) -> onnx.ModelProto:
+    """Add the per-sample loss of ``config.method`` and its weighted sum as output 0.
+
+    ``realm.loss = Σ_i w_i · L(H_i)`` with ``H_i`` the entropy of ``softmax(logits_i)``
+    (from LogSoftmax) and ``w = realm.sample_weight`` (B,), an input. The runtime sets
+    ``w_i = S_i / Σ S`` for the S_div-selected samples (EATA: times its detached weight
+    ``exp(−(H_i − e0))``), so the loss is SPEC §3's mean over the selected samples and one
+    graph serves every schedule. ``L`` is ρ(H; α, λ) for REALM, with α and λ the trainable
+    scalar initializers ``realm.alpha``/``realm.lambda`` and the power written as
+    ``exp(α/2 · log b)`` (ORT's Pow passes no gradient to its exponent); H for Tent and EATA.
+
+    Returns:
+        A new model: outputs ``realm.loss`` (scalar), then ``logits``.
+    """
+    model = onnx.ModelProto()
+    model.CopyFrom(proto)
+    graph = model.graph
+    logits = graph.output[0].name
+    nodes: list[onnx.NodeProto] = []
+    consts: list[onnx.TensorProto] = []
+
+    def op(kind: str, inputs: list[str], output: str, **attrs: object) -> str:
+        nodes.append(helper.make_node(kind, inputs, [output], name=output, **attrs))
+        return output
+
+    def const(name: str, value: float | list[int], dtype: type = np.float32) -> str:
+        consts.append(numpy_helper.from_array(np.array(value, dtype=dtype), f"realm.const.{name}"))
+        return f"realm.const.{name}"
+
+    axis = const("axis1", [1], np.int64)
+    one = const("one", 1.0)
+    log_p = op("LogSoftmax", [logits], "realm.log_p", axis=1)  # (B, C)
+    p = op("Exp", [log_p], "realm.p")
+    neg_h = op(
+        "ReduceSum", [op("Mul", [p, log_p], "realm.p_log_p"), axis], "realm.neg_h", keepdims=0
+    )
+    h = op("Neg", [neg_h], "realm.entropy")  # (B,)
+    if config.method == "realm":
+        alpha = numpy_helper.from_array(np.array(config.alpha0, np.float32), ALPHA_NAME)
+        lam = numpy_helper.from_array(np.array(config.lambda0, np.float32), LAMBDA_NAME)
+        graph.initializer.extend([alpha, lam])
+        eps = op("Abs", [op("Sub", [ALPHA_NAME, const("two", 2.0)], "realm.alpha_m2")], "realm.eps")
+        t = op("Div", [h, LAMBDA_NAME], "realm.t")
+        base = op("Add", [op("Div", [t, eps], "realm.t_over_eps"), one], "realm.base")  # ≥ 1
+        half_alpha = op("Mul", [ALPHA_NAME, const("half", 0.5)], "realm.half_alpha")
+        power = op(
+            "Exp",
+            [op("Mul", [half_alpha, op("Log", [base], "realm.log_base")], "realm.exponent")],
+            "realm.power",
+        )
+        rho = op(
+            "Mul",
+            [
+                op("Div", [eps, ALPHA_NAME], "realm.eps_over_alpha"),
+                op("Sub", [power, one], "realm.power_m1"),
+            ],
+            "realm.rho",
+        )
+        if config.loss_scale == "lambda":
+            rho = op("Mul", [rho, LAMBDA_NAME], "realm.rho_scaled")
+        per_sample = rho
+    else:  # Tent, EATA: the entropy (EATA's sample weight arrives through w)
+        per_sample = h
+    weighted = op("Mul", [per_sample, SAMPLE_WEIGHT_NAME], "realm.weighted")
+    op("ReduceSum", [weighted], LOSS_NAME, keepdims=0)
+    graph.initializer.extend(consts)
+    graph.node.extend(nodes)
+    batch = graph.input[0].type.tensor_type.shape.dim[0]
+    batch_dim = batch.dim_param or batch.dim_value
+    graph.input.append(
+        helper.make_tensor_value_info(SAMPLE_WEIGHT_NAME, TensorProto.FLOAT, [batch_dim])
+    )
+    outputs = list(graph.output)
+    del graph.output[:]
+    graph.output.append(helper.make_tensor_value_info(LOSS_NAME, TensorProto.FLOAT, []))
+    graph.output.extend(outputs)
+    onnx.checker.check_model(model)
+    return model

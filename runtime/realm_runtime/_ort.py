@@ -1,0 +1,60 @@
+"""The one place that imports onnxruntime-training, without needing torch.
+
+``onnxruntime/training/__init__.py`` (1.19.2) imports its ``amp`` and ``optim`` parts, which
+import torch, although torch is no dependency of the package and the on-device ``api`` part
+(CheckpointState, Module, Optimizer) uses only ``onnxruntime.capi``. Where torch is not
+installed, that ``__init__`` fails, so ``import onnxruntime.training.api`` fails too. This
+module therefore registers an empty package object for ``onnxruntime.training`` (unless a
+real one is already imported), with the real package directory as its search path, and
+imports ``onnxruntime.training.api`` from there: the submodules load normally and the
+package ``__init__`` never runs. ``import onnxruntime.training.artifacts`` still works after.
+
+Where torch *is* installed, ``import onnxruntime`` itself imports it: the training build's
+import-time check (``capi/onnxruntime_validation.validate_build_package_info``) tries
+``onnxruntime.training.ortmodule``, which imports torch when it can, and fails quietly when
+it cannot. That costs start-up time in a torch environment only, and changes nothing here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from types import ModuleType
+
+_INSTALL_HINT = (
+    "realm_runtime needs onnxruntime-training 1.19.2: pip install "
+    "'onnxruntime-training-cpu==1.19.2' (CPU) or 'onnxruntime-training==1.19.2' (CUDA 11.8), "
+    "and not the plain 'onnxruntime' package beside it (both provide the onnxruntime module)"
+)
+
+
+def onnxruntime_module() -> ModuleType:
+    """``import onnxruntime``, with an install hint when it is missing."""
+    try:
+        import onnxruntime
+    except ImportError as exc:
+        raise ImportError(f"onnxruntime is not installed: {_INSTALL_HINT}") from exc
+    return onnxruntime
+
+
+def training_api() -> ModuleType:
+    """``onnxruntime.training.api``, imported without running the package ``__init__``.
+
+    Raises:
+        ImportError: onnxruntime has no training API (plain onnxruntime, or another version).
+    """
+    ort = onnxruntime_module()
+    if "onnxruntime.training" not in sys.modules:
+        spec = importlib.util.find_spec("onnxruntime.training")
+        if spec is None or spec.submodule_search_locations is None:
+            raise ImportError(f"onnxruntime {ort.__version__} has no training API: {_INSTALL_HINT}")
+        package = importlib.util.module_from_spec(spec)  # created, deliberately not executed
+        sys.modules["onnxruntime.training"] = package
+        ort.training = package  # type: ignore[attr-defined]
+    try:
+        return importlib.import_module("onnxruntime.training.api")
+    except ImportError as exc:
+        raise ImportError(
+            f"cannot import onnxruntime.training.api ({exc}): {_INSTALL_HINT}"
+        ) from exc

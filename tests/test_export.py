@@ -1,0 +1,323 @@
+"""Issue 3: export_realm_artifacts on real architectures, validated against realm_sdk."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from torch import nn
+
+from realm_export import (
+    UnsupportedModelError,
+    ValidationError,
+    export_realm_artifacts,
+)
+from realm_runtime._manifest import (
+    ALPHA_NAME,
+    LAMBDA_NAME,
+    ArtifactError,
+    load_manifest,
+)
+from realm_sdk import DigitsGNNet, RealmAdapter, RealmConfig
+
+timm = pytest.importorskip("timm")
+
+
+def _small_swin():
+    return timm.create_model(
+        "swin_tiny_patch4_window7_224",
+        pretrained=False,
+        num_classes=10,
+        img_size=64,
+        window_size=4,
+        embed_dim=24,
+        depths=(1, 1, 2, 1),
+        num_heads=(1, 2, 2, 4),
+    )
+
+
+# name -> (factory, input shape, classes); random init, pretrained=False.
+FAST = {
+    "digits_gn": (lambda: DigitsGNNet(), (1, 1, 32, 32), 10),
+    "resnet18_bn": (
+        lambda: timm.create_model("resnet18", pretrained=False, num_classes=10),
+        (1, 3, 64, 64),
+        10,
+    ),
+    "convnext_atto": (
+        lambda: timm.create_model("convnext_atto", pretrained=False, num_classes=10),
+        (1, 3, 64, 64),
+        10,
+    ),
+    "swin_small_cfg": (_small_swin, (1, 3, 64, 64), 10),
+    "vit_tiny": (
+        lambda: timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=10),
+        (1, 3, 224, 224),
+        10,
+    ),
+}
+SLOW = {
+    "resnet50_gn": (
+        lambda: timm.create_model("resnet50_gn", pretrained=False, num_classes=1000),
+        (1, 3, 224, 224),
+        1000,
+    ),
+    "swin_tiny": (
+        lambda: timm.create_model(
+            "swin_tiny_patch4_window7_224", pretrained=False, num_classes=1000
+        ),
+        (1, 3, 224, 224),
+        1000,
+    ),
+}
+
+
+def _check_artifacts(info, model, config, tmp_path):
+    """What every exported directory must satisfy."""
+    manifest = load_manifest(info.directory)  # checksums verified
+    expected = RealmAdapter(model, config).trainable_names  # the SDK's selection
+    extra = [ALPHA_NAME, LAMBDA_NAME] if config.method == "realm" else []
+    assert info.trainable == [*expected, *extra]
+    assert list(manifest.trainable) == info.trainable
+    # The checkpoint's trainable set, read back with ORT's own API.
+    from realm_runtime._ort import training_api
+
+    state = training_api().CheckpointState.load_checkpoint(str(info.files["checkpoint"]))
+    names = {n for n, p in state.parameters if p.requires_grad}
+    assert names == set(info.trainable)
+    for role in ("training_model", "eval_model", "inference_model"):
+        proto = onnx.load(str(info.files[role]))
+        opset = max(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+        assert proto.ir_version <= 10 and opset <= 21, role
+        # No norm op that would train on batch statistics or lacks a gradient (SPEC §7).
+        ops = {n.op_type for n in proto.graph.node}
+        assert not ops & {"BatchNormalization", "InstanceNormalization", "GroupNormalization"}
+    assert manifest.validation["passed"] is True
+    assert manifest.validation["logits_max_abs_diff"] <= 1e-4
+    assert not list(tmp_path.glob(".*partial*"))
+
+
+@pytest.mark.parametrize("name", sorted(FAST))
+def test_fast_models_export_and_validate(name, tmp_path):
+    make, shape, classes = FAST[name]
+    torch.manual_seed(0)
+    model = make()
+    for preset in ("cifar", "imagenet"):
+        config = RealmConfig.preset(preset, num_classes=classes)
+        info = export_realm_artifacts(model, tmp_path / preset, config=config, input_shape=shape)
+        _check_artifacts(info, model, config, tmp_path)
+        assert info.validation.passed
+        print(f"{name}/{preset}: {info.seconds:.1f} s\n{info.validation.table()}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SLOW))
+def test_large_models_export_and_validate(name, tmp_path):
+    make, shape, classes = SLOW[name]
+    torch.manual_seed(0)
+    model = make()
+    config = RealmConfig.preset("imagenet", num_classes=classes)
+    info = export_realm_artifacts(model, tmp_path / "a", config=config, input_shape=shape)
+    _check_artifacts(info, model, config, tmp_path)
+    print(f"{name}: {info.seconds:.1f} s\n{info.validation.table()}")
+
+
+@pytest.mark.parametrize("method", ["tent", "eata"])
+def test_baseline_methods_train_only_norm_parameters(method, tmp_path):
+    model = DigitsGNNet()
+    config = RealmConfig.preset("cifar", num_classes=10, method=method)
+    info = export_realm_artifacts(
+        model, tmp_path / method, config=config, input_shape=(1, 1, 32, 32)
+    )
+    _check_artifacts(info, model, config, tmp_path)
+    assert ALPHA_NAME not in info.trainable
+
+
+def test_model_is_not_modified(tmp_path):
+    model = DigitsGNNet().train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    export_realm_artifacts(
+        model,
+        tmp_path / "a",
+        config=RealmConfig.preset("cifar", num_classes=10),
+        input_shape=(1, 1, 32, 32),
+    )
+    assert model.training
+    assert all(p.requires_grad for p in model.parameters())
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k])
+
+
+def test_artifacts_load_with_onnxruntime_alone(tmp_path):
+    model = DigitsGNNet()
+    config = RealmConfig.preset("cifar", num_classes=10)
+    info = export_realm_artifacts(model, tmp_path / "a", config=config, input_shape=(1, 1, 32, 32))
+    x = np.random.default_rng(0).standard_normal((1, 1, 32, 32)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    script = textwrap.dedent(f"""
+        import json, sys
+        import numpy as np
+        from onnxruntime.training.api import CheckpointState, Module
+        import onnxruntime as ort
+        d = {str(info.directory)!r}
+        state = CheckpointState.load_checkpoint(d + "/checkpoint")
+        module = Module(d + "/training_model.onnx", state, d + "/eval_model.onnx")
+        module.train()
+        x = np.load({str(tmp_path / "x.npy")!r})
+        loss, logits = module(x, np.ones(1, np.float32))[:2]
+        grad = state.parameters["realm.alpha"].grad
+        plain = ort.InferenceSession(d + "/inference_model.onnx").run(None, {{"input": x}})[0]
+        assert not any(m.startswith("realm_") for m in sys.modules), "realm code was imported"
+        print(json.dumps({{"loss": float(loss), "logits": logits.tolist(),
+                          "plain": plain.tolist(), "alpha_grad": float(np.asarray(grad))}}))
+    """)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=300
+    ).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    with torch.no_grad():
+        expected = model.eval()(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(result["logits"], expected, atol=1e-5)
+    np.testing.assert_allclose(result["plain"], expected, atol=1e-5)
+    assert np.isfinite(result["loss"]) and result["alpha_grad"] != 0.0
+
+
+def test_manifest_describes_the_export(tmp_path):
+    model = timm.create_model("resnet18", pretrained=False, num_classes=10)
+    info = export_realm_artifacts(
+        model,
+        tmp_path / "a",
+        config=RealmConfig.preset("imagenet", num_classes=10),
+        input_shape=(1, 3, 64, 64),
+        model_info={"name": "timm:resnet18"},
+    )
+    m = info.manifest
+    assert m.input.shape == ["batch", 3, 64, 64] and m.input.dtype == "float32"
+    assert m.num_classes == 10 and m.config["preset_name"] == "imagenet"
+    assert m.preprocessing["mean"] == list(model.pretrained_cfg["mean"])
+    assert {"onnxruntime", "onnx", "opset", "ir_version", "torch", "timm"} <= set(m.versions)
+    assert m.versions["onnxruntime"] == "1.19.2" and m.versions["opset"] == 17
+    assert set(m.files) == {
+        "training_model.onnx",
+        "eval_model.onnx",
+        "checkpoint",
+        "inference_model.onnx",
+    }
+    assert m.trainable[ALPHA_NAME] == [] and m.trainable["bn1.weight"] == [64]
+    assert m.model["name"] == "timm:resnet18"
+    assert "layer4.0.bn1.weight" not in m.trainable  # the imagenet preset freezes layer4
+    assert json.loads((tmp_path / "a" / "realm.json").read_text())["format"] == m.format
+
+
+def test_tampered_or_truncated_artifacts_are_named(tmp_path):
+    info = export_realm_artifacts(
+        DigitsGNNet(),
+        tmp_path / "a",
+        config=RealmConfig.preset("cifar", num_classes=10),
+        input_shape=(1, 1, 32, 32),
+    )
+    ckpt = info.files["checkpoint"]
+    data = ckpt.read_bytes()
+    ckpt.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ArtifactError, match=r"checkpoint.*SHA-256"):
+        load_manifest(info.directory)
+    ckpt.write_bytes(data)
+    load_manifest(info.directory)
+    (tmp_path / "a" / "eval_model.onnx").unlink()
+    with pytest.raises(ArtifactError, match=r"eval_model\.onnx.*missing"):
+        load_manifest(info.directory)
+    (tmp_path / "a" / "realm.json").write_text('{"format": "realm-tta/artifacts", "version": 99}')
+    with pytest.raises(ArtifactError, match="version 99"):
+        load_manifest(info.directory)
+    with pytest.raises(ArtifactError, match="not found"):
+        load_manifest(tmp_path / "nowhere")
+
+
+class _Branchy(nn.Module):
+    """Data-dependent control flow: the trace keeps one branch only."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.norm, self.fc = nn.Conv2d(3, 8, 3), nn.GroupNorm(2, 8), nn.Linear(8, 10)
+
+    def forward(self, x):
+        x = self.norm(self.conv(x))
+        if x.mean() > 0:
+            x = 3 * x
+        return self.fc(x.mean((2, 3)))
+
+
+class _WithOp(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+        self.conv, self.norm, self.fc = nn.Conv2d(3, 8, 3), nn.GroupNorm(2, 8), nn.Linear(8, 10)
+
+    def forward(self, x):
+        return self.fc(self.fn(self.norm(self.conv(x))).mean((2, 3)))
+
+
+CFG10 = RealmConfig.preset("cifar", num_classes=10)
+
+
+def test_control_flow_fails_validation_with_the_reason_and_writes_nothing(tmp_path):
+    out = tmp_path / "a"
+    with pytest.raises(ValidationError, match="Python booleans") as err:
+        export_realm_artifacts(_Branchy(), out, config=CFG10, input_shape=(1, 3, 16, 16))
+    assert "logits" in str(err.value) and not err.value.report.passed
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_failed_export_leaves_an_existing_directory_untouched(tmp_path):
+    out = tmp_path / "a"
+    export_realm_artifacts(DigitsGNNet(), out, config=CFG10, input_shape=(1, 1, 32, 32))
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(FileExistsError):
+        export_realm_artifacts(DigitsGNNet(), out, config=CFG10, input_shape=(1, 1, 32, 32))
+    with pytest.raises(ValidationError):
+        export_realm_artifacts(
+            _Branchy(), out, config=CFG10, input_shape=(1, 3, 16, 16), overwrite=True
+        )
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("fn", "message"),
+    [
+        (lambda x: x.cumsum(1), "op CumSum .* has no gradient"),
+        (lambda x: torch.atan(x), "op Atan .* has no gradient"),
+        (lambda x: torch.special.erfinv(torch.tanh(x) * 0.5), "aten::erfinv"),
+    ],
+    ids=["cumsum", "atan", "erfinv"],
+)
+def test_ops_without_gradient_or_onnx_form_are_named(fn, message, tmp_path):
+    with pytest.raises(UnsupportedModelError, match=message):
+        export_realm_artifacts(
+            _WithOp(fn), tmp_path / "a", config=CFG10, input_shape=(1, 3, 16, 16)
+        )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_model_without_norm_layers_is_refused(tmp_path):
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(4 * 14 * 14, 10))
+    with pytest.raises(UnsupportedModelError, match="no normalisation layer"):
+        export_realm_artifacts(model, tmp_path / "a", config=CFG10, input_shape=(1, 3, 16, 16))
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(ValueError, match="input_shape"):
+        export_realm_artifacts(DigitsGNNet(), tmp_path / "a", config=CFG10, input_shape=(32, 32.0))
+    with pytest.raises(UnsupportedModelError, match=r"logits of shape \(1, 7\)"):
+        export_realm_artifacts(
+            DigitsGNNet(),
+            tmp_path / "a",
+            config=RealmConfig.preset("cifar", num_classes=7),
+            input_shape=(1, 1, 32, 32),
+        )

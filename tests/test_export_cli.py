@@ -1,0 +1,134 @@
+"""``realm export``: the command line over export_realm_artifacts."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+import torch
+
+from realm_sdk._cli import main
+
+USER_MODEL = textwrap.dedent("""
+    import torch
+    from torch import nn
+
+    def build():
+        return nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.GroupNorm(4, 8), nn.ReLU(),
+            nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.LayerNorm(16), nn.Linear(16, 5),
+        )
+
+    def not_a_model():
+        return 42
+""")
+
+
+@pytest.fixture
+def user_model(tmp_path):
+    path = tmp_path / "my_model.py"
+    path.write_text(USER_MODEL)
+    return path
+
+
+def test_export_user_model_with_weights(user_model, tmp_path, capsys):
+    namespace: dict = {}
+    exec(USER_MODEL, namespace)
+    model = namespace["build"]()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05)  # weights that differ from a fresh init
+    torch.save(model.state_dict(), tmp_path / "w.pt")
+    out = tmp_path / "art"
+    code = main(
+        [
+            "export",
+            "--model",
+            f"{user_model}:build",
+            "--num-classes",
+            "5",
+            "--input-shape",
+            "1,3,16,16",
+            "--weights",
+            str(tmp_path / "w.pt"),
+            "--out",
+            str(out),
+            "--preset",
+            "cifar",
+        ]
+    )
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert "validation against the PyTorch reference" in printed.out
+    assert "logits" in printed.out and "yes" in printed.out
+    assert "generating training artifacts" in printed.err  # progress
+    manifest = json.loads((out / "realm.json").read_text())
+    assert manifest["model"]["weights"].endswith("w.pt")
+    # the exported checkpoint carries the loaded weights, not the factory's init
+    from realm_runtime._ort import training_api
+
+    state = training_api().CheckpointState.load_checkpoint(str(out / "checkpoint"))
+    got = state.parameters["1.weight"].data
+    assert torch.allclose(torch.from_numpy(got), model.state_dict()["1.weight"])
+
+
+def test_export_timm_model(tmp_path, capsys):
+    code = main(
+        [
+            "export",
+            "--model",
+            "timm:resnet18",
+            "--num-classes",
+            "10",
+            "--input-shape",
+            "1,3,64,64",
+            "--preset",
+            "imagenet",
+            "--out",
+            str(tmp_path / "r18"),
+        ]
+    )
+    assert code == 0, capsys.readouterr().err
+    assert (tmp_path / "r18" / "training_model.onnx").is_file()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", "timm:not_a_model_name"], "timm has no model"),
+        (["--model", "nowhere.py:build"], "file not found"),
+        (["--model", "{user}:missing"], "no callable 'missing'"),
+        (["--model", "{user}:not_a_model"], "not a torch.nn.Module"),
+        (["--model", "{user}:build", "--input-shape", "1,3,x"], "expected B,C,H,W"),
+        (["--model", "{user}:build", "--weights", "missing.pt"], "file not found"),
+        (["--model", "something"], "expected timm:<name>"),
+    ],
+)
+def test_bad_arguments_are_named(args, message, user_model, tmp_path, capsys):
+    args = [a.replace("{user}", str(user_model)) for a in args]
+    code = main(["export", *args, "--num-classes", "5", "--out", str(tmp_path / "o")])
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_weights_that_do_not_fit_are_named(user_model, tmp_path, capsys):
+    torch.save({"bogus": torch.zeros(1)}, tmp_path / "bad.pt")
+    code = main(
+        [
+            "export",
+            "--model",
+            f"{user_model}:build",
+            "--num-classes",
+            "5",
+            "--input-shape",
+            "1,3,16,16",
+            "--weights",
+            str(tmp_path / "bad.pt"),
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
+    assert code == 2 and "does not fit the model" in capsys.readouterr().err
