@@ -28,3 +28,27 @@ def digits_model(digits, tmp_path_factory):
     from realm_sdk import train_digits_model
 
     return train_digits_model(digits, epochs=6, cache_dir=tmp_path_factory.mktemp("weights"))
+
+
+@pytest.fixture(scope="session")
+def digits_stream(digits):
+    """A shifted stream (gaussian noise, severity 5) of the held-out digits."""
+    return digits.stream("gaussian_noise", 5, seed=0)
+
+
+def export_digits(model, directory, **config_overrides):
+    """Export the digits model with the CIFAR preset (and overrides) into ``directory``."""
+    from realm_export import export_realm_artifacts
+    from realm_sdk import RealmConfig
+
+    preset = config_overrides.pop("preset", "cifar")
+    config = RealmConfig.preset(preset, num_classes=10, **config_overrides)
+    export_realm_artifacts(model, directory, config=config, input_shape=(1, 1, 32, 32))
+    return config
+
+
+@pytest.fixture(scope="session")
+def digits_artifacts(digits_model, tmp_path_factory):
+    """The digits model exported with the CIFAR preset: (directory, config)."""
+    directory = tmp_path_factory.mktemp("artifacts") / "digits"
+    return directory, export_digits(digits_model, directory)

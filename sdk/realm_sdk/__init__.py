@@ -9,9 +9,10 @@ one sample at a time. Tent and EATA run on the same machinery as baselines.
     >>> logits = adapter.adapt(x)  # pre-update logits, then one online step
 """
 
+from realm_runtime._checkpoint import read_state, write_state
+from realm_runtime._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmConfig
+
 from ._adapter import AdaptationState, RealmAdapter, StepResult
-from ._checkpoint import read_state, write_state
-from ._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmConfig
 from ._corruptions import CORRUPTIONS, corrupt
 from ._digits import DigitsData, DigitsGNNet, load_digits, train_digits_model
 from ._evaluate import OnlineResult, run_online

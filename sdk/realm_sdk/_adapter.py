@@ -12,8 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checkpoint import read_state, write_state
-from ._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmConfig
+from realm_runtime._checkpoint import read_state, write_state
+from realm_runtime._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmConfig
+
 from ._inputs import check_batch, infer_sample_shape
 from ._loss import eata_loss, entropy, robust_loss
 from ._params import select_trainable

@@ -49,7 +49,29 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from ._digits import load_digits
 
     samples = len(load_digits().test_y)
-    print(format_demo(clean, rows, severity=args.severity, samples=samples))
+    print(format_demo(clean, rows, severity=args.severity, samples=samples), flush=True)
+    if args.no_runtime:
+        return 0
+    try:
+        import realm_export  # noqa: F401  (the export extra)
+    except ImportError as exc:
+        print(f"(skipping export → runtime: {exc}; pip install 'realm-tta[export]')")
+        return 0
+    from ._demo import format_runtime_demo, run_runtime_demo
+
+    corruption = args.corruptions[0]
+    print(f"\nexport → RealmRuntime on {corruption}:", flush=True)
+    bar = None if args.no_progress else _tqdm_factory()(f"{corruption}/runtime", samples)
+    result = run_runtime_demo(
+        corruption=corruption,
+        severity=args.severity,
+        seed=args.seed,
+        preset=args.preset,
+        out_dir=args.out_dir,
+        cache_dir=args.cache_dir,
+        progress=bar,
+    )
+    print(format_runtime_demo(result, severity=args.severity))
     return 0
 
 
@@ -70,6 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--preset", choices=("cifar", "imagenet"), default="cifar")
     demo.add_argument("--cache-dir", default=".cache")
     demo.add_argument("--no-progress", action="store_true", help="no progress bars")
+    demo.add_argument("--out-dir", default="artifacts", help="where the artifacts are written")
+    demo.add_argument("--no-runtime", action="store_true", help="skip export → runtime")
     demo.set_defaults(func=_cmd_demo)
 
     try:  # the export command needs the export extra (onnx, onnxruntime-training)

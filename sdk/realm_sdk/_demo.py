@@ -7,11 +7,13 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
+from realm_runtime._config import RealmConfig
+
 from ._adapter import RealmAdapter
-from ._config import RealmConfig
 from ._digits import NUM_CLASSES, load_digits, train_digits_model
 from ._evaluate import run_online
 
@@ -106,3 +108,112 @@ def format_demo(clean: float, rows: Sequence[DemoRow], *, severity: int, samples
     torch_threads = torch.get_num_threads()
     lines.append(f"(torch {torch.__version__}, {torch_threads} threads)")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class RuntimeDemo:
+    """The export → runtime leg of the demo, on one shifted stream."""
+
+    artifacts: str  # the exported artifact directory
+    stream_file: str  # the stream saved for examples/edge_app.py
+    corruption: str  # the stream's corruption (severity as in the demo)
+    source: float  # no-adapt accuracy, %
+    sdk: float  # REALM accuracy through the PyTorch reference, %
+    runtime: float  # REALM accuracy through RealmRuntime, %
+    runtime_updates: int  # RealmRuntime's optimizer steps
+    sdk_updates: int  # the reference's optimizer steps
+    export_seconds: float  # export + validation wall time
+    ms_median: float  # RealmRuntime adapt() latency per sample, median
+    ms_p90: float  # ... 90th percentile
+    sdk_ms_median: float  # RealmAdapter.adapt() latency per sample, median
+
+
+def run_runtime_demo(
+    *,
+    corruption: str = "gaussian_noise",
+    severity: int = 5,
+    seed: int = 0,
+    preset: str = "cifar",
+    out_dir: str | os.PathLike[str] = "artifacts",
+    cache_dir: str | os.PathLike[str] | None = ".cache",
+    threads: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> RuntimeDemo:
+    """Export the digits source model and adapt it with the torch-free runtime.
+
+    Writes ``<out_dir>/digits`` (the artifacts) and ``<out_dir>/digits_stream.npz`` (the
+    shifted stream with labels, for ``examples/edge_app.py``), runs the stream through
+    :class:`realm_runtime.RealmRuntime` and through :class:`RealmAdapter`, and times both.
+    """
+    import numpy as np
+
+    from realm_export import export_realm_artifacts
+    from realm_runtime import RealmRuntime
+
+    data = load_digits()
+    source = train_digits_model(data, cache_dir=cache_dir)
+    cfg = RealmConfig.preset(preset, num_classes=NUM_CLASSES)  # type: ignore[arg-type]
+    out = Path(out_dir)
+    artifacts = out / "digits"
+    info = export_realm_artifacts(
+        source,
+        artifacts,
+        config=cfg,
+        input_shape=(1, 1, 32, 32),
+        overwrite=True,
+        model_info={"name": "digits", "source": "realm_sdk.train_digits_model"},
+        preprocessing={"input_size": [1, 32, 32], "mean": [data.mean], "std": [data.std]},
+    )
+    x, y = data.stream(corruption, severity, seed=seed)
+    stream_file = out / "digits_stream.npz"
+    np.savez(stream_file, images=x, labels=y, corruption=corruption, severity=severity)
+
+    base = run_online(source, x, y).accuracy * 100
+    rt = RealmRuntime(artifacts, threads=threads)
+    preds = np.empty(len(x), dtype=np.int64)
+    times = np.empty(len(x))
+    for i in range(len(x)):
+        start = time.perf_counter()
+        preds[i] = rt.adapt(x[i : i + 1]).top1[0]
+        times[i] = time.perf_counter() - start
+        if progress is not None:
+            progress(i + 1)
+    adapter = RealmAdapter(copy.deepcopy(source), cfg)
+    sdk_times = np.empty(len(x))
+    sdk_preds = np.empty(len(x), dtype=np.int64)
+    for i in range(len(x)):
+        xi = torch.from_numpy(x[i : i + 1])
+        start = time.perf_counter()
+        sdk_preds[i] = int(adapter.adapt(xi).argmax(1))
+        sdk_times[i] = time.perf_counter() - start
+    return RuntimeDemo(
+        artifacts=str(artifacts),
+        stream_file=str(stream_file),
+        corruption=corruption,
+        source=base,
+        sdk=float((sdk_preds == y).mean() * 100),
+        runtime=float((preds == y).mean() * 100),
+        runtime_updates=rt.state.updates,
+        sdk_updates=adapter.state.updates,
+        export_seconds=info.seconds,
+        ms_median=float(np.median(times[10:]) * 1e3),  # after a 10-sample warm-up
+        ms_p90=float(np.percentile(times[10:], 90) * 1e3),
+        sdk_ms_median=float(np.median(sdk_times[10:]) * 1e3),
+    )
+
+
+def format_runtime_demo(r: RuntimeDemo, *, severity: int) -> str:
+    """The export → runtime leg as text."""
+    return "\n".join(
+        [
+            f"exported the source model to {r.artifacts}/ in {r.export_seconds:.1f} s "
+            "(validated against the PyTorch reference)",
+            f"{r.corruption}, severity {severity}, batch 1, torch-free RealmRuntime:",
+            f"  no-adapt {r.source:.1f}%   REALM (torch SDK) {r.sdk:.1f}% ({r.sdk_updates} updates)"
+            f"   REALM (RealmRuntime) {r.runtime:.1f}% ({r.runtime_updates} updates)",
+            f"  RealmRuntime adapt: {r.ms_median:.2f} ms/sample median, {r.ms_p90:.2f} ms p90 "
+            f"(torch SDK: {r.sdk_ms_median:.2f} ms median)",
+            f"the stream is saved in {r.stream_file}; run the edge app on it (no torch needed):",
+            f"  python examples/edge_app.py --artifacts {r.artifacts} --stream {r.stream_file}",
+        ]
+    )

@@ -41,7 +41,7 @@ class DigitsData:
     def prepare(self, images: np.ndarray) -> np.ndarray:
         """Native ``(N, 1, 8, 8)`` images in [0, 1] → normalised float32 ``(N, 1, 32, 32)``."""
         big = resize_bilinear(images.astype(np.float64), (IMAGE_SIZE, IMAGE_SIZE))
-        return ((big - self.mean) / self.std).astype(np.float32)
+        return np.ascontiguousarray((big - self.mean) / self.std, dtype=np.float32)
 
     def stream(
         self, corruption: str = "clean", severity: int = 5, *, seed: int = 0

@@ -1,4 +1,8 @@
-"""Hyper-parameters of an online adaptation run (SPEC §4), as one frozen dataclass."""
+"""Hyper-parameters of an online adaptation run (SPEC §4), as one frozen dataclass.
+
+Torch-free, so the runtime reads the same configuration from an artifact manifest; the
+PyTorch SDK re-exports it as ``realm_sdk.RealmConfig``.
+"""
 
 from __future__ import annotations
 

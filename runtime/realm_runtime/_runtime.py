@@ -1,0 +1,552 @@
+"""``RealmRuntime``: per-sample REALM adaptation on exported artifacts, numpy + ORT, no torch."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from ._checkpoint import read_state, write_state
+from ._config import RealmConfig
+from ._manifest import (
+    ALPHA_NAME,
+    CHECKPOINT,
+    EVAL_MODEL,
+    LAMBDA_NAME,
+    TRAINING_MODEL,
+    ArtifactError,
+    Manifest,
+    load_manifest,
+)
+from ._ort import onnxruntime_module, training_api
+from ._step import (
+    F32,
+    Selection,
+    ema_update,
+    project_alpha,
+    project_lambda,
+    select,
+    sgd_momentum,
+)
+
+Schedule = Literal["auto", "train", "infer-first"]
+_COUNTERS = (
+    "samples",
+    "updates",
+    "updated_samples",
+    "skipped_diversity",
+    "skipped_entropy",
+    "skipped_nonfinite",
+)
+
+
+@dataclass(frozen=True)
+class RuntimeState:
+    """α, λ, their momentum, the EMA and the counters (the SDK's ``AdaptationState`` fields)."""
+
+    alpha: float | None  # shape α of ρ (REALM only)
+    lam: float | None  # scale λ of ρ (REALM only)
+    alpha_momentum: float | None  # SGD momentum buffer of α
+    lam_momentum: float | None  # SGD momentum buffer of λ
+    ema: np.ndarray | None  # (C,) EMA of the predictions of updated samples
+    samples: int  # samples seen by adapt()
+    updates: int  # optimizer steps applied
+    updated_samples: int  # samples that contributed to an applied step
+    skipped_diversity: int  # samples refused by S_div
+    skipped_entropy: int  # samples refused by EATA's entropy threshold
+    skipped_nonfinite: int  # samples whose step was refused: non-finite logits, loss or grad
+
+
+@dataclass(frozen=True)
+class AdaptResult:
+    """What one :meth:`RealmRuntime.adapt` call returns."""
+
+    logits: np.ndarray  # (B, C) pre-update logits: this step's prediction
+    probs: np.ndarray  # (B, C) softmax of the logits
+    top1: np.ndarray  # (B,) predicted classes
+    selected: np.ndarray  # (B,) bool: samples that passed the entropy and S_div filters
+    updated: bool  # whether the parameters changed
+    loss: float | None  # loss of the selected samples, when a step was computed
+    reason: str  # "updated", "diversity", "entropy" or "nonfinite"
+
+
+class RealmRuntime:
+    """Online REALM (or Tent/EATA) adaptation on artifacts written by ``realm export``.
+
+    Needs numpy and onnxruntime-training only. The manifest is checked (format version,
+    SHA-256 of every file, ORT version, trainable names) before anything is loaded.
+
+    A call costs one forward and at most one backward. Two schedules give the same result
+    (SPEC §3): ``"train"`` runs the training graph at once and uses its logits as the
+    prediction (a backward is spent on samples that S_div then skips); ``"infer-first"`` runs
+    the forward-only graph, decides, and runs the training graph only for samples that update.
+    ``"auto"`` (default) measures both and picks the cheaper for the observed update rate.
+
+    Every public method holds one lock: an instance may be shared between threads, and calls
+    are serialised.
+
+    Args:
+        artifact_dir: the directory written by ``realm export``.
+        device: ``"cpu"`` or ``"cuda"`` (the CUDA build of onnxruntime-training).
+        threads: intra-op threads of ONNX Runtime (None: its default, all cores).
+        schedule: ``"auto"``, ``"train"`` or ``"infer-first"``.
+
+    Raises:
+        ArtifactError: missing, tampered, truncated or incompatible artifacts.
+        RuntimeError: ``device="cuda"`` without a CUDA-capable onnxruntime-training.
+    """
+
+    def __init__(
+        self,
+        artifact_dir: str | os.PathLike[str],
+        device: str = "cpu",
+        threads: int | None = None,
+        schedule: Schedule = "auto",
+    ) -> None:
+        if schedule not in ("auto", "train", "infer-first"):
+            raise ValueError(f"schedule must be 'auto', 'train' or 'infer-first', got {schedule!r}")
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
+        self.directory = Path(artifact_dir)
+        self.manifest: Manifest = load_manifest(self.directory)
+        ort = onnxruntime_module()
+        _check_ort_version(self.manifest, ort.__version__)
+        self.config = RealmConfig.from_dict(self.manifest.config)
+        self.device = _check_device(device, ort)
+        self.schedule: Schedule = schedule
+
+        api = training_api()
+        options = ort.SessionOptions()
+        if threads is not None:
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+        try:
+            self._state = api.CheckpointState.load_checkpoint(str(self.directory / CHECKPOINT))
+            self._module = api.Module(
+                str(self.directory / TRAINING_MODEL),
+                self._state,
+                str(self.directory / EVAL_MODEL),
+                device=self.device,
+                session_options=options,
+            )
+        except Exception as exc:  # ORT's message is long; say what failed first
+            if self.device != "cpu":
+                raise RuntimeError(
+                    f"onnxruntime could not start the artifacts on {self.device}: "
+                    f"{str(exc).strip().splitlines()[0]}"
+                ) from exc
+            raise ArtifactError(
+                f"{self.directory}: onnxruntime could not load the "
+                f"artifacts: {str(exc).strip().splitlines()[0]}"
+            ) from exc
+
+        self._all_trainable = list(self.manifest.trainable)
+        in_ckpt = {n for n, p in self._state.parameters if p.requires_grad}
+        if in_ckpt != set(self._all_trainable):
+            raise ArtifactError(
+                f"{self.directory / CHECKPOINT}: trainable tensors differ from the manifest's "
+                f"({len(in_ckpt)} vs {len(self._all_trainable)})"
+            )
+        self._names = [n for n in self._all_trainable if n not in (ALPHA_NAME, LAMBDA_NAME)]
+        self._params = {n: self._state.parameters[n] for n in self._all_trainable}
+        self._source = {n: np.array(self._params[n].data, dtype=F32) for n in self._all_trainable}
+        spec = self.manifest.input
+        self._sample_shape = tuple(int(d) for d in spec.shape[1:])
+        self._static_batch = spec.shape[0] if isinstance(spec.shape[0], int) else None
+        self._lock = threading.RLock()
+        self._timing = {"train": 0.0, "infer": 0.0}  # EMA of seconds per call
+        self._rate = 1.0  # EMA of the share of samples that update
+        self._calls = 0
+        self._init_adaptation_state()
+        self._counters = dict.fromkeys(_COUNTERS, 0)
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def trainable_names(self) -> list[str]:
+        """Adapted parameter names (as the SDK's and the model's ``named_parameters()``)."""
+        return list(self._names)
+
+    def trainable_parameters(self) -> dict[str, np.ndarray]:
+        """Copies of the adapted norm parameters, keyed like the SDK's."""
+        with self._lock:
+            return {n: self._values[n].copy() for n in self._names}
+
+    def momentum_buffers(self) -> dict[str, np.ndarray]:
+        """Copies of the SGD momentum buffers of the adapted parameters."""
+        with self._lock:
+            return {n: self._velocity[n].copy() for n in self._names}
+
+    @property
+    def state(self) -> RuntimeState:
+        """A snapshot of α, λ, their momentum, the EMA and the counters."""
+        with self._lock:
+            realm = self.config.learns_alpha_lambda
+            return RuntimeState(
+                alpha=float(self._values[ALPHA_NAME]) if realm else None,
+                lam=float(self._values[LAMBDA_NAME]) if realm else None,
+                alpha_momentum=float(self._velocity[ALPHA_NAME]) if realm else None,
+                lam_momentum=float(self._velocity[LAMBDA_NAME]) if realm else None,
+                ema=None if self._ema is None else self._ema.copy(),
+                **self._counters,
+            )
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """Logits of the current model for ``x``, without any update.
+
+        Args:
+            x: float32 ``(B, *input)``, C-contiguous, native byte order, finite.
+
+        Returns:
+            ``(B, num_classes)`` float32 logits.
+
+        Raises:
+            ValueError: bad input, naming the problem.
+        """
+        self._check_input(x)
+        with self._lock:
+            return self._infer(x)
+
+    def adapt(self, x: np.ndarray) -> AdaptResult:
+        """Predict on ``x``, then take at most one adaptation step (SPEC §3).
+
+        Args:
+            x: float32 ``(B, *input)``, C-contiguous, native byte order, finite; B = 1 is the
+                on-device protocol, B > 1 a convenience.
+
+        Returns:
+            The pre-update logits, probabilities and top-1, and what the step did.
+
+        Raises:
+            ValueError: bad input, naming the problem; nothing changes.
+        """
+        self._check_input(x)
+        with self._lock:
+            result = self._adapt(x)
+            if self.config.episodic:
+                self._init_adaptation_state()
+            return result
+
+    def reset(self) -> None:
+        """Back to the exported source parameters, α0, λ0, no EMA, zero momentum and counters."""
+        with self._lock:
+            self._init_adaptation_state()
+            self._counters = dict.fromkeys(_COUNTERS, 0)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the whole adaptation state atomically (temp file, fsync, rename).
+
+        The format is the SDK's: a state saved here restores into a ``RealmAdapter`` of the
+        same model and configuration, and the other way round.
+        """
+        with self._lock:
+            arrays: dict[str, np.ndarray] = {}
+            for n in self._names:
+                arrays[f"param/{n}"] = self._values[n]
+                arrays[f"momentum/{n}"] = self._velocity[n]
+            arrays["alpha"] = self._values.get(ALPHA_NAME, np.array(self.config.alpha0, F32))
+            arrays["lam"] = self._values.get(LAMBDA_NAME, np.array(self.config.lambda0, F32))
+            arrays["alpha_momentum"] = self._velocity.get(ALPHA_NAME, np.zeros((), F32))
+            arrays["lam_momentum"] = self._velocity.get(LAMBDA_NAME, np.zeros((), F32))
+            if self._ema is not None:
+                arrays["ema"] = self._ema
+            header = {
+                "method": self.config.method,
+                "num_classes": self.config.num_classes,
+                "trainable": self._names,
+                "counters": dict(self._counters),
+                "config": self.config.to_dict(),
+            }
+            write_state(path, arrays, header)
+
+    def restore(self, path: str | os.PathLike[str]) -> None:
+        """Load a state written by :meth:`save` or by ``RealmAdapter.save``.
+
+        Everything is read and checked first; a state that does not fit (method, classes,
+        names, shapes, non-finite values) raises and changes nothing.
+
+        Raises:
+            FileNotFoundError: no such file.
+            ValueError: unreadable file or a state that does not fit these artifacts.
+        """
+        arrays, header = read_state(path)
+        if header.get("method") != self.config.method:
+            raise ValueError(
+                f"{path}: saved by method {header.get('method')!r}, these "
+                f"artifacts run {self.config.method!r}"
+            )
+        if header.get("num_classes") != self.config.num_classes:
+            raise ValueError(
+                f"{path}: saved for {header.get('num_classes')} classes, these "
+                f"artifacts have {self.config.num_classes}"
+            )
+        if header.get("trainable") != self._names:
+            raise ValueError(
+                f"{path}: its trainable parameter names differ from these "
+                f"artifacts' ({len(header.get('trainable') or [])} vs "
+                f"{len(self._names)} names)"
+            )
+        counters = header.get("counters", {})
+        if set(counters) != set(_COUNTERS):
+            raise ValueError(f"{path}: counters {sorted(counters)} != {sorted(_COUNTERS)}")
+        values: dict[str, np.ndarray] = {}
+        velocity: dict[str, np.ndarray] = {}
+        for n in self._names:
+            values[n] = _array(arrays, f"param/{n}", self._source[n].shape, path)
+            velocity[n] = _array(arrays, f"momentum/{n}", self._source[n].shape, path)
+        if self.config.learns_alpha_lambda:
+            values[ALPHA_NAME] = _array(arrays, "alpha", (), path)
+            values[LAMBDA_NAME] = _array(arrays, "lam", (), path)
+            velocity[ALPHA_NAME] = _array(arrays, "alpha_momentum", (), path)
+            velocity[LAMBDA_NAME] = _array(arrays, "lam_momentum", (), path)
+        ema = None
+        if "ema" in arrays:
+            ema = _array(arrays, "ema", (self.config.num_classes,), path)
+        with self._lock:
+            self._commit(values)
+            self._velocity = velocity
+            self._ema = ema
+            self._counters = {k: int(counters[k]) for k in _COUNTERS}
+
+    def export_inference_model(self, path: str | os.PathLike[str]) -> None:
+        """Write the adapted model as a plain ONNX inference model (``input`` → ``logits``).
+
+        Written to a temporary file beside ``path`` and renamed into place.
+        """
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            with self._lock:
+                self._module.export_model_for_inferencing(tmp, [self.manifest.logits_name])
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    # ------------------------------------------------------------------ internals
+
+    def _init_adaptation_state(self) -> None:
+        self._commit({n: v.copy() for n, v in self._source.items()})
+        self._velocity = {n: np.zeros_like(v) for n, v in self._source.items()}
+        self._ema: np.ndarray | None = None
+
+    def _commit(self, values: dict[str, np.ndarray]) -> None:
+        """Write new parameter values into the ORT checkpoint state, all or none."""
+        previous = dict(getattr(self, "_values", {}))
+        written = []
+        try:
+            for n, v in values.items():
+                self._params[n].data = np.asarray(v, dtype=F32, order="C")  # keeps 0-d α, λ
+                written.append(n)
+        except BaseException:
+            for n in written:  # roll back what was written, so no half-updated state remains
+                if n in previous:
+                    self._params[n].data = previous[n]
+            raise
+        self._values = {**previous, **values}
+
+    def _check_input(self, x: object) -> None:
+        if not isinstance(x, np.ndarray):
+            raise ValueError(f"input must be a numpy.ndarray, got {type(x).__name__}")
+        if x.dtype.kind != "f":
+            raise ValueError(f"input dtype must be float32, got {x.dtype}")
+        if not x.dtype.isnative:
+            raise ValueError(
+                f"input is in non-native byte order ({x.dtype.str}): convert it "
+                "with x.astype(np.float32)"
+            )
+        if x.dtype != np.float32:
+            raise ValueError(f"input dtype must be float32, got {x.dtype}")
+        want = len(self._sample_shape) + 1
+        if x.ndim != want:
+            raise ValueError(
+                f"input must have rank {want} (batch, "
+                f"{', '.join(map(str, self._sample_shape))}), got shape {x.shape}"
+            )
+        if tuple(x.shape[1:]) != self._sample_shape:
+            raise ValueError(
+                f"input shape {x.shape} does not match the exported "
+                f"(batch, {', '.join(map(str, self._sample_shape))})"
+            )
+        if x.shape[0] < 1:
+            raise ValueError(f"input batch is empty (shape {x.shape})")
+        if self._static_batch is not None and x.shape[0] != self._static_batch:
+            raise ValueError(
+                f"these artifacts were exported for batch {self._static_batch}, got {x.shape[0]}"
+            )
+        if not x.flags.c_contiguous:
+            raise ValueError("input is not C-contiguous: pass np.ascontiguousarray(x)")
+        if not np.isfinite(x).all():
+            raise ValueError(
+                f"input contains non-finite values ({int(np.isnan(x).sum())} NaN, "
+                f"{int(np.isinf(x).sum())} Inf)"
+            )
+
+    def _infer(self, x: np.ndarray) -> np.ndarray:
+        start = time.perf_counter()
+        self._module.eval()
+        outputs = self._module(x, np.zeros(x.shape[0], dtype=F32))
+        self._note_time("infer", time.perf_counter() - start)
+        return np.asarray(outputs[1], dtype=F32)
+
+    def _train(
+        self, x: np.ndarray, weights: np.ndarray
+    ) -> tuple[float, np.ndarray, dict[str, np.ndarray]]:
+        start = time.perf_counter()
+        self._module.train()
+        self._module.lazy_reset_grad()
+        outputs = self._module(x, weights)
+        grads = {
+            n: np.asarray(self._params[n].grad, dtype=F32).reshape(self._source[n].shape)
+            for n in self._all_trainable
+        }
+        self._note_time("train", time.perf_counter() - start)
+        return float(outputs[0]), np.asarray(outputs[1], dtype=F32), grads
+
+    def _note_time(self, kind: str, seconds: float) -> None:
+        old = self._timing[kind]
+        self._timing[kind] = seconds if old == 0.0 else 0.9 * old + 0.1 * seconds
+
+    def _train_first(self, batch: int) -> bool:
+        """Schedule choice: one training call (a), or inference first (b) (SPEC §3, Cost)."""
+        if batch != 1 or self.schedule == "infer-first":
+            return False  # B > 1: the loss weights depend on the decisions, so decide first
+        if self.schedule == "train":
+            return True
+        if self._calls < 2:  # measure both once: (a) first, then (b)
+            return self._calls == 0
+        t_train, t_infer = self._timing["train"], self._timing["infer"]
+        if t_train == 0.0 or t_infer == 0.0:
+            return True
+        # (a) costs t_train per sample; (b) costs t_infer + rate · t_train.
+        return t_infer + self._rate * t_train >= t_train
+
+    def _adapt(self, x: np.ndarray) -> AdaptResult:
+        cfg = self.config
+        batch = x.shape[0]
+        train_first = self._train_first(batch)
+        self._calls += 1
+        grads: dict[str, np.ndarray] | None = None
+        loss: float | None = None
+        if train_first:
+            loss, logits, grads = self._train(x, np.full(batch, F32(1.0 / batch), dtype=F32))
+        else:
+            logits = self._infer(x)
+        self._counters["samples"] += batch
+        probs_all = None
+        if not np.isfinite(logits).all():
+            self._counters["skipped_nonfinite"] += batch
+            return self._result(logits, probs_all, np.zeros(batch, bool), False, None, "nonfinite")
+
+        sel: Selection = select(logits, self._ema, cfg)
+        self._counters["skipped_entropy"] += sel.uncertain
+        self._counters["skipped_diversity"] += sel.similar
+        n_keep = int(sel.keep.sum())
+        self._rate = 0.95 * self._rate + 0.05 * (n_keep / batch)
+        if n_keep == 0:
+            reason = "entropy" if sel.uncertain == batch else "diversity"
+            return self._result(logits, sel.probs, sel.keep, False, None, reason)
+
+        if grads is None:
+            loss, _, grads = self._train(x, sel.weights)
+        elif cfg.method == "eata":  # trained with w = 1 (B = 1): apply EATA's constant weight
+            scale = F32(sel.weights[0])
+            grads = {n: (g * scale).astype(F32) for n, g in grads.items()}
+            loss = float(loss) * float(scale) if loss is not None else None
+        finite = (
+            loss is not None
+            and np.isfinite(loss)
+            and all(np.isfinite(g).all() for g in grads.values())
+        )
+        if not finite:
+            self._counters["skipped_nonfinite"] += n_keep
+            return self._result(logits, sel.probs, sel.keep, False, loss, "nonfinite")
+
+        values, velocity = self._sgd(grads)
+        self._commit(values)
+        self._velocity = velocity
+        self._ema = ema_update(self._ema, sel.probs[sel.keep], cfg.ema_beta)
+        self._counters["updates"] += 1
+        self._counters["updated_samples"] += n_keep
+        return self._result(logits, sel.probs, sel.keep, True, loss, "updated")
+
+    def _sgd(
+        self, grads: dict[str, np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        cfg = self.config
+        values: dict[str, np.ndarray] = {}
+        velocity: dict[str, np.ndarray] = {}
+        for n in self._names:
+            values[n], velocity[n] = sgd_momentum(
+                self._values[n], grads[n], self._velocity[n], cfg.lr, cfg.momentum
+            )
+        if cfg.learns_alpha_lambda:
+            for n, project in ((ALPHA_NAME, project_alpha), (LAMBDA_NAME, project_lambda)):
+                new, velocity[n] = sgd_momentum(
+                    self._values[n], grads[n], self._velocity[n], cfg.lr_alpha_lambda, cfg.momentum
+                )
+                values[n] = project(new)
+        return values, velocity
+
+    @staticmethod
+    def _result(
+        logits: np.ndarray,
+        probs: np.ndarray | None,
+        keep: np.ndarray,
+        updated: bool,
+        loss: float | None,
+        reason: str,
+    ) -> AdaptResult:
+        if probs is None:
+            with np.errstate(all="ignore"):
+                shifted = logits - logits.max(axis=1, keepdims=True)
+                e = np.exp(shifted)
+                probs = (e / e.sum(axis=1, keepdims=True)).astype(F32)
+        return AdaptResult(logits, probs, logits.argmax(axis=1), keep, updated, loss, reason)
+
+
+def _array(
+    arrays: dict[str, np.ndarray], key: str, shape: tuple[int, ...], path: Any
+) -> np.ndarray:
+    if key not in arrays:
+        raise ValueError(f"{path}: missing array {key!r}")
+    a = arrays[key]
+    if tuple(a.shape) != tuple(shape):
+        raise ValueError(f"{path}: array {key!r} has shape {a.shape}, expected {tuple(shape)}")
+    if a.dtype.kind != "f" or not np.isfinite(a).all():
+        raise ValueError(f"{path}: array {key!r} is not finite floating point")
+    return a.astype(F32)
+
+
+def _check_ort_version(manifest: Manifest, installed: str) -> None:
+    exported = str(manifest.versions.get("onnxruntime", ""))
+    if exported.split(".")[:2] != installed.split(".")[:2]:
+        raise ArtifactError(
+            f"these artifacts were exported with onnxruntime {exported or '(unknown)'}, this is "
+            f"onnxruntime {installed}: training checkpoints and graphs are not portable across "
+            "ORT versions; re-export, or install onnxruntime-training 1.19.2"
+        )
+
+
+def _check_device(device: str, ort: Any) -> str:
+    if device == "cpu":
+        return "cpu"
+    if device in ("cuda", "cuda:0") or device.startswith("cuda:"):
+        providers = ort.get_available_providers()
+        if "CUDAExecutionProvider" not in providers:
+            raise RuntimeError(
+                f"device={device!r} needs the CUDA build of onnxruntime-training and an NVIDIA "
+                f"GPU; this onnxruntime {ort.__version__} offers {providers}. Install "
+                "'onnxruntime-training==1.19.2' (CUDA 11.8, cuDNN 8; the nvidia-*-cu11 wheels) "
+                "instead of onnxruntime-training-cpu"
+            )
+        return device
+    raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")

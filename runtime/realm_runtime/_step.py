@@ -1,0 +1,103 @@
+"""The numpy half of one online step (SPEC §3): S_div, sample weights, SGD, projection, EMA.
+
+The ONNX training graph computes logits, the loss and its gradients; everything that decides
+*whether* and *how* to step lives here, in float32 like the PyTorch reference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmConfig
+
+F32 = np.float32
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise softmax of ``(B, C)`` float32 logits, in float32."""
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    e = np.exp(shifted)
+    return (e / e.sum(axis=1, keepdims=True)).astype(F32)
+
+
+def entropy(logits: np.ndarray) -> np.ndarray:
+    """``(B,)`` entropies (nats) from log-softmax, as the SDK and the graph compute them."""
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    return (-(np.exp(log_p) * log_p).sum(axis=1)).astype(F32)
+
+
+def cosine_to(probs: np.ndarray, ema: np.ndarray) -> np.ndarray:
+    """``(B,)`` cosine similarity of each row of ``probs`` to ``ema`` (torch's eps = 1e-8)."""
+    dots = probs @ ema
+    norms = np.maximum(np.linalg.norm(probs, axis=1) * np.linalg.norm(ema), F32(1e-8))
+    return (dots / norms).astype(F32)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which samples of a batch update, and with what weight in the graph's loss."""
+
+    keep: np.ndarray  # (B,) bool: passed EATA's entropy cut and S_div
+    weights: np.ndarray  # (B,) float32 fed as realm.sample_weight (zero where not kept)
+    probs: np.ndarray  # (B, C) float32 softmax of the pre-update logits
+    uncertain: int  # samples refused by EATA's entropy threshold
+    similar: int  # samples refused by S_div
+
+
+def select(logits: np.ndarray, ema: np.ndarray | None, config: RealmConfig) -> Selection:
+    """SPEC §3 step 2 (and EATA's entropy cut): the per-sample decisions and loss weights.
+
+    The graph's loss is ``Σ w_i L_i``; ``w_i = 1/n`` on the ``n`` kept samples makes it the
+    mean over them (SPEC §3, batches). EATA's constant weight ``exp(−(H_i − e0))`` joins
+    ``w_i``, so its gradient is that weight times ∂H, as in EATA's code.
+    """
+    probs = softmax(logits)
+    batch = logits.shape[0]
+    keep = np.ones(batch, dtype=bool)
+    uncertain = 0
+    h = None
+    if config.method == "eata":
+        h = entropy(logits)
+        keep = h < F32(config.e0)
+        uncertain = int((~keep).sum())
+    similar = 0
+    if config.uses_diversity and ema is not None:
+        diverse = np.abs(cosine_to(probs, ema)) < F32(config.diversity_margin)
+        similar = int((keep & ~diverse).sum())
+        keep = keep & diverse
+    weights = np.zeros(batch, dtype=F32)
+    n = int(keep.sum())
+    if n:
+        weights[keep] = F32(1.0) / F32(n)
+        if h is not None:
+            weights[keep] *= np.exp(-(h[keep] - F32(config.e0))).astype(F32)
+    return Selection(keep, weights, probs, uncertain, similar)
+
+
+def sgd_momentum(
+    param: np.ndarray, grad: np.ndarray, velocity: np.ndarray, lr: float, momentum: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """PyTorch SGD (dampening 0, no Nesterov): ``v ← μ·v + g``, ``w ← w − lr·v``; new arrays."""
+    v = (F32(momentum) * velocity + grad).astype(F32)
+    return (param - F32(lr) * v).astype(F32), v
+
+
+def project_alpha(alpha: np.ndarray) -> np.ndarray:
+    """α into [α_min, α_max] (SPEC §2)."""
+    return np.clip(alpha, F32(ALPHA_MIN), F32(ALPHA_MAX)).astype(F32)
+
+
+def project_lambda(lam: np.ndarray) -> np.ndarray:
+    """λ into [λ_min, ∞) (SPEC §2)."""
+    return np.maximum(lam, F32(LAMBDA_MIN)).astype(F32)
+
+
+def ema_update(ema: np.ndarray | None, probs: np.ndarray, beta: float) -> np.ndarray:
+    """``m ← p̄`` (first update) or ``m ← β·m + (1 − β)·p̄`` with p̄ the mean kept prediction."""
+    mean_p = probs.mean(axis=0).astype(F32)
+    if ema is None:
+        return mean_p
+    return (F32(beta) * ema + F32(1 - beta) * mean_p).astype(F32)

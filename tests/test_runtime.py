@@ -1,0 +1,404 @@
+"""Issue 4: RealmRuntime, the torch-free adapt loop, against the SDK and under bad input."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import threading
+
+import numpy as np
+import pytest
+import torch
+from conftest import export_digits
+
+from realm_runtime import ArtifactError, RealmRuntime
+from realm_sdk import RealmAdapter
+
+# Agreement bounds over a whole stream (float32, CPU): logits are O(10), so 1e-4 absolute is
+# ~1e-5 relative; parameters, α, λ and the EMA are O(1) and agree to a few float32 ulps.
+LOGITS_ATOL = 1e-4
+STATE_ATOL = 1e-5
+
+
+def _compare_run(rt, adapter, xs, batch=1):
+    """Feed the same stream to both, compare after every step; returns the max differences."""
+    worst = dict.fromkeys(("logits", "params", "momentum", "alpha", "lam", "ema"), 0.0)
+    for start in range(0, len(xs) - batch + 1, batch):
+        x = xs[start : start + batch]
+        r = rt.adapt(x)
+        s = adapter.adapt_step(torch.from_numpy(x))
+        assert r.selected.tolist() == s.selected.tolist(), f"S_div differs at sample {start}"
+        assert r.updated == s.updated and r.reason == s.reason
+        worst["logits"] = max(worst["logits"], float(np.abs(r.logits - s.logits.numpy()).max()))
+        pa, pb = rt.trainable_parameters(), adapter.trainable_parameters()
+        assert list(pa) == list(pb)
+        worst["params"] = max(
+            worst["params"], max(float(np.abs(pa[n] - pb[n].numpy()).max()) for n in pa)
+        )
+        va, vb = rt.momentum_buffers(), adapter.momentum_buffers()
+        worst["momentum"] = max(
+            worst["momentum"], max(float(np.abs(va[n] - vb[n].numpy()).max()) for n in va)
+        )
+        sa, sb = rt.state, adapter.state
+        if sa.alpha is not None:
+            worst["alpha"] = max(worst["alpha"], abs(sa.alpha - sb.alpha))
+            worst["lam"] = max(worst["lam"], abs(sa.lam - sb.lam))
+        assert (sa.ema is None) == (sb.ema is None)
+        if sa.ema is not None:
+            worst["ema"] = max(worst["ema"], float(np.abs(sa.ema - sb.ema).max()))
+        for counter in (
+            "samples",
+            "updates",
+            "updated_samples",
+            "skipped_diversity",
+            "skipped_entropy",
+            "skipped_nonfinite",
+        ):
+            assert getattr(sa, counter) == getattr(sb, counter), counter
+    assert worst["logits"] <= LOGITS_ATOL, worst
+    assert max(v for k, v in worst.items() if k != "logits") <= STATE_ATOL, worst
+    return worst
+
+
+@pytest.mark.parametrize("schedule", ["train", "infer-first", "auto"])
+def test_step_for_step_agreement_with_the_sdk(
+    schedule, digits_artifacts, digits_model, digits_stream
+):
+    directory, config = digits_artifacts
+    xs = digits_stream[0][:120]
+    rt = RealmRuntime(directory, threads=1, schedule=schedule)
+    adapter = RealmAdapter(copy.deepcopy(digits_model), config)
+    worst = _compare_run(rt, adapter, xs)
+    st = rt.state
+    assert 0 < st.updates < 120 and st.skipped_diversity > 0  # both S_div branches ran
+    print(schedule, worst)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "steps", "batch"),
+    [
+        (dict(preset="imagenet"), 60, 1),  # momentum 0.9, C = λ, frozen last stage
+        (dict(method="tent"), 60, 1),
+        (dict(method="eata"), 60, 1),
+        (dict(), 40, 4),  # B > 1: per-sample S_div against one EMA, mean loss
+        (dict(method="eata"), 40, 4),
+    ],
+    ids=["imagenet", "tent", "eata", "realm-batch4", "eata-batch4"],
+)
+def test_other_settings_agree_with_the_sdk(
+    overrides, steps, batch, digits_model, digits_stream, tmp_path
+):
+    config = export_digits(digits_model, tmp_path / "a", **overrides)
+    rt = RealmRuntime(tmp_path / "a", threads=1)
+    adapter = RealmAdapter(copy.deepcopy(digits_model), config)
+    _compare_run(rt, adapter, digits_stream[0][: steps * batch], batch=batch)
+    assert rt.state.updates > 0
+
+
+def _snapshot(rt):
+    return (rt.trainable_parameters(), rt.momentum_buffers(), rt.state)
+
+
+def _assert_same(a, b):
+    for k in a[0]:
+        np.testing.assert_array_equal(a[0][k], b[0][k])
+        np.testing.assert_array_equal(a[1][k], b[1][k])
+    sa, sb = a[2], b[2]
+    assert (sa.alpha, sa.lam, sa.alpha_momentum, sa.lam_momentum) == (
+        sb.alpha,
+        sb.lam,
+        sb.alpha_momentum,
+        sb.lam_momentum,
+    )
+    assert sa.samples == sb.samples and sa.updates == sb.updates
+    assert (sa.ema is None and sb.ema is None) or np.array_equal(sa.ema, sb.ema)
+
+
+@pytest.fixture
+def runtime(digits_artifacts, digits_stream):
+    rt = RealmRuntime(digits_artifacts[0], threads=1)
+    for i in range(5):
+        rt.adapt(digits_stream[0][i : i + 1])
+    return rt
+
+
+GOOD = np.zeros((1, 1, 32, 32), np.float32)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: GOOD.tolist(), "numpy.ndarray"),
+        (lambda: GOOD.astype(np.float64), "float32"),
+        (lambda: GOOD.astype(np.int32), "float32"),
+        (lambda: GOOD[0], "rank 4"),
+        (lambda: np.zeros((1, 3, 32, 32), np.float32), "does not match"),
+        (lambda: np.zeros((1, 1, 28, 28), np.float32), "does not match"),
+        (lambda: np.zeros((0, 1, 32, 32), np.float32), "empty"),
+        (lambda: np.full((1, 1, 32, 32), np.nan, np.float32), "NaN"),
+        (lambda: np.full((1, 1, 32, 32), np.inf, np.float32), "Inf"),
+        (lambda: np.zeros((1, 1, 32, 64), np.float32)[..., ::2], "C-contiguous"),
+        (lambda: GOOD.astype(">f4"), "byte order"),
+    ],
+    ids=[
+        "list",
+        "float64",
+        "int",
+        "rank",
+        "channels",
+        "size",
+        "empty",
+        "nan",
+        "inf",
+        "strided",
+        "big-endian",
+    ],
+)
+def test_bad_input_is_refused_and_changes_nothing(runtime, make, message):
+    before = _snapshot(runtime)
+    with pytest.raises(ValueError, match=message):
+        runtime.adapt(make())
+    with pytest.raises(ValueError, match=message):
+        runtime.predict(make())
+    _assert_same(before, _snapshot(runtime))
+
+
+def test_nonfinite_logits_are_refused_and_counted(runtime):
+    before = _snapshot(runtime)
+    # Finite input whose first convolution overflows float32: the forward yields NaN/Inf.
+    result = runtime.adapt(np.full((1, 1, 32, 32), 3e38, np.float32))
+    assert result.reason == "nonfinite" and not result.updated
+    after = _snapshot(runtime)
+    for k in before[0]:
+        np.testing.assert_array_equal(before[0][k], after[0][k])
+    assert after[2].skipped_nonfinite == 1 and after[2].updates == before[2].updates
+
+
+def test_nonfinite_gradient_is_refused(runtime, monkeypatch):
+    real = runtime._train
+
+    def poisoned(x, weights):
+        loss, logits, grads = real(x, weights)
+        name = next(iter(grads))
+        grads[name] = grads[name] * np.float32("nan")
+        return loss, logits, grads
+
+    monkeypatch.setattr(runtime, "_train", poisoned)
+    runtime.reset()
+    before = _snapshot(runtime)
+    result = runtime.adapt(
+        np.random.default_rng(0).standard_normal((1, 1, 32, 32), dtype=np.float32)
+    )
+    assert result.reason == "nonfinite" and runtime.state.skipped_nonfinite == 1
+    for k in before[0]:
+        np.testing.assert_array_equal(before[0][k], runtime.trainable_parameters()[k])
+    assert runtime.state.ema is None and runtime.state.updates == 0
+
+
+def test_save_restore_continue_equals_uninterrupted(digits_artifacts, digits_stream, tmp_path):
+    directory, _ = digits_artifacts
+    xs = digits_stream[0][:60]
+    straight = RealmRuntime(directory, threads=1, schedule="train")
+    for i in range(60):
+        straight.adapt(xs[i : i + 1])
+    first = RealmRuntime(directory, threads=1, schedule="train")
+    for i in range(30):
+        first.adapt(xs[i : i + 1])
+    first.save(tmp_path / "s.npz")
+    del first
+    resumed = RealmRuntime(directory, threads=1, schedule="train")
+    resumed.restore(tmp_path / "s.npz")
+    for i in range(30, 60):
+        resumed.adapt(xs[i : i + 1])
+    _assert_same(_snapshot(straight), _snapshot(resumed))
+
+
+def test_atomic_save_survives_a_crash_before_rename(runtime, digits_stream, tmp_path, monkeypatch):
+    path = tmp_path / "state.npz"
+    runtime.save(path)
+    good = path.read_bytes()
+    runtime.adapt(digits_stream[0][10:11])
+
+    def crash(*args, **kwargs):
+        raise OSError("simulated crash between write and rename")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="simulated crash"):
+        runtime.save(path)
+    monkeypatch.undo()
+    assert path.read_bytes() == good
+    assert [p.name for p in tmp_path.iterdir()] == ["state.npz"]
+    fresh = RealmRuntime(runtime.directory, threads=1)
+    fresh.restore(path)
+    assert fresh.state.samples == 5
+
+
+def test_states_move_between_sdk_and_runtime(
+    digits_artifacts, digits_model, digits_stream, tmp_path
+):
+    directory, config = digits_artifacts
+    xs = digits_stream[0][:80]
+    adapter = RealmAdapter(copy.deepcopy(digits_model), config)
+    for i in range(40):
+        adapter.adapt(torch.from_numpy(xs[i : i + 1]))
+    adapter.save(tmp_path / "sdk.npz")
+    rt = RealmRuntime(directory, threads=1)
+    rt.restore(tmp_path / "sdk.npz")  # adapted in torch, resumed on the device
+    _compare_run(rt, adapter, xs[40:])
+    rt.save(tmp_path / "rt.npz")
+    again = RealmAdapter(copy.deepcopy(digits_model), config)
+    again.restore(tmp_path / "rt.npz")  # and back
+    for n, v in again.trainable_parameters().items():
+        np.testing.assert_array_equal(v.numpy(), rt.trainable_parameters()[n])
+
+
+def test_restore_refuses_a_mismatching_state(runtime, digits_model, tmp_path):
+    export_digits(digits_model, tmp_path / "tent", method="tent")
+    tent = RealmRuntime(tmp_path / "tent", threads=1)
+    tent.save(tmp_path / "tent.npz")
+    before = _snapshot(runtime)
+    with pytest.raises(ValueError, match="method"):
+        runtime.restore(tmp_path / "tent.npz")
+    with pytest.raises(FileNotFoundError):
+        runtime.restore(tmp_path / "missing.npz")
+    (tmp_path / "junk.npz").write_bytes(b"\x00" * 10)
+    with pytest.raises(ValueError, match="not a readable"):
+        runtime.restore(tmp_path / "junk.npz")
+    _assert_same(before, _snapshot(runtime))
+
+
+def test_reset_returns_to_the_source(runtime, digits_artifacts, digits_model):
+    x = np.random.default_rng(1).standard_normal((1, 1, 32, 32), dtype=np.float32)
+    assert runtime.state.updates > 0
+    runtime.reset()
+    fresh = RealmRuntime(digits_artifacts[0], threads=1)
+    _assert_same(_snapshot(fresh), _snapshot(runtime))
+    with torch.no_grad():
+        expected = digits_model(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(runtime.predict(x), expected, atol=1e-4)
+
+
+def test_episodic_mode_resets_after_every_call(digits_model, digits_stream, tmp_path):
+    export_digits(digits_model, tmp_path / "e", episodic=True)
+    rt = RealmRuntime(tmp_path / "e", threads=1)
+    source = rt.trainable_parameters()
+    assert rt.adapt(digits_stream[0][:1]).updated
+    for n, v in rt.trainable_parameters().items():
+        np.testing.assert_array_equal(v, source[n])
+    assert rt.state.updates == 1 and rt.state.ema is None
+
+
+def test_export_inference_model_carries_the_adaptation(runtime, tmp_path):
+    import onnxruntime as ort
+
+    path = tmp_path / "adapted.onnx"
+    runtime.export_inference_model(path)
+    x = np.random.default_rng(2).standard_normal((1, 1, 32, 32), dtype=np.float32)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    out = session.run(None, {session.get_inputs()[0].name: x})[0]
+    np.testing.assert_allclose(out, runtime.predict(x), atol=1e-5)
+    assert [p.name for p in tmp_path.iterdir()] == ["adapted.onnx"]
+
+
+class _Exclusive:
+    """Wraps the ORT module and fails if two calls ever overlap."""
+
+    def __init__(self, module):
+        self._module, self._busy, self.calls = module, threading.Lock(), 0
+
+    def __getattr__(self, name):
+        return getattr(self._module, name)
+
+    def __call__(self, *args):
+        assert self._busy.acquire(blocking=False), "two threads inside ORT at once"
+        try:
+            self.calls += 1
+            return self._module(*args)
+        finally:
+            self._busy.release()
+
+
+def test_one_instance_is_safe_across_threads(digits_artifacts, digits_stream):
+    rt = RealmRuntime(digits_artifacts[0], threads=1)
+    rt._module = _Exclusive(rt._module)
+    xs = digits_stream[0][:80]
+    errors = []
+
+    def worker(k):
+        try:
+            for i in range(k, 80, 4):
+                rt.adapt(xs[i : i + 1])
+                rt.predict(xs[i : i + 1])
+                _ = rt.state
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    st = rt.state
+    assert st.samples == 80
+    assert st.updated_samples + st.skipped_diversity + st.skipped_nonfinite == 80
+    assert rt._module.calls >= 160
+    assert all(np.isfinite(v).all() for v in rt.trainable_parameters().values())
+
+
+def test_artifact_problems_are_named(digits_artifacts, tmp_path):
+    src = digits_artifacts[0]
+    bad = tmp_path / "copy"
+    shutil.copytree(src, bad)
+    with open(bad / "training_model.onnx", "ab") as handle:
+        handle.write(b"tampered")
+    with pytest.raises(ArtifactError, match=r"training_model\.onnx.*SHA-256"):
+        RealmRuntime(bad)
+    shutil.rmtree(bad)
+    shutil.copytree(src, bad)
+    manifest = json.loads((bad / "realm.json").read_text())
+    manifest["versions"]["onnxruntime"] = "1.18.0"
+    (bad / "realm.json").write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactError, match=r"exported with onnxruntime 1\.18\.0"):
+        RealmRuntime(bad)
+    (bad / "realm.json").write_text("{ truncated")
+    with pytest.raises(ArtifactError, match="not valid JSON"):
+        RealmRuntime(bad)
+    with pytest.raises(ArtifactError, match="not found"):
+        RealmRuntime(tmp_path / "nothing-here")
+
+
+def test_bad_constructor_arguments(digits_artifacts):
+    with pytest.raises(ValueError, match="device"):
+        RealmRuntime(digits_artifacts[0], device="tpu")
+    with pytest.raises(ValueError, match="schedule"):
+        RealmRuntime(digits_artifacts[0], schedule="sometimes")
+    with pytest.raises(ValueError, match="threads"):
+        RealmRuntime(digits_artifacts[0], threads=0)
+
+
+def _has_cuda() -> bool:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return False
+    return "CUDAExecutionProvider" in ort.get_available_providers()
+
+
+@pytest.mark.skipif(_has_cuda(), reason="this onnxruntime has CUDA; the error path is moot")
+def test_cuda_without_the_gpu_build_says_what_to_install(digits_artifacts):
+    with pytest.raises(RuntimeError, match=r"onnxruntime-training==1\.19\.2"):
+        RealmRuntime(digits_artifacts[0], device="cuda")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(
+    not _has_cuda(), reason="needs the CUDA build of onnxruntime-training and an NVIDIA GPU"
+)
+def test_cuda_agrees_with_the_sdk(digits_artifacts, digits_model, digits_stream):
+    directory, config = digits_artifacts
+    rt = RealmRuntime(directory, device="cuda")
+    adapter = RealmAdapter(copy.deepcopy(digits_model), config)
+    _compare_run(rt, adapter, digits_stream[0][:100])
