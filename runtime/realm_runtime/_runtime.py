@@ -36,6 +36,19 @@ from ._step import (
 )
 
 Schedule = Literal["auto", "train", "infer-first"]
+# Fields baked into the exported graph or its trainable set: not overridable at run time.
+_GRAPH_FIELDS = frozenset(
+    {
+        "num_classes",
+        "method",
+        "alpha0",
+        "lambda0",
+        "loss_scale",
+        "frozen",
+        "freeze_last_block",
+        "preset_name",
+    }
+)
 _COUNTERS = (
     "samples",
     "updates",
@@ -96,6 +109,9 @@ class RealmRuntime:
         device: ``"cpu"`` or ``"cuda"`` (the CUDA build of onnxruntime-training).
         threads: intra-op threads of ONNX Runtime (None: its default, all cores).
         schedule: ``"auto"``, ``"train"`` or ``"infer-first"``.
+        overrides: configuration fields to change on the device without re-exporting: those
+            the numpy side applies (``lr``, ``lr_alpha_lambda``, ``momentum``,
+            ``diversity_margin``, ``ema_beta``, ``entropy_margin``, ``episodic``).
 
     Raises:
         ArtifactError: missing, tampered, truncated or incompatible artifacts.
@@ -108,6 +124,7 @@ class RealmRuntime:
         device: str = "cpu",
         threads: int | None = None,
         schedule: Schedule = "auto",
+        overrides: dict[str, Any] | None = None,
     ) -> None:
         if schedule not in ("auto", "train", "infer-first"):
             raise ValueError(f"schedule must be 'auto', 'train' or 'infer-first', got {schedule!r}")
@@ -117,7 +134,13 @@ class RealmRuntime:
         self.manifest: Manifest = load_manifest(self.directory)
         ort = onnxruntime_module()
         _check_ort_version(self.manifest, ort.__version__)
-        self.config = RealmConfig.from_dict(self.manifest.config)
+        baked = sorted(set(overrides or {}) & _GRAPH_FIELDS)
+        if baked:
+            raise ValueError(
+                f"{baked} are part of the exported graph or parameter selection; "
+                "re-export to change them"
+            )
+        self.config = RealmConfig.from_dict({**self.manifest.config, **(overrides or {})})
         self.device = _check_device(device, ort)
         self.schedule: Schedule = schedule
 

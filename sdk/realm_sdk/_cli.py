@@ -75,6 +75,64 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_speed(args: argparse.Namespace) -> int:
+    from ._bench import MODELS, bench_model, format_speed, rows_to_json
+
+    unknown = [m for m in args.models if m not in MODELS]
+    if unknown:
+        print(f"unknown models {unknown}; known: {sorted(MODELS)}", file=sys.stderr)
+        return 2
+    rows = []
+    for name in args.models:
+        print(
+            f"timing {name} ({args.samples} samples after {args.warmup} warm-up, "
+            f"{args.threads} threads) …",
+            file=sys.stderr,
+            flush=True,
+        )
+        rows.append(
+            bench_model(name, threads=args.threads, samples=args.samples, warmup=args.warmup)
+        )
+    table = format_speed(rows)
+    print(table)
+    if args.json:
+        from pathlib import Path
+
+        Path(args.json).write_text(rows_to_json(rows))
+        print(f"figures written to {args.json}")
+    return 0
+
+
+def _cmd_parity(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ._parity import CASES, format_reports, reports_to_json, run_case
+
+    known = {c.name: c for c in CASES}
+    if args.cases:
+        unknown = [c for c in args.cases if c not in known]
+        if unknown:
+            print(f"unknown cases {unknown}; known: {sorted(known)}", file=sys.stderr)
+            return 2
+        cases = [known[c] for c in args.cases]
+    else:
+        cases = [c for c in CASES if args.all or c.slow == args.slow]
+    reports = []
+    for case in cases:
+        bar = None if args.no_progress else _tqdm_factory()(case.name, case.steps)
+        reports.append(run_case(case, device=args.device, threads=args.threads, on_step=bar))
+        print(f"{case.name}: {'pass' if reports[-1].passed else 'FAIL'}", file=sys.stderr)
+    table = format_reports(reports)
+    print(table)
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.with_suffix(".json").write_text(reports_to_json(reports))
+        out.with_suffix(".md").write_text(table + "\n")
+        print(f"written: {out.with_suffix('.md')}, {out.with_suffix('.json')}")
+    return 0 if all(r.passed for r in reports) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``realm`` argument parser."""
     parser = argparse.ArgumentParser(prog="realm", description=__doc__)
@@ -95,6 +153,26 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out-dir", default="artifacts", help="where the artifacts are written")
     demo.add_argument("--no-runtime", action="store_true", help="skip export → runtime")
     demo.set_defaults(func=_cmd_demo)
+
+    bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
+    speed = bench.add_parser("speed", help="per-sample latency and memory, torch vs runtime")
+    speed.add_argument("--models", nargs="+", default=["digits", "resnet50_gn"])
+    speed.add_argument("--threads", type=int, default=2)
+    speed.add_argument("--samples", type=int, default=30, help="timed samples per measurement")
+    speed.add_argument("--warmup", type=int, default=5)
+    speed.add_argument("--json", default=None, help="also write every figure to this file")
+    speed.set_defaults(func=_cmd_bench_speed)
+
+    parity = sub.add_parser("parity", help="RealmRuntime vs. the torch reference, step by step")
+    parity.add_argument("--cases", nargs="+", default=None, help="case names (default: tier)")
+    tier = parity.add_mutually_exclusive_group()
+    tier.add_argument("--slow", action="store_true", help="the slow tier (224-px models)")
+    tier.add_argument("--all", action="store_true", help="both tiers")
+    parity.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parity.add_argument("--threads", type=int, default=1)
+    parity.add_argument("--out", default=None, help="write <out>.md and <out>.json")
+    parity.add_argument("--no-progress", action="store_true")
+    parity.set_defaults(func=_cmd_parity)
 
     try:  # the export command needs the export extra (onnx, onnxruntime-training)
         from realm_export._cli import add_export_parser
