@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.realm-tta-installed
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test test-all lint format clean
+.PHONY: venv demo test test-all parity lint format clean
 
 venv: $(STAMP)
 
@@ -24,6 +24,11 @@ test: $(STAMP)
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Both parity tiers, tables written to docs/ (the slow tier takes a few minutes on 2 cores).
+parity: $(STAMP)
+	$(BIN)/realm parity --out docs/parity-fast
+	$(BIN)/realm parity --slow --out docs/parity-slow
 
 lint: $(STAMP)
 	$(BIN)/python -m ruff check .

@@ -103,6 +103,29 @@ def _cmd_bench_speed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_header(title: str, argv: Sequence[str]) -> str:
+    """Markdown heading with the command, the machine and the versions behind a table."""
+    import os
+    import platform
+
+    import numpy as np
+    import torch
+
+    try:
+        import onnxruntime
+
+        ort = onnxruntime.__version__
+    except ImportError:
+        ort = "not installed"
+    command = "realm " + " ".join(argv[1:])
+    return (
+        f"# {title}\n\nCommand: `{command}`\n\nMachine: {platform.machine()}, "
+        f"{os.cpu_count()} CPU cores, {platform.system()} {platform.release()}; Python "
+        f"{platform.python_version()}, torch {torch.__version__}, onnxruntime {ort}, numpy "
+        f"{np.__version__}.\n\n"
+    )
+
+
 def _cmd_parity(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -128,7 +151,7 @@ def _cmd_parity(args: argparse.Namespace) -> int:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".json").write_text(reports_to_json(reports))
-        out.with_suffix(".md").write_text(table + "\n")
+        out.with_suffix(".md").write_text(_run_header("Parity", sys.argv) + table + "\n")
         print(f"written: {out.with_suffix('.md')}, {out.with_suffix('.json')}")
     return 0 if all(r.passed for r in reports) else 1
 
