@@ -402,3 +402,18 @@ def test_cuda_agrees_with_the_sdk(digits_artifacts, digits_model, digits_stream)
     rt = RealmRuntime(directory, device="cuda")
     adapter = RealmAdapter(copy.deepcopy(digits_model), config)
     _compare_run(rt, adapter, digits_stream[0][:100])
+
+
+def test_runtime_side_settings_can_be_overridden(digits_artifacts, digits_stream):
+    directory, _ = digits_artifacts
+    with pytest.raises(ValueError, match="re-export"):
+        RealmRuntime(directory, overrides={"method": "tent"})
+    with pytest.raises(ValueError, match="diversity_margin"):
+        RealmRuntime(directory, overrides={"diversity_margin": 2.0})
+    rt = RealmRuntime(directory, threads=1, overrides={"diversity_margin": 1.0, "lr": 0.0})
+    source = rt.trainable_parameters()
+    for i in range(10):
+        assert rt.adapt(digits_stream[0][i : i + 1]).updated  # d = 1: S_div lets all through
+    for n, v in rt.trainable_parameters().items():
+        np.testing.assert_array_equal(v, source[n])  # lr = 0: θ unchanged
+    assert rt.state.alpha != 0.15  # α, λ still learn at their own rate

@@ -235,19 +235,20 @@ def runtime_only_peak_rss(artifacts: Path, xs: np.ndarray, threads: int) -> floa
 
 
 def format_speed(rows: list[SpeedRow]) -> str:
-    """A Markdown table of speed rows."""
+    """A Markdown table of speed rows: milliseconds per sample (median), ratios runtime/torch."""
     head = (
-        "| model | threads | REALM update rate | torch predict ms | runtime predict ms | "
-        "ratio | torch adapt ms | runtime adapt ms | ratio | torch-process peak RSS MB | "
-        "runtime-only peak RSS MB |"
+        "| model | threads | predict ms torch / runtime (ratio) | REALM adapt ms torch / "
+        "runtime (ratio), update rate | updating step ms torch / runtime (ratio) | "
+        "peak RSS MB torch-only / runtime-only (ratio) |"
     )
-    lines = [head, "|" + "---|" * 12]
+    lines = [head, "|" + "---|" * 6]
     for r in rows:
         lines.append(
-            f"| {r.model} | {r.threads} | {r.update_rate:.2f} | {r.torch_predict_ms:.2f} | "
-            f"{r.runtime_predict_ms:.2f} | {r.predict_ratio:.2f} | {r.torch_adapt_ms:.2f} | "
-            f"{r.runtime_adapt_ms:.2f} | {r.adapt_ratio:.2f} | {r.torch_peak_rss_mb:.0f} | "
-            f"{r.runtime_peak_rss_mb:.0f} |"
+            f"| {r.model} | {r.threads} | {r.torch_predict_ms:.2f} / {r.runtime_predict_ms:.2f} "
+            f"({r.predict_ratio:.2f}) | {r.torch_adapt_ms:.2f} / {r.runtime_adapt_ms:.2f} "
+            f"({r.adapt_ratio:.2f}), {r.update_rate:.2f} | {r.torch_step_ms:.2f} / "
+            f"{r.runtime_step_ms:.2f} ({r.step_ratio:.2f}) | {r.torch_peak_rss_mb:.0f} / "
+            f"{r.runtime_peak_rss_mb:.0f} ({r.runtime_peak_rss_mb / r.torch_peak_rss_mb:.2f}) |"
         )
     return "\n".join(lines)
 
@@ -256,7 +257,12 @@ def rows_to_json(rows: list[SpeedRow]) -> str:
     """Every figure of the rows as JSON (ratios included)."""
     return json.dumps(
         [
-            asdict(r) | {"adapt_ratio": r.adapt_ratio, "predict_ratio": r.predict_ratio}
+            asdict(r)
+            | {
+                "adapt_ratio": r.adapt_ratio,
+                "predict_ratio": r.predict_ratio,
+                "step_ratio": r.step_ratio,
+            }
             for r in rows
         ],
         indent=2,
