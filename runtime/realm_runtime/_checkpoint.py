@@ -106,3 +106,49 @@ def _fsync_dir(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+# The counters every adaptation state carries (samples, except `updates`: optimizer steps).
+COUNTERS: tuple[str, ...] = (
+    "samples",
+    "updates",
+    "updated_samples",
+    "skipped_diversity",
+    "skipped_entropy",
+    "skipped_nonfinite",
+)
+
+
+def check_state_header(
+    header: dict[str, Any],
+    path: str | os.PathLike[str],
+    *,
+    method: str,
+    num_classes: int,
+    trainable: list[str],
+) -> dict[str, int]:
+    """Check that a state file's header fits the adapter or runtime that wants to restore it.
+
+    Returns:
+        The counters, as integers.
+
+    Raises:
+        ValueError: another method, class count, trainable names, or counter set.
+    """
+    if header.get("method") != method:
+        raise ValueError(
+            f"{path}: saved by method {header.get('method')!r}, this one runs {method!r}"
+        )
+    if header.get("num_classes") != num_classes:
+        raise ValueError(
+            f"{path}: saved for {header.get('num_classes')} classes, this one has {num_classes}"
+        )
+    if header.get("trainable") != trainable:
+        raise ValueError(
+            f"{path}: its trainable parameter names differ from this one's "
+            f"({len(header.get('trainable') or [])} vs {len(trainable)} names)"
+        )
+    counters = header.get("counters", {})
+    if not isinstance(counters, dict) or set(counters) != set(COUNTERS):
+        raise ValueError(f"{path}: counters {sorted(counters)} != {sorted(COUNTERS)}")
+    return {k: int(counters[k]) for k in COUNTERS}

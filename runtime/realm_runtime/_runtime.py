@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._checkpoint import read_state, write_state
+from ._checkpoint import COUNTERS, check_state_header, read_state, write_state
 from ._config import RealmConfig
 from ._manifest import (
     ALPHA_NAME,
@@ -48,14 +48,6 @@ _GRAPH_FIELDS = frozenset(
         "freeze_last_block",
         "preset_name",
     }
-)
-_COUNTERS = (
-    "samples",
-    "updates",
-    "updated_samples",
-    "skipped_diversity",
-    "skipped_entropy",
-    "skipped_nonfinite",
 )
 
 
@@ -187,7 +179,7 @@ class RealmRuntime:
         self._rate = 1.0  # EMA of the share of samples that update
         self._calls = 0
         self._init_adaptation_state()
-        self._counters = dict.fromkeys(_COUNTERS, 0)
+        self._counters = dict.fromkeys(COUNTERS, 0)
 
     # ------------------------------------------------------------------ public API
 
@@ -260,7 +252,7 @@ class RealmRuntime:
         """Back to the exported source parameters, α0, λ0, no EMA, zero momentum and counters."""
         with self._lock:
             self._init_adaptation_state()
-            self._counters = dict.fromkeys(_COUNTERS, 0)
+            self._counters = dict.fromkeys(COUNTERS, 0)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the whole adaptation state atomically (temp file, fsync, rename).
@@ -299,25 +291,13 @@ class RealmRuntime:
             ValueError: unreadable file or a state that does not fit these artifacts.
         """
         arrays, header = read_state(path)
-        if header.get("method") != self.config.method:
-            raise ValueError(
-                f"{path}: saved by method {header.get('method')!r}, these "
-                f"artifacts run {self.config.method!r}"
-            )
-        if header.get("num_classes") != self.config.num_classes:
-            raise ValueError(
-                f"{path}: saved for {header.get('num_classes')} classes, these "
-                f"artifacts have {self.config.num_classes}"
-            )
-        if header.get("trainable") != self._names:
-            raise ValueError(
-                f"{path}: its trainable parameter names differ from these "
-                f"artifacts' ({len(header.get('trainable') or [])} vs "
-                f"{len(self._names)} names)"
-            )
-        counters = header.get("counters", {})
-        if set(counters) != set(_COUNTERS):
-            raise ValueError(f"{path}: counters {sorted(counters)} != {sorted(_COUNTERS)}")
+        counters = check_state_header(
+            header,
+            path,
+            method=self.config.method,
+            num_classes=self.config.num_classes,
+            trainable=self._names,
+        )
         values: dict[str, np.ndarray] = {}
         velocity: dict[str, np.ndarray] = {}
         for n in self._names:
@@ -335,7 +315,7 @@ class RealmRuntime:
             self._commit(values)
             self._velocity = velocity
             self._ema = ema
-            self._counters = {k: int(counters[k]) for k in _COUNTERS}
+            self._counters = dict(counters)
 
     def export_inference_model(self, path: str | os.PathLike[str]) -> None:
         """Write the adapted model as a plain ONNX inference model (``input`` → ``logits``).

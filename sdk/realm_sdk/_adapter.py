@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from realm_runtime._checkpoint import read_state, write_state
+from realm_runtime._checkpoint import COUNTERS, check_state_header, read_state, write_state
 from realm_runtime._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmConfig
 
 from ._inputs import check_batch, infer_sample_shape
@@ -50,16 +50,6 @@ class StepResult:
     updated: bool  # whether the parameters changed
     loss: float | None  # the loss of the selected samples (None when none was selected)
     reason: str  # "updated", "diversity", "entropy", "nonfinite" (why not, if not updated)
-
-
-_COUNTERS = (
-    "samples",
-    "updates",
-    "updated_samples",
-    "skipped_diversity",
-    "skipped_entropy",
-    "skipped_nonfinite",
-)
 
 
 class RealmAdapter:
@@ -115,7 +105,7 @@ class RealmAdapter:
         self._source = {n: p.detach().clone() for n, p in self._params.items()}
         self._lock = threading.RLock()
         self._init_adaptation_state()
-        self._counters = dict.fromkeys(_COUNTERS, 0)
+        self._counters = dict.fromkeys(COUNTERS, 0)
 
     # ------------------------------------------------------------------ public API
 
@@ -191,7 +181,7 @@ class RealmAdapter:
         """Back to the source parameters, α0, λ0, no EMA, zero momentum and zero counters."""
         with self._lock:
             self._init_adaptation_state()
-            self._counters = dict.fromkeys(_COUNTERS, 0)
+            self._counters = dict.fromkeys(COUNTERS, 0)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the whole adaptation state to ``path`` (``.npz`` + JSON header), atomically.
@@ -230,24 +220,13 @@ class RealmAdapter:
             ValueError: unreadable file, or a state that does not fit this adapter.
         """
         arrays, header = read_state(path)
-        if header.get("method") != self.config.method:
-            raise ValueError(
-                f"{path}: saved by method {header.get('method')!r}, this adapter runs "
-                f"{self.config.method!r}"
-            )
-        if header.get("num_classes") != self.config.num_classes:
-            raise ValueError(
-                f"{path}: saved for {header.get('num_classes')} classes, this adapter has "
-                f"{self.config.num_classes}"
-            )
-        if header.get("trainable") != self._names:
-            raise ValueError(
-                f"{path}: its trainable parameter names differ from this adapter's "
-                f"({len(header.get('trainable') or [])} vs {len(self._names)} names)"
-            )
-        counters = header.get("counters", {})
-        if set(counters) != set(_COUNTERS):
-            raise ValueError(f"{path}: counters {sorted(counters)} != {sorted(_COUNTERS)}")
+        counters = check_state_header(
+            header,
+            path,
+            method=self.config.method,
+            num_classes=self.config.num_classes,
+            trainable=self._names,
+        )
         new: dict[str, Tensor] = {}
         for n, p in self._params.items():
             for kind in ("param", "momentum"):
@@ -265,7 +244,7 @@ class RealmAdapter:
             self._alpha, self._lam = new["alpha"], new["lam"]
             self._alpha_v, self._lam_v = new["alpha_momentum"], new["lam_momentum"]
             self._ema = ema
-            self._counters = {k: int(counters[k]) for k in _COUNTERS}
+            self._counters = dict(counters)
 
     # ------------------------------------------------------------------ internals
 

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from realm_runtime._checkpoint import COUNTERS
 from realm_runtime._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmConfig
 
 from ._adapter import RealmAdapter
@@ -49,14 +50,6 @@ TOLERANCES: dict[str, float] = {
     "ema": 1e-5,
 }
 QUANTITIES = tuple(TOLERANCES)
-COUNTERS = (
-    "samples",
-    "updates",
-    "updated_samples",
-    "skipped_diversity",
-    "skipped_entropy",
-    "skipped_nonfinite",
-)
 
 
 @dataclass(frozen=True)
