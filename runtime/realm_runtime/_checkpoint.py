@@ -152,3 +152,21 @@ def check_state_header(
     if not isinstance(counters, dict) or set(counters) != set(COUNTERS):
         raise ValueError(f"{path}: counters {sorted(counters)} != {sorted(COUNTERS)}")
     return {k: int(counters[k]) for k in COUNTERS}
+
+
+def state_array(
+    arrays: dict[str, np.ndarray], key: str, shape: tuple[int, ...], path: str | os.PathLike[str]
+) -> np.ndarray:
+    """One array of a state file, checked: present, of ``shape``, finite floating point.
+
+    Raises:
+        ValueError: naming the array and what is wrong with it.
+    """
+    if key not in arrays:
+        raise ValueError(f"{path}: missing array {key!r}")
+    a = arrays[key]
+    if tuple(a.shape) != tuple(shape):
+        raise ValueError(f"{path}: array {key!r} has shape {a.shape}, expected {tuple(shape)}")
+    if a.dtype.kind != "f" or not np.isfinite(a).all():
+        raise ValueError(f"{path}: array {key!r} is not finite floating point")
+    return a

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._checkpoint import COUNTERS, check_state_header, read_state, write_state
+from ._checkpoint import COUNTERS, check_state_header, read_state, state_array, write_state
 from ._config import RealmConfig
 from ._manifest import (
     ALPHA_NAME,
@@ -519,14 +519,7 @@ class RealmRuntime:
 def _array(
     arrays: dict[str, np.ndarray], key: str, shape: tuple[int, ...], path: Any
 ) -> np.ndarray:
-    if key not in arrays:
-        raise ValueError(f"{path}: missing array {key!r}")
-    a = arrays[key]
-    if tuple(a.shape) != tuple(shape):
-        raise ValueError(f"{path}: array {key!r} has shape {a.shape}, expected {tuple(shape)}")
-    if a.dtype.kind != "f" or not np.isfinite(a).all():
-        raise ValueError(f"{path}: array {key!r} is not finite floating point")
-    return a.astype(F32)
+    return state_array(arrays, key, shape, path).astype(F32)
 
 
 def _check_ort_version(manifest: Manifest, installed: str) -> None:

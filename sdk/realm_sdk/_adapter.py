@@ -12,7 +12,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from realm_runtime._checkpoint import COUNTERS, check_state_header, read_state, write_state
+from realm_runtime._checkpoint import (
+    COUNTERS,
+    check_state_header,
+    read_state,
+    state_array,
+    write_state,
+)
 from realm_runtime._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmConfig
 
 from ._inputs import check_batch, infer_sample_shape
@@ -264,13 +270,7 @@ class RealmAdapter:
     def _tensor_from(
         self, arrays: dict[str, np.ndarray], key: str, shape: tuple[int, ...], path: Any
     ) -> Tensor:
-        if key not in arrays:
-            raise ValueError(f"{path}: missing array {key!r}")
-        a = arrays[key]
-        if tuple(a.shape) != shape:
-            raise ValueError(f"{path}: array {key!r} has shape {a.shape}, expected {shape}")
-        if not np.issubdtype(a.dtype, np.floating) or not np.isfinite(a).all():
-            raise ValueError(f"{path}: array {key!r} is not finite floating point")
+        a = state_array(arrays, key, shape, path)
         return torch.from_numpy(a.copy()).to(dtype=self._dtype, device=self._device)
 
     def _check_logits(self, logits: Any, x: Tensor) -> None:
