@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from ._config import RealmConfig
+
 STATE_FORMAT = "realm-tta/adaptation-state"
 STATE_VERSION = 1
 _HEADER_KEY = "__header__"
@@ -117,6 +119,19 @@ COUNTERS: tuple[str, ...] = (
     "skipped_entropy",
     "skipped_nonfinite",
 )
+
+
+def state_header(
+    config: RealmConfig, trainable: list[str], counters: dict[str, int]
+) -> dict[str, Any]:
+    """The header an adaptation state is saved with (and :func:`check_state_header` reads)."""
+    return {
+        "method": config.method,
+        "num_classes": config.num_classes,
+        "trainable": list(trainable),
+        "counters": dict(counters),
+        "config": config.to_dict(),
+    }
 
 
 def check_state_header(

@@ -12,7 +12,14 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._checkpoint import COUNTERS, check_state_header, read_state, state_array, write_state
+from ._checkpoint import (
+    COUNTERS,
+    check_state_header,
+    read_state,
+    state_array,
+    state_header,
+    write_state,
+)
 from ._config import RealmConfig
 from ._manifest import (
     ALPHA_NAME,
@@ -271,13 +278,7 @@ class RealmRuntime:
             arrays["lam_momentum"] = self._velocity.get(LAMBDA_NAME, np.zeros((), F32))
             if self._ema is not None:
                 arrays["ema"] = self._ema
-            header = {
-                "method": self.config.method,
-                "num_classes": self.config.num_classes,
-                "trainable": self._names,
-                "counters": dict(self._counters),
-                "config": self.config.to_dict(),
-            }
+            header = state_header(self.config, self._names, self._counters)
             write_state(path, arrays, header)
 
     def restore(self, path: str | os.PathLike[str]) -> None:

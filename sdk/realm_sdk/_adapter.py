@@ -17,6 +17,7 @@ from realm_runtime._checkpoint import (
     check_state_header,
     read_state,
     state_array,
+    state_header,
     write_state,
 )
 from realm_runtime._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmConfig
@@ -206,13 +207,7 @@ class RealmAdapter:
             arrays["lam_momentum"] = self._lam_v.cpu().numpy()
             if self._ema is not None:
                 arrays["ema"] = self._ema.cpu().numpy()
-            header = {
-                "method": self.config.method,
-                "num_classes": self.config.num_classes,
-                "trainable": self._names,
-                "counters": dict(self._counters),
-                "config": self.config.to_dict(),
-            }
+            header = state_header(self.config, self._names, self._counters)
         write_state(path, arrays, header)
 
     def restore(self, path: str | os.PathLike[str]) -> None:
