@@ -103,6 +103,61 @@ def _cmd_bench_speed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_quality(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ._corruptions import CORRUPTIONS
+    from ._quality import METHODS, bench_quality, plot_quality, quality_table, runs_to_json
+
+    if args.quick:
+        corruptions, seeds, limit = ["gaussian_noise", "defocus_blur"], [0], 150
+    else:
+        corruptions = args.corruptions or sorted(CORRUPTIONS)
+        seeds, limit = args.seeds, args.limit
+    unknown = [c for c in corruptions if c not in CORRUPTIONS and c != "clean"]
+    bad_methods = [m for m in args.methods if m not in METHODS]
+    if unknown or bad_methods:
+        print(
+            f"unknown corruptions {unknown} / methods {bad_methods}; known: "
+            f"{sorted(CORRUPTIONS)} / {list(METHODS)}",
+            file=sys.stderr,
+        )
+        return 2
+    runs = bench_quality(
+        corruptions=corruptions,
+        severity=args.severity,
+        seeds=seeds,
+        methods=args.methods,
+        preset=args.preset,
+        limit=limit,
+        cache_dir=args.cache_dir,
+        on_run=None if args.no_progress else _tqdm_factory(),
+    )
+    table = quality_table(runs)
+    print(table)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    settings = {
+        "corruptions": corruptions,
+        "severity": args.severity,
+        "seeds": list(seeds),
+        "methods": list(args.methods),
+        "preset": args.preset,
+        "limit": limit,
+        "batch_size": 1,
+    }
+    (out / "quality.json").write_text(runs_to_json(runs, settings))
+    (out / "quality.md").write_text(
+        _run_header("Quality: online accuracy (%)", sys.argv) + table + "\n"
+    )
+    plots = plot_quality(runs, out)
+    print(
+        f"written: {out / 'quality.md'}, {out / 'quality.json'}, "
+        + ", ".join(str(p) for p in plots)
+    )
+    return 0
+
+
 def _run_header(title: str, argv: Sequence[str]) -> str:
     """Markdown heading with the command, the machine and the versions behind a table."""
     import os
@@ -185,6 +240,24 @@ def build_parser() -> argparse.ArgumentParser:
     speed.add_argument("--warmup", type=int, default=5)
     speed.add_argument("--json", default=None, help="also write every figure to this file")
     speed.set_defaults(func=_cmd_bench_speed)
+    quality = bench.add_parser("quality", help="online accuracy on corrupted digits streams")
+    quality.add_argument(
+        "--quick",
+        action="store_true",
+        help="2 corruptions, 1 seed, 150 samples (a smoke run for CI)",
+    )
+    quality.add_argument("--corruptions", nargs="+", default=None, help="default: all of them")
+    quality.add_argument("--severity", type=int, default=5, choices=range(1, 6))
+    quality.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    quality.add_argument(
+        "--methods", nargs="+", default=["none", "tent", "eata", "realm", "realm-runtime"]
+    )
+    quality.add_argument("--preset", choices=("cifar", "imagenet"), default="cifar")
+    quality.add_argument("--limit", type=int, default=None, help="samples per stream")
+    quality.add_argument("--cache-dir", default=".cache")
+    quality.add_argument("--out", default="docs/quality", help="output folder")
+    quality.add_argument("--no-progress", action="store_true")
+    quality.set_defaults(func=_cmd_bench_quality)
 
     parity = sub.add_parser("parity", help="RealmRuntime vs. the torch reference, step by step")
     parity.add_argument("--cases", nargs="+", default=None, help="case names (default: tier)")
