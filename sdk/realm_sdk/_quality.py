@@ -238,10 +238,12 @@ def plot_quality(runs: Sequence[QualityRun], out_dir: str | os.PathLike[str]) ->
     out.mkdir(parents=True, exist_ok=True)
     written = []
     corruptions = list(dict.fromkeys(r.corruption for r in runs))
-    fig, axes = plt.subplots(
-        1, len(corruptions), figsize=(4.2 * len(corruptions), 3.4), squeeze=False
-    )
-    for ax, c in zip(axes[0], corruptions, strict=True):
+    ncols = min(4, len(corruptions))
+    nrows = -(-len(corruptions) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.2 * nrows), squeeze=False)
+    for ax in axes.flat[len(corruptions) :]:
+        ax.set_visible(False)
+    for ax, c in zip(axes.flat, corruptions, strict=False):
         for m in METHODS:
             curves = [r.online_accuracy for r in runs if r.method == m and r.corruption == c]
             if curves:
@@ -251,7 +253,7 @@ def plot_quality(runs: Sequence[QualityRun], out_dir: str | os.PathLike[str]) ->
         ax.set_xlabel("samples seen")
         ax.set_ylabel("online accuracy (%)")
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
+    axes.flat[0].legend(fontsize=8)
     fig.tight_layout()
     path = out / "online_accuracy.png"
     fig.savefig(path, dpi=110)
@@ -260,19 +262,27 @@ def plot_quality(runs: Sequence[QualityRun], out_dir: str | os.PathLike[str]) ->
 
     realm = [r for r in runs if r.method in ("realm", "realm-runtime") and r.alpha]
     if realm:
-        fig, (ax_a, ax_l) = plt.subplots(1, 2, figsize=(9, 3.4))
-        for r in realm:
-            style = "-" if r.method == "realm" else "--"
-            label = f"{r.corruption} s{r.seed} ({'torch' if r.method == 'realm' else 'runtime'})"
-            ax_a.plot(r.alpha, style, label=label)
-            ax_l.plot(r.lam, style, label=label)
-        ax_a.set_title("α (shape)")
-        ax_l.set_title("λ (scale)")
+        fig, (ax_a, ax_l) = plt.subplots(1, 2, figsize=(11, 3.6))
+        colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        for k, c in enumerate(corruptions):
+            for method, style in (("realm", "-"), ("realm-runtime", ":")):
+                mine = [r for r in realm if r.corruption == c and r.method == method]
+                if not mine:
+                    continue
+                n = min(len(r.alpha) for r in mine)
+                label = c if method == "realm" else None
+                color = colors[k % len(colors)]
+                ax_a.plot(
+                    np.mean([r.alpha[:n] for r in mine], axis=0), style, color=color, label=label
+                )
+                ax_l.plot(np.mean([r.lam[:n] for r in mine], axis=0), style, color=color)
+        ax_a.set_title("α (shape), mean over stream orders")
+        ax_l.set_title("λ (scale); dotted: RealmRuntime")
         for ax in (ax_a, ax_l):
             ax.set_xlabel("samples seen")
             ax.grid(alpha=0.3)
-        ax_l.legend(fontsize=6)
-        fig.tight_layout()
+        fig.legend(loc="center right", fontsize=7, frameon=False)
+        fig.tight_layout(rect=(0, 0, 0.85, 1))
         path = out / "alpha_lambda.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
@@ -280,6 +290,19 @@ def plot_quality(runs: Sequence[QualityRun], out_dir: str | os.PathLike[str]) ->
     return written
 
 
+def runs_from_json(text: str) -> list[QualityRun]:
+    """Inverse of :func:`runs_to_json` (to re-plot or re-tabulate a saved run)."""
+    return [QualityRun(**r) for r in json.loads(text)["runs"]]
+
+
 def runs_to_json(runs: Sequence[QualityRun], settings: dict[str, Any]) -> str:
     """Every number of every run, with the settings that produced them."""
-    return json.dumps({"settings": settings, "runs": [asdict(r) for r in runs]}, indent=1)
+
+    def compact(run: QualityRun) -> dict[str, Any]:
+        data = asdict(run)
+        data["online_accuracy"] = [round(v, 2) for v in run.online_accuracy]
+        data["alpha"] = [float(f"{v:.6g}") for v in run.alpha]
+        data["lam"] = [float(f"{v:.6g}") for v in run.lam]
+        return data
+
+    return json.dumps({"settings": settings, "runs": [compact(r) for r in runs]})
