@@ -14,6 +14,7 @@ import torch
 from conftest import export_digits
 
 from realm_runtime import ArtifactError, RealmRuntime
+from realm_runtime._checkpoint import COUNTERS
 from realm_sdk import RealmAdapter
 
 # Agreement bounds over a whole stream (float32, CPU): logits are O(10), so 1e-4 absolute is
@@ -48,14 +49,7 @@ def _compare_run(rt, adapter, xs, batch=1):
         assert (sa.ema is None) == (sb.ema is None)
         if sa.ema is not None:
             worst["ema"] = max(worst["ema"], float(np.abs(sa.ema - sb.ema).max()))
-        for counter in (
-            "samples",
-            "updates",
-            "updated_samples",
-            "skipped_diversity",
-            "skipped_entropy",
-            "skipped_nonfinite",
-        ):
+        for counter in COUNTERS:
             assert getattr(sa, counter) == getattr(sb, counter), counter
     assert worst["logits"] <= LOGITS_ATOL, worst
     assert max(v for k, v in worst.items() if k != "logits") <= STATE_ATOL, worst
