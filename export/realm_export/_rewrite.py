@@ -42,6 +42,14 @@ def _affine(y: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
     return y
 
 
+def _standardize(x: Tensor, dims: list[int], eps: float) -> Tensor:
+    """``(x − mean) / √(var + eps)`` over ``dims``, biased variance, as torch's norms."""
+    mean = x.mean(dim=dims, keepdim=True)
+    centered = x - mean
+    var = (centered * centered).mean(dim=dims, keepdim=True)
+    return centered / torch.sqrt(var + eps)
+
+
 def _group_norm(
     x: Tensor,
     num_groups: int,
@@ -55,10 +63,7 @@ def _group_norm(
     dims = [int(d) for d in x.shape[1:]]  # (C, *spatial), fixed per export
     per_group = math.prod(dims) // num_groups
     xg = x.reshape(-1, num_groups, per_group)  # (N, G, C/G · spatial)
-    mean = xg.mean(dim=-1, keepdim=True)
-    centered = xg - mean
-    var = (centered * centered).mean(dim=-1, keepdim=True)  # biased, as torch's group_norm
-    y = (centered / torch.sqrt(var + eps)).reshape(-1, *dims)
+    y = _standardize(xg, [-1], eps).reshape(-1, *dims)
     return _affine(y, weight, bias)
 
 
@@ -94,11 +99,7 @@ def _batch_norm(
         # Batch statistics, as torch computes them here: timm's StdConv2d standardises its
         # weights this way, and a BatchNorm without running statistics normalises each
         # (per-sample) batch by itself in eval mode too.
-        dims = [0, *range(2, x.dim())]
-        mean = x.mean(dim=dims, keepdim=True)
-        centered = x - mean
-        var = (centered * centered).mean(dim=dims, keepdim=True)
-        return _affine(centered / torch.sqrt(var + eps), weight, bias)
+        return _affine(_standardize(x, [0, *range(2, x.dim())], eps), weight, bias)
     shape = (1, x.shape[1]) + (1,) * (x.dim() - 2)
     y = (x - running_mean.reshape(shape)) / torch.sqrt(running_var.reshape(shape) + eps)
     return _affine(y, weight, bias)

@@ -40,6 +40,7 @@ from ._step import (
     project_lambda,
     select,
     sgd_momentum,
+    softmax,
 )
 
 Schedule = Literal["auto", "train", "infer-first"]
@@ -509,11 +510,9 @@ class RealmRuntime:
         loss: float | None,
         reason: str,
     ) -> AdaptResult:
-        if probs is None:
+        if probs is None:  # non-finite logits: NaN probabilities, without numpy warnings
             with np.errstate(all="ignore"):
-                shifted = logits - logits.max(axis=1, keepdims=True)
-                e = np.exp(shifted)
-                probs = (e / e.sum(axis=1, keepdims=True)).astype(F32)
+                probs = softmax(logits)
         return AdaptResult(logits, probs, logits.argmax(axis=1), keep, updated, loss, reason)
 
 
