@@ -5,7 +5,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.realm-tta-installed
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test test-all parity lint format clean
+WEB    := examples/web
+WEB_STAMP := $(WEB)/node_modules/.realm-tta-installed
+
+.PHONY: venv demo test test-all parity lint format clean web web-deps browser
 
 venv: $(STAMP)
 
@@ -19,10 +22,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/realm demo
 
-test: $(STAMP)
+test: $(STAMP) web-deps browser
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
-test-all: $(STAMP)
+test-all: $(STAMP) web-deps browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # Both parity tiers, tables written to docs/ (the slow tier takes a few minutes on 2 cores).
@@ -38,5 +41,29 @@ format: $(STAMP)
 	$(BIN)/python -m ruff format .
 	$(BIN)/python -m ruff check --fix .
 
+# The browser client's packages (onnxruntime-web, playwright-core, typescript) from the npm
+# registry. Without npm the browser tests skip and say why; the rest of the suite still runs.
+web-deps: $(WEB_STAMP)
+
+$(WEB_STAMP): $(WEB)/package.json $(WEB)/package-lock.json
+	@if command -v npm >/dev/null; then \
+		{ npm ci --prefix $(WEB) --no-audit --no-fund --loglevel=error && touch $@; } || \
+		echo "npm ci failed: the browser client's tests will be skipped"; \
+	else echo "npm not found: the browser client's tests will be skipped"; fi
+
+# Debian's Chromium for the headless browser tests, installed where missing and possible.
+browser:
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian's chromium for the browser tests"; \
+		( apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 || \
+		  { apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends chromium >/dev/null 2>&1; } ) || \
+		echo "could not install chromium: the browser tests will be skipped"; \
+	else echo "no /usr/bin/chromium and no root apt-get: the browser tests will be skipped"; fi
+
+# The web demo on http://127.0.0.1:8000/ (the digits model, exported; a shifted stream).
+web: $(STAMP) web-deps
+	$(BIN)/python $(WEB)/build_site.py --out build/web --serve
+
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache $(WEB)/node_modules

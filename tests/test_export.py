@@ -208,7 +208,15 @@ def test_manifest_describes_the_export(tmp_path):
         "eval_model.onnx",
         "checkpoint",
         "inference_model.onnx",
+        "web_training_model.onnx",
+        "web_decide.onnx",
     }
+    layout = m.web["layout"]
+    assert set(layout["names"]) == set(m.trainable)
+    sizes = {n: int(np.prod(shape)) for n, shape in m.trainable.items()}
+    assert layout["sizes"] == [sizes[n] for n in layout["names"]]
+    assert layout["offsets"] == list(np.cumsum([0, *layout["sizes"]])[:-1])
+    assert layout["total"] == sum(sizes.values())
     assert m.trainable[ALPHA_NAME] == [] and m.trainable["bn1.weight"] == [64]
     assert m.model["name"] == "timm:resnet18"
     assert "layer4.0.bn1.weight" not in m.trainable  # the imagenet preset freezes layer4

@@ -48,6 +48,9 @@ def add_export_parser(sub: Any) -> None:
     p.add_argument("--atol", type=float, default=1e-4, help="tolerance on logits and loss")
     p.add_argument("--grad-rtol", type=float, default=1e-3, help="relative tolerance on grads")
     p.add_argument("--static-batch", action="store_true", help="fix the batch axis")
+    p.add_argument(
+        "--no-web", action="store_true", help="skip the web client's graphs (examples/web)"
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.add_argument("--cache-dir", default=".cache", help="where the digits model is cached")
     p.set_defaults(func=run_export)
@@ -182,6 +185,7 @@ def run_export(args: argparse.Namespace) -> int:
             atol=args.atol,
             grad_rtol=args.grad_rtol,
             dynamic_batch=not args.static_batch,
+            web=not args.no_web,
             overwrite=args.overwrite,
             model_info=info,
             progress=progress,

@@ -47,6 +47,7 @@ from ._graph import (
 )
 from ._rewrite import UnsupportedModelError
 from ._validate import ValidationError, ValidationReport, validate_artifacts
+from ._web import write_web_graphs
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,7 @@ def export_realm_artifacts(
     seed: int = 0,
     preprocessing: dict[str, Any] | None = None,
     model_info: dict[str, Any] | None = None,
+    web: bool = True,
     progress: Progress | None = None,
 ) -> ExportInfo:
     """Export ``model`` as ONNX Runtime on-device training artifacts whose loss is REALM's.
@@ -104,6 +106,8 @@ def export_realm_artifacts(
         seed: seed of the random validation inputs.
         preprocessing: mean/std/size for the manifest; default: timm's ``pretrained_cfg``.
         model_info: extra description of the model for the manifest (name, weights, ...).
+        web: also write the graphs a web client needs (``web_training_model.onnx`` with the
+            update in the graph, ``web_decide.onnx`` with S_div; see ``examples/web``).
         progress: called with a short label as each stage starts.
 
     Returns:
@@ -161,6 +165,10 @@ def export_realm_artifacts(
         notify("generating training artifacts")
         _generate(with_loss, requires_grad, tmp)
         onnx.save(forward, str(tmp / INFERENCE_MODEL))
+        web_section: dict[str, Any] = {}
+        if web:
+            notify("writing the web client's graphs")
+            web_section = write_web_graphs(tmp, requires_grad, config)
 
         report = None
         if validate:
@@ -197,6 +205,7 @@ def export_realm_artifacts(
             report,
             preprocessing,
             model_info,
+            web_section,
         )
         (tmp / MANIFEST_NAME).write_text(manifest.to_json(), encoding="utf-8")
         _move_into_place(tmp, out_dir, overwrite=overwrite)
@@ -325,6 +334,7 @@ def _manifest(
     report: ValidationReport | None,
     preprocessing: dict[str, Any] | None,
     model_info: dict[str, Any] | None,
+    web: dict[str, Any],
 ) -> Manifest:
     import onnxruntime
 
@@ -361,6 +371,7 @@ def _manifest(
         preprocessing=_preprocessing(model, preprocessing),
         validation=report.to_dict() if report is not None else {},
         model=info,
+        web=web,
     )
 
 

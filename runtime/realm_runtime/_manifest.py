@@ -59,6 +59,7 @@ class Manifest:
     preprocessing: dict[str, Any] = field(default_factory=dict)  # mean/std/size if known
     validation: dict[str, Any] = field(default_factory=dict)  # per-output max differences
     model: dict[str, Any] = field(default_factory=dict)  # model name/class, source
+    web: dict[str, Any] = field(default_factory=dict)  # graphs and buffer layout for web clients
 
     def to_json(self) -> str:
         """The manifest as indented JSON."""
@@ -75,6 +76,7 @@ class Manifest:
             "preprocessing": self.preprocessing,
             "validation": self.validation,
             "model": self.model,
+            "web": self.web,
         }
         return json.dumps(data, indent=2, sort_keys=False)
 
@@ -116,6 +118,7 @@ class Manifest:
             preprocessing=dict(data.get("preprocessing", {})),
             validation=dict(data.get("validation", {})),
             model=dict(data.get("model", {})),
+            web=dict(data.get("web", {})),
         )
 
 

@@ -1,0 +1,184 @@
+"""Build (and optionally serve) the REALM web demo: a static folder any web server can host.
+
+    python examples/web/build_site.py --out build/web --serve
+
+Writes the page, onnxruntime-web's training build (from ``examples/web/node_modules``: run
+``npm ci`` in examples/web first, or ``make web``), an artifact directory (the built-in digits
+model exported with ``realm export`` unless ``--artifacts`` names one) and a shifted digits
+stream. Serve it over http://127.0.0.1 (WebCrypto and WASM need a secure context).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import http.server
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+PAGE_FILES = (
+    "index.html",
+    "style.css",
+    "app.js",
+    "realm-client.js",
+    "manifest.js",
+    "preprocess.js",
+)
+ORT_FILES = (
+    "ort.training.wasm.min.js",
+    "ort-training-wasm-simd-threaded.wasm",
+    "ort-training-wasm-simd-threaded.mjs",
+)
+
+
+def ort_dist() -> Path:
+    """onnxruntime-web's dist folder, or a clear error saying how to get it."""
+    dist = HERE / "node_modules" / "onnxruntime-web" / "dist"
+    missing = [f for f in ORT_FILES if not (dist / f).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"{dist}: {missing} missing; install the page's packages with "
+            "`npm ci --prefix examples/web` (or `make web`)"
+        )
+    return dist
+
+
+def write_stream(
+    out: Path, *, corruption: str, severity: int, seed: int, limit: int | None
+) -> dict[str, object]:
+    """The shifted digits stream as float32 samples + JSON labels and preprocessing."""
+    from realm_sdk._digits import IMAGE_SIZE, load_digits
+
+    data = load_digits()
+    x, y = data.stream(corruption, severity, seed=seed)
+    if limit is not None:
+        x, y = x[:limit], y[:limit]
+    out.mkdir(parents=True, exist_ok=True)
+    np.ascontiguousarray(x, dtype="<f4").tofile(out / "stream.f32")
+    meta = {
+        "id": f"{corruption}-s{severity}-seed{seed}-n{len(y)}",
+        "corruption": corruption,
+        "severity": severity,
+        "seed": seed,
+        "shape": list(x.shape[1:]),
+        "labels": [int(v) for v in y],
+        "prep": {"mean": data.mean, "std": data.std, "native": 8, "size": IMAGE_SIZE},
+    }
+    (out / "stream.json").write_text(json.dumps(meta))
+    return meta
+
+
+def export_demo(out: Path, *, preset: str, method: str, cache_dir: str) -> None:
+    """Export the built-in digits model (trained once, cached) as realm artifacts."""
+    from realm_export import export_realm_artifacts
+    from realm_sdk import RealmConfig
+    from realm_sdk._digits import NUM_CLASSES, load_digits, train_digits_model
+
+    model = train_digits_model(load_digits(), cache_dir=cache_dir)
+    config = RealmConfig.preset(preset, num_classes=NUM_CLASSES, method=method)  # type: ignore[arg-type]
+    export_realm_artifacts(
+        model,
+        out,
+        config=config,
+        input_shape=(1, 1, 32, 32),
+        overwrite=True,
+        model_info={"name": "digits GN CNN"},
+    )
+
+
+def build(
+    out: Path,
+    *,
+    artifacts: Path | None = None,
+    corruption: str = "gaussian_noise",
+    severity: int = 5,
+    seed: int = 0,
+    limit: int | None = None,
+    preset: str = "cifar",
+    method: str = "realm",
+    cache_dir: str = ".cache",
+) -> Path:
+    """Write the whole site into ``out`` (replacing what the build wrote there before)."""
+    dist = ort_dist()
+    out.mkdir(parents=True, exist_ok=True)
+    for name in PAGE_FILES:
+        shutil.copy2(HERE / name, out / name)
+    (out / "ort").mkdir(exist_ok=True)
+    for name in ORT_FILES:
+        shutil.copy2(dist / name, out / "ort" / name)
+    target = out / "artifacts"
+    if artifacts is not None:
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(artifacts, target)
+    else:
+        export_demo(target, preset=preset, method=method, cache_dir=cache_dir)
+    write_stream(out / "stream", corruption=corruption, severity=severity, seed=seed, limit=limit)
+    return out
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    extensions_map: ClassVar[dict[str, str]] = {
+        **http.server.SimpleHTTPRequestHandler.extensions_map,
+        ".js": "text/javascript",
+        ".mjs": "text/javascript",
+        ".wasm": "application/wasm",
+        ".json": "application/json",
+    }
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def server(root: Path, port: int = 0) -> http.server.ThreadingHTTPServer:
+    """A static file server for ``root`` on 127.0.0.1 (port 0: any free port)."""
+    handler = functools.partial(_Handler, directory=str(root))
+    return http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("build/web"))
+    parser.add_argument("--artifacts", type=Path, default=None, help="use these artifacts")
+    parser.add_argument("--corruption", default="gaussian_noise")
+    parser.add_argument("--severity", type=int, default=5, choices=range(1, 6))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--limit", type=int, default=None, help="samples in the stream")
+    parser.add_argument("--preset", choices=("cifar", "imagenet"), default="cifar")
+    parser.add_argument("--method", choices=("realm", "tent", "eata"), default="realm")
+    parser.add_argument("--cache-dir", default=".cache")
+    parser.add_argument("--serve", action="store_true", help="serve on 127.0.0.1 afterwards")
+    parser.add_argument("--port", type=int, default=8000)
+    args = parser.parse_args(argv)
+    try:
+        out = build(
+            args.out,
+            artifacts=args.artifacts,
+            corruption=args.corruption,
+            severity=args.severity,
+            seed=args.seed,
+            limit=args.limit,
+            preset=args.preset,
+            method=args.method,
+            cache_dir=args.cache_dir,
+        )
+    except FileNotFoundError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    print(f"site written to {out}")
+    if args.serve:
+        httpd = server(out, args.port)
+        print(f"serving on http://127.0.0.1:{httpd.server_address[1]}/ (Ctrl-C stops)")
+        with contextlib.suppress(KeyboardInterrupt):
+            httpd.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+// Drive the demo page in headless Chromium (Debian's /usr/bin/chromium) with playwright-core:
+// open it, wait until the stream is done, write window.realmRun as JSON and a screenshot.
+//   node drive.mjs --url http://127.0.0.1:8000/?auto=1 --out run.json [--screenshot page.png]
+//                  [--reload] [--timeout 300]
+import { writeFileSync } from "node:fs";
+import { parseArgs } from "node:util";
+import { chromium } from "playwright-core";
+
+const { values: args } = parseArgs({
+  options: {
+    url: { type: "string" },
+    out: { type: "string" },
+    screenshot: { type: "string" },
+    reload: { type: "boolean", default: false },
+    timeout: { type: "string", default: "300" },
+    browser: { type: "string", default: process.env.CHROMIUM ?? "/usr/bin/chromium" },
+  },
+});
+if (!args.url || !args.out) {
+  console.error("usage: node drive.mjs --url URL --out FILE [--screenshot PNG] [--reload]");
+  process.exit(2);
+}
+const timeout = Number(args.timeout) * 1000;
+const browser = await chromium.launch({
+  executablePath: args.browser,
+  headless: true,
+  // No background networking: this machine's network is closed, and nothing else should run.
+  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+});
+const result = { console: [], runs: [] };
+try {
+  const page = await browser.newPage({ viewport: { width: 1000, height: 760 } });
+  page.on("console", (msg) => result.console.push(`${msg.type()}: ${msg.text()}`));
+  page.on("pageerror", (err) => result.console.push(`pageerror: ${err.message}`));
+  const wait = async () => {
+    await page.waitForFunction(() => globalThis.realmRun?.done, null, { timeout, polling: 200 });
+    result.runs.push(await page.evaluate(() => globalThis.realmRun));
+  };
+  await page.goto(args.url);
+  await wait();
+  if (args.screenshot) await page.screenshot({ path: args.screenshot, fullPage: true });
+  if (args.reload) {
+    // Same page without auto-run and without fresh=1: the stored state must come back.
+    const again = new URL(args.url);
+    again.searchParams.delete("auto");
+    again.searchParams.delete("fresh");
+    await page.goto(again.href);
+    await wait();
+  }
+} finally {
+  await browser.close();
+  writeFileSync(args.out, JSON.stringify(result));
+}
+
+// Per-sample latency in the page (after the first, which compiles the graphs).
+const log = result.runs[0]?.log ?? [];
+const stats = (/** @type {number[]} */ xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length ? `median ${s[Math.floor(s.length / 2)].toFixed(2)} ms, p90 ${s[Math.floor(0.9 * (s.length - 1))].toFixed(2)} ms (n=${s.length})` : "n=0";
+};
+const steady = log.slice(1);
+console.log(`samples: ${log.length}; error: ${result.runs[0]?.error ?? "none"}`);
+console.log(`all samples: ${stats(steady.map((r) => r.ms))}`);
+console.log(`updating samples: ${stats(steady.filter((r) => r.updated).map((r) => r.ms))}`);
+console.log(`skipped samples: ${stats(steady.filter((r) => !r.updated).map((r) => r.ms))}`);

@@ -1,0 +1,150 @@
+// @ts-check
+/**
+ * The artifact manifest `realm.json`, checked before anything runs: the same checks and the
+ * same messages as the Python runtime (realm_runtime/_manifest.py).
+ * @module manifest
+ */
+
+export const MANIFEST_NAME = "realm.json";
+export const ARTIFACT_FORMAT = "realm-tta/artifacts";
+export const ARTIFACT_VERSION = 1;
+
+/** A manifest, an artifact file or the ORT build does not fit. */
+export class ArtifactError extends Error {
+  /** @param {string} message */
+  constructor(message) {
+    super(message);
+    this.name = "ArtifactError";
+  }
+}
+
+/**
+ * @typedef {object} WebLayout
+ * @property {string[]} names trainable tensors in ORT's contiguous buffer order
+ * @property {number[]} offsets first element of each tensor in the flat buffer
+ * @property {number[]} sizes elements of each tensor
+ * @property {number} total length of the flat buffer
+ */
+
+/**
+ * @typedef {object} WebSection
+ * @property {string} training_model training graph with the update in it
+ * @property {string} decide_model S_div / EATA decision graph
+ * @property {string} momentum_input name of the flat momentum input
+ * @property {{params: string, momentum: string, ok: string}} outputs update outputs
+ * @property {WebLayout} layout contiguous-buffer layout
+ */
+
+/**
+ * @typedef {object} Manifest
+ * @property {string} format always ARTIFACT_FORMAT
+ * @property {number} version ARTIFACT_VERSION of the writer
+ * @property {{name: string, shape: (number|string)[], dtype: string}} input model input
+ * @property {string} logits_name graph output holding the logits
+ * @property {number} num_classes width of the logits
+ * @property {Record<string, any>} config RealmConfig of the export
+ * @property {Record<string, number[]>} trainable trainable tensor name -> shape
+ * @property {Record<string, string>} files file name -> SHA-256 hex digest
+ * @property {Record<string, any>} versions library versions of the export
+ * @property {WebSection} web graphs and layout for web clients
+ * @property {Record<string, any>} [model] model name/class, source
+ */
+
+/**
+ * Parse and check a manifest's fields.
+ * @param {unknown} data the parsed JSON
+ * @param {string} source where it came from, for messages
+ * @returns {Manifest}
+ */
+export function parseManifest(data, source = MANIFEST_NAME) {
+  if (typeof data !== "object" || data === null || Array.isArray(data)) {
+    throw new ArtifactError(`${source} does not hold a JSON object`);
+  }
+  const d = /** @type {Record<string, any>} */ (data);
+  if (d.format !== ARTIFACT_FORMAT) {
+    throw new ArtifactError(
+      `${source}: format ${JSON.stringify(d.format)} is not '${ARTIFACT_FORMAT}': ` +
+        "not a realm-tta artifact directory",
+    );
+  }
+  if (d.version !== ARTIFACT_VERSION) {
+    throw new ArtifactError(
+      `${source}: artifact format version ${JSON.stringify(d.version)} is not supported ` +
+        `(this client reads version ${ARTIFACT_VERSION}); re-export the model`,
+    );
+  }
+  const required = ["input", "logits_name", "num_classes", "config", "trainable", "files"];
+  const missing = required.filter((k) => !(k in d));
+  if (missing.length) {
+    throw new ArtifactError(`${source}: missing fields ${JSON.stringify(missing)}`);
+  }
+  const web = d.web;
+  if (!web || typeof web !== "object" || !web.layout || !web.training_model || !web.decide_model) {
+    throw new ArtifactError(
+      `${source}: no 'web' section: these artifacts were exported without the web client's ` +
+        "graphs (realm export --no-web, or an older realm-tta); re-export them",
+    );
+  }
+  const layout = web.layout;
+  const sum = layout.sizes.reduce((/** @type {number} */ a, /** @type {number} */ b) => a + b, 0);
+  if (layout.names.length !== layout.sizes.length || sum !== layout.total) {
+    throw new ArtifactError(`${source}: inconsistent web.layout (sizes sum to ${sum}, total ${layout.total})`);
+  }
+  for (const file of [web.training_model, web.decide_model]) {
+    if (!(file in d.files)) {
+      throw new ArtifactError(`${source}: ${file} is not listed among the checksummed files`);
+    }
+  }
+  return /** @type {Manifest} */ (d);
+}
+
+/**
+ * Lower-case hex SHA-256 of bytes (WebCrypto; available on https and localhost pages).
+ * @param {Uint8Array} bytes
+ * @returns {Promise<string>}
+ */
+export async function sha256Hex(bytes) {
+  const digest = await globalThis.crypto.subtle.digest("SHA-256", /** @type {Uint8Array<ArrayBuffer>} */ (bytes));
+  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/**
+ * Check one file against the manifest's checksum.
+ * @param {Manifest} manifest
+ * @param {string} name file name relative to the artifact directory
+ * @param {Uint8Array | null} bytes its contents, or null when it could not be fetched
+ * @param {string} where the artifact directory, for messages
+ * @returns {Promise<void>}
+ */
+export async function verifyFile(manifest, name, bytes, where) {
+  const expected = manifest.files[name];
+  if (expected === undefined) {
+    throw new ArtifactError(`${where}/${name}: not listed in ${MANIFEST_NAME}`);
+  }
+  if (bytes === null) {
+    throw new ArtifactError(`${where}/${name}: listed in ${MANIFEST_NAME} but missing`);
+  }
+  const actual = await sha256Hex(bytes);
+  if (actual !== expected) {
+    throw new ArtifactError(
+      `${where}/${name}: SHA-256 ${actual.slice(0, 16)}… does not match the manifest's ` +
+        `${expected.slice(0, 16)}… (the file was modified or truncated after export)`,
+    );
+  }
+}
+
+/**
+ * Training checkpoints and graphs are not portable across ORT versions: compare major.minor.
+ * @param {Manifest} manifest
+ * @param {string} installed onnxruntime-web's version
+ */
+export function checkOrtVersion(manifest, installed) {
+  const exported = String(manifest.versions?.onnxruntime ?? "");
+  if (exported.split(".").slice(0, 2).join(".") !== installed.split(".").slice(0, 2).join(".")) {
+    throw new ArtifactError(
+      `these artifacts were exported with onnxruntime ${exported || "(unknown)"}, this page ` +
+        `runs onnxruntime-web ${installed}: training checkpoints and graphs are not portable ` +
+        "across ORT versions; re-export, or use onnxruntime-web 1.19.2",
+    );
+  }
+}
