@@ -23,11 +23,17 @@ def digits():
 
 
 @pytest.fixture(scope="session")
-def digits_model(digits, tmp_path_factory):
+def digits_cache_dir(tmp_path_factory):
+    """The cache folder of :func:`digits_model` (``realm bench quality --quick`` reuses it)."""
+    return tmp_path_factory.mktemp("weights")
+
+
+@pytest.fixture(scope="session")
+def digits_model(digits, digits_cache_dir):
     """A briefly trained source model (6 epochs: good enough for behaviour, fast to make)."""
     from realm_sdk import train_digits_model
 
-    return train_digits_model(digits, epochs=6, cache_dir=tmp_path_factory.mktemp("weights"))
+    return train_digits_model(digits, epochs=6, cache_dir=digits_cache_dir)
 
 
 @pytest.fixture(scope="session")

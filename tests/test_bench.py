@@ -1,15 +1,67 @@
-"""``realm bench speed``: the shape and sanity of its figures (not timings)."""
+"""``realm bench speed``: the shape and sanity of its figures (not timings), and FLOP counting."""
 
 from __future__ import annotations
 
 import json
+import math
 
-from realm_sdk._bench import bench_model, format_speed
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from realm_sdk._bench import bench_model, build_model, format_speed
 from realm_sdk._cli import main
+from realm_sdk._flops import count_flops, machine_peak
+
+
+@pytest.mark.parametrize("kind", ["conv", "linear"])
+def test_flop_counter_counts_no_gradient_of_frozen_weights(kind):
+    # The floor of an adapt step rests on this: frozen weights cost no weight gradient.
+    counted = {}
+    for weight_grad in (True, False):
+        torch.manual_seed(0)
+        layer = nn.Conv2d(8, 16, 3, padding=1) if kind == "conv" else nn.Linear(64, 32)
+        layer.requires_grad_(weight_grad)
+        x = torch.randn((1, 8, 16, 16) if kind == "conv" else (4, 64), requires_grad=True)
+        out = []
+        forward = count_flops(lambda layer=layer, x=x, out=out: out.append(layer(x)))
+        counted[weight_grad] = (forward, count_flops(lambda out=out: out[0].sum().backward()))
+    forward, backward_frozen = counted[False]
+    assert backward_frozen == forward > 0  # the input gradient only
+    assert counted[True][1] == 2 * forward  # input and weight gradients
+
+
+def test_cpu_attention_is_counted():
+    q = torch.randn(1, 3, 50, 16, requires_grad=True)
+    out = []
+    forward = count_flops(lambda: out.append(F.scaled_dot_product_attention(q, q, q)))
+    assert forward == 2 * 2 * 3 * 50 * 50 * 16
+    assert count_flops(lambda: out[0].sum().backward()) == 5 * 2 * 3 * 50 * 50 * 16
+
+
+def test_machine_peak_is_sane():
+    peak = machine_peak(1, n=256, repeats=2)
+    assert peak.measured_gflops > 0 and peak.cores == 1
+    if peak.theoretical_gflops is not None:
+        assert peak.theoretical_gflops == pytest.approx(peak.ghz * peak.flops_per_cycle)
+    assert "GFLOP/s" in peak.describe()
+
+
+def test_build_model_image_size_override():
+    model, shape, classes = build_model("timm:convnext_atto", 64)
+    assert shape == (3, 64, 64) and classes == 1000
+    with torch.no_grad():
+        assert model(torch.randn(1, *shape)).shape == (1, 1000)
+    with pytest.raises(ValueError, match="unknown model"):
+        build_model("nope")
 
 
 def test_speed_bench_figures_are_sane(tmp_path):
-    row = bench_model("digits", threads=1, samples=4, warmup=1, work_dir=tmp_path)
+    peak = machine_peak(1, n=256, repeats=2)
+    row = bench_model(
+        "digits", threads=1, samples=4, warmup=1, work_dir=tmp_path, methods=(), peak=peak
+    )
     for value in (
         row.torch_predict_ms,
         row.runtime_predict_ms,
@@ -20,33 +72,68 @@ def test_speed_bench_figures_are_sane(tmp_path):
     ):
         assert 0 < value < 10_000
     assert 0 <= row.update_rate <= 1
+    assert row.torch_peak_rss_mb is not None
     assert 10 < row.runtime_peak_rss_mb < row.torch_peak_rss_mb
+    assert 0 < row.predict_gflop < row.step_gflop <= 3 * row.predict_gflop
+    assert row.methods == ()
     table = format_speed([row])
-    assert table.count("\n") == 2 and "| digits | 1 |" in table
+    assert table.count("| digits |") == 2 and "| digits | 1 |" in table  # speed and floor
 
 
-def test_speed_cli_writes_json(tmp_path, capsys):
+def _finite_positive(value):
+    return isinstance(value, int | float) and math.isfinite(value) and value > 0
+
+
+def test_speed_cli_quick_json(tmp_path, capsys):
     out = tmp_path / "speed.json"
-    assert (
-        main(
-            [
-                "bench",
-                "speed",
-                "--models",
-                "digits",
-                "--samples",
-                "3",
-                "--warmup",
-                "1",
-                "--threads",
-                "1",
-                "--json",
-                str(out),
-            ]
-        )
-        == 0
+    assert main(["bench", "speed", "--quick", "--threads", "1", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("| digits |") == 5  # speed, floor, and one row per method
+    figures = json.loads(out.read_text())
+    assert set(figures) == {"peaks", "speed", "methods"}
+
+    (peak,) = figures["peaks"]
+    assert peak["threads"] == 1 and _finite_positive(peak["measured_gflops"])
+
+    (row,) = figures["speed"]
+    assert row["model"] == "digits" and row["threads"] == 1 and row["samples"] == 5
+    assert row["torch_peak_rss_mb"] is None  # --quick skips the torch-only process
+    assert row["runtime_peak_rss_mb"] > 10
+    for side in ("torch", "runtime"):
+        for kind in ("predict", "adapt", "adapt_p90", "step"):
+            assert _finite_positive(row[f"{side}_{kind}_ms"]) and row[f"{side}_{kind}_ms"] < 1e4
+        for call in ("predict", "step"):
+            achieved = row[f"{side}_{call}_achieved"]
+            assert 0 < achieved <= 1
+            floor = row[f"{call}_floor_ms"]
+            assert achieved == pytest.approx(floor / row[f"{side}_{call}_ms"])
+    assert 0 < row["predict_gflop"] < row["step_gflop"]
+    assert row["step_floor_ms"] == pytest.approx(
+        row["step_gflop"] / row["peak_measured_gflops"] * 1e3
     )
-    rows = json.loads(out.read_text())
-    assert rows[0]["model"] == "digits" and rows[0]["step_ratio"] > 0
+    for kind in ("predict", "adapt", "step"):
+        assert row[f"{kind}_ratio"] == pytest.approx(
+            row[f"runtime_{kind}_ms"] / row[f"torch_{kind}_ms"]
+        )
+    assert 0 <= row["update_rate"] <= 1
+
+    methods = {m["method"]: m for m in figures["methods"]}
+    assert list(methods) == ["realm", "tent", "eata"]
+    for m in methods.values():
+        assert m["model"] == "digits" and m["step_update_rate"] == 1  # forcing works
+        assert m["step_gflop"] == pytest.approx(row["step_gflop"], rel=1e-3)
+        for side in ("torch", "runtime"):
+            assert _finite_positive(m[f"{side}_adapt_ms"]) and _finite_positive(
+                m[f"{side}_step_ms"]
+            )
+        assert m["step_ratio"] == pytest.approx(m["runtime_step_ms"] / m["torch_step_ms"])
+    realm = methods["realm"]
+    assert realm["torch_step_ms"] == row["torch_step_ms"]  # one measurement, two tables
+    assert methods["tent"]["update_rate"] == 1  # Tent has no filter
+
+
+def test_speed_cli_rejects_unknown_names(capsys):
     assert main(["bench", "speed", "--models", "nope"]) == 2
-    assert "unknown models" in capsys.readouterr().err
+    assert main(["bench", "speed", "--quick", "--methods", "sar"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown models ['nope']" in err and "methods ['sar']" in err

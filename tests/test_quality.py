@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pytest
 
 from realm_sdk._quality import METHODS, bench_quality, plot_quality, quality_table, runs_to_json
 
@@ -37,26 +36,32 @@ def test_quality_bench_outputs(digits_model, tmp_path):
     assert len(data["runs"]) == len(runs) and data["settings"]["limit"] == 40
 
 
-@pytest.mark.slow
-def test_quick_cli_writes_table_json_and_plots(tmp_path):
-    from realm_sdk._cli import main
+def test_quick_cli_writes_table_json_and_plots(tmp_path, digits_model, digits_cache_dir):
+    # --quick's source model is the 6-epoch one of the digits_model fixture, under its own
+    # cache name: the session has trained it already, so the smoke run costs seconds.
+    from realm_sdk._cli import _QUICK_EPOCHS, _QUICK_LIMIT, main
 
     out = tmp_path / "q"
-    assert (
-        main(
-            [
-                "bench",
-                "quality",
-                "--quick",
-                "--out",
-                str(out),
-                "--no-progress",
-                "--cache-dir",
-                str(tmp_path / "cache"),
-            ]
-        )
-        == 0
-    )
+    cached = [f"digits_gn_e{_QUICK_EPOCHS}_s0.safetensors"]
+    assert [p.name for p in digits_cache_dir.iterdir()] == cached
+    argv = ["bench", "quality", "--quick", "--out", str(out), "--no-progress"]
+    assert main([*argv, "--cache-dir", str(digits_cache_dir)]) == 0
+    assert [p.name for p in digits_cache_dir.iterdir()] == cached  # loaded, not retrained
     assert (out / "quality.md").read_text().startswith("# Quality")
-    assert len(json.loads((out / "quality.json").read_text())["runs"]) == 2 * len(METHODS)
+    data = json.loads((out / "quality.json").read_text())
+    assert data["settings"]["source_epochs"] == _QUICK_EPOCHS
+    assert data["settings"]["limit"] == _QUICK_LIMIT and data["settings"]["dataset"] == "digits"
+    runs = data["runs"]
+    assert len(runs) == 2 * len(METHODS)
+    assert {(r["corruption"], r["method"]) for r in runs} == {
+        (c, m) for c in ("gaussian_noise", "defocus_blur") for m in METHODS
+    }
+    for r in runs:
+        assert 0 <= r["accuracy"] <= 100 and 0 <= r["clean_after"] <= 100
+        assert len(r["online_accuracy"]) == _QUICK_LIMIT
+        assert 0 <= r["updates"] <= _QUICK_LIMIT
+    # The short-trained source model is a classifier: far above chance (10 %) on clean data.
+    assert all(r["clean_after"] > 80 for r in runs if r["method"] == "none")
+    table = (out / "quality.md").read_text()
+    assert "| REALM (runtime) |" in table and "clean after" in table
     assert (out / "online_accuracy.png").is_file() and (out / "alpha_lambda.png").is_file()

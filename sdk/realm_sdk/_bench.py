@@ -4,45 +4,117 @@ Both sides run in one process, on the same machine, with the same thread count a
 input stream: torch first, then ONNX Runtime (whose idle worker threads spin for a while and
 would otherwise slow torch down). The runtime's peak memory is measured in a separate process
 that imports only ``realm_runtime``, with torch made unimportable, as on a device.
+
+Beside the times: the physical floor (FLOPs of a predict and of an updating step, counted on
+the torch reference, over the machine's peak FLOP/s; see ``_flops``) and the cost of each
+method (REALM, Tent, EATA) through both implementations.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import subprocess
 import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from realm_runtime._config import RealmConfig
+from realm_runtime._config import METHODS, RealmConfig
 
 from ._adapter import RealmAdapter
 from ._digits import DigitsGNNet
+from ._flops import MachinePeak, count_flops, machine_peak
 
-# name -> (factory, per-sample input shape (C, H, W), classes)
-MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], int]] = {
-    "digits": (lambda: DigitsGNNet(), (1, 32, 32), 10),
-    "resnet50_gn": (lambda: _timm("resnet50_gn"), (3, 224, 224), 1000),
-    "vit_tiny": (lambda: _timm("vit_tiny_patch16_224"), (3, 224, 224), 1000),
-    "vit_base": (lambda: _timm("vit_base_patch16_224"), (3, 224, 224), 1000),
-    "convnext_tiny": (lambda: _timm("convnext_tiny"), (3, 224, 224), 1000),
+# name -> (timm model name, "" for the built-in digits CNN; per-sample input (C, H, W); classes).
+# Any other timm model runs as "timm:<name>" (1000 classes, 224 px unless overridden).
+MODELS: dict[str, tuple[str, tuple[int, ...], int]] = {
+    "digits": ("", (1, 32, 32), 10),
+    "resnet50_gn": ("resnet50_gn", (3, 224, 224), 1000),
+    "vit_tiny": ("vit_tiny_patch16_224", (3, 224, 224), 1000),
+    "vit_base": ("vit_base_patch16_224", (3, 224, 224), 1000),
+    "convnext_tiny": ("convnext_tiny", (3, 224, 224), 1000),
 }
+TIMM_PREFIX = "timm:"
 
 
-def _timm(name: str) -> nn.Module:
+def known_model(name: str) -> bool:
+    """Whether :func:`build_model` accepts ``name`` (a key of MODELS or ``timm:<name>``)."""
+    return name in MODELS or (name.startswith(TIMM_PREFIX) and len(name) > len(TIMM_PREFIX))
+
+
+def build_model(name: str, image_size: int | None = None) -> tuple[nn.Module, tuple[int, ...], int]:
+    """A benchmark model (random weights), its per-sample input shape and its class count.
+
+    Args:
+        name: a key of :data:`MODELS`, or ``"timm:<model>"`` for any timm model.
+        image_size: square input side instead of the model's (a smoke run on a small input;
+            timm models that fix their input size, such as ViTs, are built for it).
+
+    Returns:
+        ``(model in eval mode, (C, H, W), classes)``.
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    if name in MODELS:
+        timm_name, shape, classes = MODELS[name]
+    elif known_model(name):
+        timm_name, shape, classes = name[len(TIMM_PREFIX) :], (3, 224, 224), 1000
+    else:
+        raise ValueError(f"unknown model {name!r}; known: {sorted(MODELS)} or timm:<name>")
+    if image_size is not None:
+        shape = (shape[0], image_size, image_size)
+    model = _timm(timm_name, image_size) if timm_name else DigitsGNNet()
+    return model.eval(), shape, classes
+
+
+def _timm(name: str, image_size: int | None) -> nn.Module:
     import timm
 
+    if image_size is not None:
+        try:  # models with position embeddings are built for their input size
+            return timm.create_model(name, pretrained=False, num_classes=1000, img_size=image_size)
+        except TypeError:  # convolutional models take any size and no img_size argument
+            pass
     return timm.create_model(name, pretrained=False, num_classes=1000)
+
+
+@dataclass(frozen=True)
+class MethodRow:
+    """One method's cost on one model (milliseconds per sample, batch 1, medians)."""
+
+    model: str
+    method: str  # realm, tent or eata: the preset's settings with this method's loss/filters
+    threads: int
+    samples: int  # timed samples per measurement, after warm-up
+    step_gflop: float  # counted FLOPs of one updating step of this method (torch reference)
+    update_rate: float  # share of the runtime's normal-adapt samples that updated
+    step_update_rate: float  # lowest share (torch, runtime) of forced samples that updated
+    torch_adapt_ms: float  # adapt with the method's own filters
+    torch_step_ms: float  # adapt with the filters forced open: every sample updates
+    runtime_adapt_ms: float
+    runtime_step_ms: float
+
+    @property
+    def adapt_ratio(self) -> float:
+        """Runtime adapt time / torch adapt time."""
+        return self.runtime_adapt_ms / self.torch_adapt_ms
+
+    @property
+    def step_ratio(self) -> float:
+        """Runtime / torch time of a step that updates."""
+        return self.runtime_step_ms / self.torch_step_ms
 
 
 @dataclass(frozen=True)
@@ -61,8 +133,12 @@ class SpeedRow:
     runtime_adapt_ms: float  # median
     runtime_adapt_p90_ms: float
     runtime_step_ms: float  # median of a REALM step that updates every sample (d = 1)
-    torch_peak_rss_mb: float  # a process running the torch reference's adapt loop only
+    torch_peak_rss_mb: float | None  # a torch-reference-only process; None: skipped (--quick)
     runtime_peak_rss_mb: float  # a process with realm_runtime only, torch unimportable
+    predict_gflop: float  # counted FLOPs of one forward (matmul, conv, attention only)
+    step_gflop: float  # the same for one updating REALM step: forward + input-gradient backward
+    peak: MachinePeak  # the FLOP/s the floors divide by, at this row's thread count
+    methods: tuple[MethodRow, ...] = ()  # REALM/Tent/EATA cost on the same stream
 
     @property
     def adapt_ratio(self) -> float:
@@ -79,16 +155,92 @@ class SpeedRow:
         """Runtime predict time / torch predict time (target ≤ 1)."""
         return self.runtime_predict_ms / self.torch_predict_ms
 
+    @property
+    def predict_floor_ms(self) -> float:
+        """Predict FLOPs / measured peak: no implementation on this machine beats it."""
+        return self.predict_gflop / self.peak.measured_gflops * 1e3
+
+    @property
+    def step_floor_ms(self) -> float:
+        """Updating-step FLOPs / measured peak."""
+        return self.step_gflop / self.peak.measured_gflops * 1e3
+
+    @property
+    def step_floor_theoretical_ms(self) -> float | None:
+        """Updating-step FLOPs / theoretical peak (None where the CPU's spec is unknown)."""
+        if self.peak.theoretical_gflops is None:
+            return None
+        return self.step_gflop / self.peak.theoretical_gflops * 1e3
+
+    def achieved(self) -> dict[str, float]:
+        """Floor / median time (share of the measured peak reached), per side and call."""
+        return {
+            "torch_predict_achieved": self.predict_floor_ms / self.torch_predict_ms,
+            "runtime_predict_achieved": self.predict_floor_ms / self.runtime_predict_ms,
+            "torch_step_achieved": self.step_floor_ms / self.torch_step_ms,
+            "runtime_step_achieved": self.step_floor_ms / self.runtime_step_ms,
+        }
+
 
 def _timed(fn: Callable[[np.ndarray], object], xs: np.ndarray, warmup: int) -> np.ndarray:
-    for i in range(warmup):
-        fn(xs[i % len(xs)][None])
-    out = np.empty(len(xs))
-    for i in range(len(xs)):
+    """Milliseconds of ``fn`` on each sample of ``xs[warmup:]``, after untimed ``xs[:warmup]``.
+
+    Warm-up samples are not timed samples again: a sample seen twice in a row predicts what
+    the EMA holds (|cos| = 1), and S_div would skip it even with d = 1.
+    """
+    for x in xs[:warmup]:
+        fn(x[None])
+    timed = xs[warmup:]
+    out = np.empty(len(timed))
+    for i, x in enumerate(timed):
         start = time.perf_counter()
-        fn(xs[i][None])
+        fn(x[None])
         out[i] = time.perf_counter() - start
     return out * 1e3
+
+
+def forced_overrides(config: RealmConfig) -> dict[str, float]:
+    """Overrides under which every sample updates: the cost of a step, not of a skip.
+
+    d = 1 lets every sample through S_div (|cos| < 1 unless a prediction equals the EMA);
+    an entropy ≤ ln C always passes EATA's cut at e0 = ln C + 0.1 (its weights
+    exp(e0 − H) stay ≤ 1.11·C). Both are fields the runtime overrides without re-export.
+    """
+    out = {"diversity_margin": 1.0}
+    if config.method == "eata":
+        out["entropy_margin"] = math.log(config.num_classes) + 0.1
+    return out
+
+
+def _torch_timed(
+    model: nn.Module, config: RealmConfig, xs: np.ndarray, warmup: int
+) -> tuple[np.ndarray, float]:
+    adapter = RealmAdapter(copy.deepcopy(model), config)
+    times = _timed(lambda x: adapter.adapt(torch.from_numpy(x)), xs, warmup)
+    state = adapter.state
+    return times, state.updates / max(state.samples, 1)
+
+
+def _runtime_timed(
+    artifacts: Path, threads: int, overrides: dict[str, Any], xs: np.ndarray, warmup: int
+) -> tuple[np.ndarray, float]:
+    from realm_runtime import RealmRuntime
+
+    rt = RealmRuntime(artifacts, threads=threads, overrides=overrides)
+    times = _timed(rt.adapt, xs, warmup)
+    state = rt.state
+    return times, state.updates / max(state.samples, 1)
+
+
+def _counted_flops(model: nn.Module, config: RealmConfig, x: torch.Tensor) -> tuple[float, float]:
+    """GFLOPs of a predict and of an updating adapt step of a fresh (forced) reference."""
+    adapter = RealmAdapter(copy.deepcopy(model), config.with_overrides(**forced_overrides(config)))
+    predict = count_flops(lambda: adapter.predict(x))
+    results = []
+    step = count_flops(lambda: results.append(adapter.adapt_step(x)))
+    if not results[0].updated:  # counted a skip, not a step: the floor would be a forward's
+        raise RuntimeError(f"the counted {config.method} step did not update ({results[0].reason})")
+    return predict / 1e9, step / 1e9
 
 
 def bench_model(
@@ -99,62 +251,131 @@ def bench_model(
     warmup: int = 5,
     work_dir: str | os.PathLike[str] | None = None,
     seed: int = 0,
+    methods: Sequence[str] = METHODS,
+    image_size: int | None = None,
+    peak: MachinePeak | None = None,
+    torch_rss: bool = True,
 ) -> SpeedRow:
     """Time one model: torch reference and RealmRuntime, predict and REALM adapt, batch 1.
 
-    The stream is random normal inputs (a fixed seed); the ImageNet preset for the 1000-class
-    models, the CIFAR preset for the digits model.
+    The stream is random normal inputs (a fixed seed), ``warmup`` untimed then ``samples``
+    timed ones; the ImageNet preset for the 1000-class models, the CIFAR preset for the
+    digits model. Update rates count every call, warm-up included.
+
+    Args:
+        name: a key of :data:`MODELS` or ``"timm:<model>"``.
+        threads: torch and ONNX Runtime intra-op threads.
+        samples: timed samples per measurement.
+        warmup: untimed calls before each measurement.
+        work_dir: where the temporary artifacts go (default: the system's temp folder).
+        seed: seed of the weights and of the input stream.
+        methods: methods of the per-method table (each exports its own artifacts); REALM's
+            own figures come from the main measurement.
+        image_size: square input side instead of the model's (smoke runs).
+        peak: the machine's peak at ``threads`` (measured here when None).
+        torch_rss: measure the torch-only process's peak RSS (a fresh torch import: seconds).
+
+    Returns:
+        The row, with one :class:`MethodRow` per method in ``methods``.
+
+    Raises:
+        ValueError: an unknown model or method.
     """
     from realm_export import export_realm_artifacts
     from realm_runtime import RealmRuntime
 
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; known: {sorted(MODELS)}")
-    factory, shape, classes = MODELS[name]
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown methods {unknown}; known: {METHODS}")
     torch.manual_seed(seed)
-    model = factory().eval()
+    model, shape, classes = build_model(name, image_size)
     preset = "cifar" if classes == 10 else "imagenet"
-    config = RealmConfig.preset(preset, num_classes=classes)  # type: ignore[arg-type]
-    xs = np.random.default_rng(seed).standard_normal((samples, *shape)).astype(np.float32)
+    configs = {
+        m: RealmConfig.preset(preset, num_classes=classes, method=m)  # type: ignore[arg-type]
+        for m in dict.fromkeys(["realm", *methods])
+    }
+    config = configs["realm"]
+    # (warmup + samples, C, H, W): distinct warm-up samples, then the timed ones.
+    xs = np.random.default_rng(seed).standard_normal((warmup + samples, *shape)).astype(np.float32)
+    peak = peak if peak is not None else machine_peak(threads)
     with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
-        artifacts = Path(tmp) / name
-        export_realm_artifacts(model, artifacts, config=config, input_shape=(1, *shape))
+        dirs = {m: Path(tmp) / f"{name.replace(':', '_')}-{m}" for m in configs}
+        for m, cfg in configs.items():
+            export_realm_artifacts(model, dirs[m], config=cfg, input_shape=(1, *shape))
+        artifacts = dirs["realm"]
 
         torch.set_num_threads(threads)
+        flops = {
+            m: _counted_flops(model, cfg, torch.from_numpy(xs[0][None]))
+            for m, cfg in configs.items()
+        }
         adapter = RealmAdapter(copy.deepcopy(model), config)
         t_pred = _timed(lambda x: adapter.predict(torch.from_numpy(x)), xs, warmup)
-        adapter.reset()
-        t_adapt = _timed(lambda x: adapter.adapt(torch.from_numpy(x)), xs, warmup)
-        # d = 1 lets every sample through S_div: the cost of a step that really updates.
-        always = RealmAdapter(copy.deepcopy(model), config.with_overrides(diversity_margin=1.0))
-        t_step = _timed(lambda x: always.adapt(torch.from_numpy(x)), xs, warmup)
+        # Per method: (adapt times, update rate), then the same with the filters forced open.
+        t_adapt: dict[str, tuple[np.ndarray, float]] = {}
+        t_step: dict[str, tuple[np.ndarray, float]] = {}
+        for m, cfg in configs.items():
+            t_adapt[m] = _torch_timed(model, cfg, xs, warmup)
+            # Tent has no filter: every sample updates, and its adapt is its step.
+            forced = cfg.with_overrides(**forced_overrides(cfg))
+            t_step[m] = t_adapt[m] if m == "tent" else _torch_timed(model, forced, xs, warmup)
 
         rt = RealmRuntime(artifacts, threads=threads)
         r_pred = _timed(rt.predict, xs, warmup)
-        rt.reset()
-        r_adapt = _timed(rt.adapt, xs, warmup)
-        rate = rt.state.updates / max(rt.state.samples, 1)
         del rt
-        rt_always = RealmRuntime(artifacts, threads=threads, overrides={"diversity_margin": 1.0})
-        r_step = _timed(rt_always.adapt, xs, warmup)
-        torch.save(model.state_dict(), Path(tmp) / "weights.pt")
-        torch_rss = torch_only_peak_rss(name, Path(tmp) / "weights.pt", preset, xs, threads)
-        runtime_rss = runtime_only_peak_rss(artifacts, xs, threads)
+        r_adapt: dict[str, tuple[np.ndarray, float]] = {}
+        r_step: dict[str, tuple[np.ndarray, float]] = {}
+        for m, cfg in configs.items():
+            r_adapt[m] = _runtime_timed(dirs[m], threads, {}, xs, warmup)
+            r_step[m] = (
+                r_adapt[m]
+                if m == "tent"
+                else _runtime_timed(dirs[m], threads, forced_overrides(cfg), xs, warmup)
+            )
+
+        torch_mb = None
+        if torch_rss:
+            torch.save(model.state_dict(), Path(tmp) / "weights.pt")
+            torch_mb = torch_only_peak_rss(
+                name, Path(tmp) / "weights.pt", preset, xs, threads, image_size
+            )
+        runtime_mb = runtime_only_peak_rss(artifacts, xs, threads)
+
+    method_rows = tuple(
+        MethodRow(
+            model=name,
+            method=m,
+            threads=threads,
+            samples=samples,
+            step_gflop=flops[m][1],
+            update_rate=r_adapt[m][1],
+            step_update_rate=min(t_step[m][1], r_step[m][1]),
+            torch_adapt_ms=float(np.median(t_adapt[m][0])),
+            torch_step_ms=float(np.median(t_step[m][0])),
+            runtime_adapt_ms=float(np.median(r_adapt[m][0])),
+            runtime_step_ms=float(np.median(r_step[m][0])),
+        )
+        for m in methods
+    )
     return SpeedRow(
         model=name,
         threads=threads,
         samples=samples,
-        update_rate=rate,
+        update_rate=r_adapt["realm"][1],
         torch_predict_ms=float(np.median(t_pred)),
-        torch_adapt_ms=float(np.median(t_adapt)),
-        torch_adapt_p90_ms=float(np.percentile(t_adapt, 90)),
-        torch_step_ms=float(np.median(t_step)),
+        torch_adapt_ms=float(np.median(t_adapt["realm"][0])),
+        torch_adapt_p90_ms=float(np.percentile(t_adapt["realm"][0], 90)),
+        torch_step_ms=float(np.median(t_step["realm"][0])),
         runtime_predict_ms=float(np.median(r_pred)),
-        runtime_adapt_ms=float(np.median(r_adapt)),
-        runtime_adapt_p90_ms=float(np.percentile(r_adapt, 90)),
-        runtime_step_ms=float(np.median(r_step)),
-        torch_peak_rss_mb=torch_rss,
-        runtime_peak_rss_mb=runtime_rss,
+        runtime_adapt_ms=float(np.median(r_adapt["realm"][0])),
+        runtime_adapt_p90_ms=float(np.percentile(r_adapt["realm"][0], 90)),
+        runtime_step_ms=float(np.median(r_step["realm"][0])),
+        torch_peak_rss_mb=torch_mb,
+        runtime_peak_rss_mb=runtime_mb,
+        predict_gflop=flops["realm"][0],
+        step_gflop=flops["realm"][1],
+        peak=peak,
+        methods=method_rows,
     )
 
 
@@ -163,14 +384,14 @@ _TORCH_ONLY = textwrap.dedent("""
     import numpy as np
     import torch
     from realm_sdk import RealmAdapter, RealmConfig
-    from realm_sdk._bench import MODELS
+    from realm_sdk._bench import build_model
 
-    factory, shape, classes = MODELS[sys.argv[1]]
-    torch.set_num_threads(int(sys.argv[5]))
-    model = factory()
+    torch.set_num_threads(int(sys.argv[6]))
+    size = int(sys.argv[4]) or None
+    model, shape, classes = build_model(sys.argv[1], size)
     model.load_state_dict(torch.load(sys.argv[2], weights_only=True))
     adapter = RealmAdapter(model, RealmConfig.preset(sys.argv[3], num_classes=classes))
-    for x in np.load(sys.argv[4]):
+    for x in np.load(sys.argv[5]):
         adapter.adapt(torch.from_numpy(x[None]))
     with open("/proc/self/status") as status:  # VmHWM: ru_maxrss would survive fork + exec
         hwm = next(l for l in status if l.startswith("VmHWM:"))
@@ -179,10 +400,15 @@ _TORCH_ONLY = textwrap.dedent("""
 
 
 def torch_only_peak_rss(
-    name: str, weights: Path, preset: str, xs: np.ndarray, threads: int
+    name: str,
+    weights: Path,
+    preset: str,
+    xs: np.ndarray,
+    threads: int,
+    image_size: int | None = None,
 ) -> float:
     """Peak RSS (MB) of a fresh process that runs the stream with the torch reference only."""
-    return _peak_of([_TORCH_ONLY, name, str(weights), preset], xs, threads)
+    return _peak_of([_TORCH_ONLY, name, str(weights), preset, str(image_size or 0)], xs, threads)
 
 
 def _peak_of(args: list[str], xs: np.ndarray, threads: int) -> float:
@@ -234,8 +460,16 @@ def runtime_only_peak_rss(artifacts: Path, xs: np.ndarray, threads: int) -> floa
     return _peak_of([_RUNTIME_ONLY, str(artifacts)], xs, threads)
 
 
+def _ratio(num: float, den: float | None) -> str:
+    return "—" if den is None else f"{num / den:.2f}"
+
+
 def format_speed(rows: list[SpeedRow]) -> str:
-    """A Markdown table of speed rows: milliseconds per sample (median), ratios runtime/torch."""
+    """Markdown: the speed table, the FLOP floor table and (if measured) the per-method table.
+
+    Milliseconds per sample (medians), ratios runtime/torch; "achieved" is the floor (FLOPs /
+    measured peak) over the median time: the share of the machine's matmul speed reached.
+    """
     head = (
         "| model | threads | predict ms torch / runtime (ratio) | REALM adapt ms torch / "
         "runtime (ratio), update rate | updating step ms torch / runtime (ratio) | "
@@ -243,27 +477,86 @@ def format_speed(rows: list[SpeedRow]) -> str:
     )
     lines = [head, "|" + "---|" * 6]
     for r in rows:
+        torch_rss = "—" if r.torch_peak_rss_mb is None else f"{r.torch_peak_rss_mb:.0f}"
         lines.append(
             f"| {r.model} | {r.threads} | {r.torch_predict_ms:.2f} / {r.runtime_predict_ms:.2f} "
             f"({r.predict_ratio:.2f}) | {r.torch_adapt_ms:.2f} / {r.runtime_adapt_ms:.2f} "
             f"({r.adapt_ratio:.2f}), {r.update_rate:.2f} | {r.torch_step_ms:.2f} / "
-            f"{r.runtime_step_ms:.2f} ({r.step_ratio:.2f}) | {r.torch_peak_rss_mb:.0f} / "
-            f"{r.runtime_peak_rss_mb:.0f} ({r.runtime_peak_rss_mb / r.torch_peak_rss_mb:.2f}) |"
+            f"{r.runtime_step_ms:.2f} ({r.step_ratio:.2f}) | {torch_rss} / "
+            f"{r.runtime_peak_rss_mb:.0f} ({_ratio(r.runtime_peak_rss_mb, r.torch_peak_rss_mb)}) |"
+        )
+    tables = ["\n".join(lines), _format_floor(rows)]
+    if any(r.methods for r in rows):
+        tables.append(_format_methods([m for r in rows for m in r.methods]))
+    return "\n\n".join(tables)
+
+
+def _format_floor(rows: list[SpeedRow]) -> str:
+    peaks = {r.peak.describe(): None for r in rows}  # one line per distinct peak, in order
+    lines = [
+        *(f"{line[0].upper()}{line[1:]}." for line in peaks),
+        "",
+        "| model | GFLOP predict / updating step | floor ms predict / step (measured peak) | "
+        "floor ms step (theoretical peak) | achieved % predict torch / runtime | "
+        "achieved % step torch / runtime |",
+        "|" + "---|" * 6,
+    ]
+    for r in rows:
+        pct = {k: f"{100 * v:.3g}" for k, v in r.achieved().items()}
+        theory = r.step_floor_theoretical_ms
+        lines.append(
+            f"| {r.model} | {r.predict_gflop:.3g} / {r.step_gflop:.3g} | "
+            f"{r.predict_floor_ms:.3g} / {r.step_floor_ms:.3g} | "
+            f"{'—' if theory is None else f'{theory:.3g}'} | "
+            f"{pct['torch_predict_achieved']} / {pct['runtime_predict_achieved']} | "
+            f"{pct['torch_step_achieved']} / {pct['runtime_step_achieved']} |"
+        )
+    return "\n".join(lines)
+
+
+def _format_methods(rows: list[MethodRow]) -> str:
+    lines = [
+        "| model | method | GFLOP step | adapt ms torch / runtime (ratio), update rate | "
+        "updating step ms torch / runtime (ratio), update rate |",
+        "|" + "---|" * 5,
+    ]
+    for m in rows:
+        lines.append(
+            f"| {m.model} | {m.method} | {m.step_gflop:.3g} | {m.torch_adapt_ms:.2f} / "
+            f"{m.runtime_adapt_ms:.2f} ({m.adapt_ratio:.2f}), {m.update_rate:.2f} | "
+            f"{m.torch_step_ms:.2f} / {m.runtime_step_ms:.2f} ({m.step_ratio:.2f}), "
+            f"{m.step_update_rate:.2f} |"
         )
     return "\n".join(lines)
 
 
 def rows_to_json(rows: list[SpeedRow]) -> str:
-    """Every figure of the rows as JSON (ratios included)."""
-    return json.dumps(
-        [
-            asdict(r)
+    """Every figure of the rows as JSON: the peaks, the speed rows and the per-method rows.
+
+    ``{"peaks": [...], "speed": [...], "methods": [...]}``; ratios, floors and achieved
+    shares are included beside the measured figures.
+    """
+    peaks = {r.peak.threads: asdict(r.peak) | {"describe": r.peak.describe()} for r in rows}
+    speed = []
+    for r in rows:
+        row = {k: v for k, v in asdict(r).items() if k not in ("peak", "methods")}
+        speed.append(
+            row
             | {
                 "adapt_ratio": r.adapt_ratio,
                 "predict_ratio": r.predict_ratio,
                 "step_ratio": r.step_ratio,
+                "peak_measured_gflops": r.peak.measured_gflops,
+                "peak_theoretical_gflops": r.peak.theoretical_gflops,
+                "predict_floor_ms": r.predict_floor_ms,
+                "step_floor_ms": r.step_floor_ms,
+                "step_floor_theoretical_ms": r.step_floor_theoretical_ms,
             }
-            for r in rows
-        ],
-        indent=2,
-    )
+            | r.achieved()
+        )
+    methods = [
+        asdict(m) | {"adapt_ratio": m.adapt_ratio, "step_ratio": m.step_ratio}
+        for r in rows
+        for m in r.methods
+    ]
+    return json.dumps({"peaks": list(peaks.values()), "speed": speed, "methods": methods}, indent=2)

@@ -6,6 +6,12 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch stays an import of the commands that need it
+    from torch import nn
+
+    from ._realdata import ShiftDataset
 
 
 def _tqdm_factory() -> Callable[[str, int], Callable[[int], None]]:
@@ -76,22 +82,46 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_speed(args: argparse.Namespace) -> int:
-    from ._bench import MODELS, bench_model, format_speed, rows_to_json
+    from ._bench import METHODS, MODELS, bench_model, format_speed, known_model, rows_to_json
+    from ._flops import machine_peak
 
-    unknown = [m for m in args.models if m not in MODELS]
-    if unknown:
-        print(f"unknown models {unknown}; known: {sorted(MODELS)}", file=sys.stderr)
-        return 2
-    rows = []
-    for name in args.models:
+    # --quick: a smoke run for CI (seconds): digits only unless --models names others, few
+    # samples, a smaller peak matmul, and no torch-only RSS process (a fresh torch import
+    # takes seconds; the runtime-only one takes half a second and stays).
+    quick = args.quick
+    models = args.models or (["digits"] if quick else ["digits", "resnet50_gn"])
+    samples = args.samples or (5 if quick else 30)
+    warmup = args.warmup if args.warmup is not None else (2 if quick else 5)
+    unknown = [m for m in models if not known_model(m)]
+    bad_methods = [m for m in args.methods if m not in METHODS]
+    if unknown or bad_methods:
         print(
-            f"timing {name} ({args.samples} samples after {args.warmup} warm-up, "
-            f"{args.threads} threads) …",
+            f"unknown models {unknown} / methods {bad_methods}; known: {sorted(MODELS)} or "
+            f"timm:<name> / {list(METHODS)}",
+            file=sys.stderr,
+        )
+        return 2
+    peak = machine_peak(args.threads, n=1024 if quick else 2048, repeats=3 if quick else 5)
+    print(peak.describe(), file=sys.stderr, flush=True)
+    rows = []
+    for name in models:
+        print(
+            f"timing {name} ({samples} samples after {warmup} warm-up, {args.threads} threads; "
+            f"methods {' '.join(args.methods) or '-'}) …",
             file=sys.stderr,
             flush=True,
         )
         rows.append(
-            bench_model(name, threads=args.threads, samples=args.samples, warmup=args.warmup)
+            bench_model(
+                name,
+                threads=args.threads,
+                samples=samples,
+                warmup=warmup,
+                methods=args.methods,
+                image_size=args.image_size,
+                peak=peak,
+                torch_rss=not quick,
+            )
         )
     table = format_speed(rows)
     print(table)
@@ -103,23 +133,97 @@ def _cmd_bench_speed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _quality_data(
+    args: argparse.Namespace,
+) -> tuple[ShiftDataset | None, nn.Module | None] | str:
+    """The dataset and source model of ``bench quality`` (None, None: digits), or an error."""
+    if args.dataset == "digits":
+        if args.data_root or args.model or args.weights or args.random_init or args.classes:
+            return (
+                "--data-root, --model, --weights, --random-init and --classes are for "
+                "--dataset cifar10c or imagenetc"
+            )
+        return None, None
+    from ._quality import source_model
+    from ._realdata import load_cifar10c, load_imagenetc
+
+    if args.epochs is not None:
+        return "--epochs trains the digits source model: give --weights for real data"
+    if not args.data_root:
+        return f"--dataset {args.dataset} needs --data-root (the unpacked data folder)"
+    model = args.model or ("resnet50_gn" if args.dataset == "imagenetc" else None)
+    if model is None:
+        return (
+            "--dataset cifar10c needs --model: the timm architecture of the --weights "
+            "(the paper's ResNet-26-GN is not a timm model; see docs/BENCHMARKS.md)"
+        )
+    if args.weights is None and not args.random_init:
+        return (
+            f"--dataset {args.dataset} needs --weights (a state_dict file of the source "
+            "model); --random-init runs a randomly initialised model instead (a smoke test)"
+        )
+    if args.weights is not None and args.random_init:
+        return "give either --weights or --random-init, not both"
+    try:
+        if args.dataset == "cifar10c":
+            if args.classes:
+                return "--classes is for --dataset imagenetc"
+            dataset = load_cifar10c(args.data_root)
+        else:
+            classes = None
+            if args.classes:
+                from pathlib import Path
+
+                classes = Path(args.classes).read_text().split()
+            dataset = load_imagenetc(args.data_root, classes=classes)
+        if args.random_init:
+            print(
+                "WARNING: --random-init: the source model is randomly initialised, so its "
+                "accuracies are meaningless (this checks that the pipeline runs)",
+                file=sys.stderr,
+            )
+        source = source_model(model, num_classes=dataset.num_classes, weights=args.weights)
+    except (OSError, ValueError) as exc:
+        return str(exc)
+    return dataset, source
+
+
 def _cmd_bench_quality(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ._corruptions import CORRUPTIONS
     from ._quality import METHODS, bench_quality, plot_quality, quality_table, runs_to_json
 
-    if args.quick:
-        corruptions, seeds, limit = ["gaussian_noise", "defocus_blur"], [0], 150
+    for flag in ("epochs", "limit"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            print(f"--{flag} must be ≥ 1, got {getattr(args, flag)}", file=sys.stderr)
+            return 2
+    data = _quality_data(args)
+    if isinstance(data, str):
+        print(data, file=sys.stderr)
+        return 2
+    dataset, source = data
+    if dataset is None:  # the built-in digits task
+        from ._corruptions import CORRUPTIONS
+
+        known, default = ["clean", *sorted(CORRUPTIONS)], sorted(CORRUPTIONS)
+        quick = ["gaussian_noise", "defocus_blur"]
     else:
-        corruptions = args.corruptions or sorted(CORRUPTIONS)
+        known, default = list(dataset.corruptions), list(dataset.default_corruptions)
+        quick = default[:2]
+    preset = args.preset or ("imagenet" if args.dataset == "imagenetc" else "cifar")
+    # --quick: a smoke run; on the digits with a briefly trained source model (own cache file).
+    epochs = args.epochs or (_QUICK_EPOCHS if args.quick else 30)
+    if args.quick:
+        corruptions, seeds, limit = args.corruptions or quick, [0], args.limit or _QUICK_LIMIT
+    else:
+        corruptions = args.corruptions or default
         seeds, limit = args.seeds, args.limit
-    unknown = [c for c in corruptions if c not in CORRUPTIONS and c != "clean"]
+    unknown = [c for c in corruptions if c not in known]
     bad_methods = [m for m in args.methods if m not in METHODS]
     if unknown or bad_methods:
         print(
             f"unknown corruptions {unknown} / methods {bad_methods}; known: "
-            f"{sorted(CORRUPTIONS)} / {list(METHODS)}",
+            f"{known} / {list(METHODS)}",
             file=sys.stderr,
         )
         return 2
@@ -128,24 +232,37 @@ def _cmd_bench_quality(args: argparse.Namespace) -> int:
         severity=args.severity,
         seeds=seeds,
         methods=args.methods,
-        preset=args.preset,
+        preset=preset,
         limit=limit,
         cache_dir=args.cache_dir,
         on_run=None if args.no_progress else _tqdm_factory(),
+        source=source,
+        dataset=dataset,
+        epochs=epochs,
     )
     table = quality_table(runs)
     print(table)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    settings = {
+    settings: dict[str, object] = {
+        "dataset": args.dataset,
         "corruptions": corruptions,
         "severity": args.severity,
         "seeds": list(seeds),
         "methods": list(args.methods),
-        "preset": args.preset,
+        "preset": preset,
         "limit": limit,
         "batch_size": 1,
     }
+    if dataset is None:
+        settings["source_epochs"] = epochs
+    else:
+        settings.update(
+            data_root=str(args.data_root),
+            model=args.model or "resnet50_gn",
+            weights=args.weights,
+            random_init=args.random_init,
+        )
     (out / "quality.json").write_text(runs_to_json(runs, settings))
     (out / "quality.md").write_text(
         _run_header("Quality: online accuracy (%)", sys.argv) + table + "\n"
@@ -156,6 +273,10 @@ def _cmd_bench_quality(args: argparse.Namespace) -> int:
         + ", ".join(str(p) for p in plots)
     )
     return 0
+
+
+_QUICK_EPOCHS = 6  # digits source model of --quick (the tests' recipe): ~10 s to train
+_QUICK_LIMIT = 150  # samples per stream of --quick
 
 
 def _run_header(title: str, argv: Sequence[str]) -> str:
@@ -234,25 +355,91 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
     speed = bench.add_parser("speed", help="per-sample latency and memory, torch vs runtime")
-    speed.add_argument("--models", nargs="+", default=["digits", "resnet50_gn"])
+    speed.add_argument(
+        "--models",
+        nargs="+",
+        default=None,
+        help="names in MODELS or timm:<name> (default: digits resnet50_gn; --quick: digits)",
+    )
     speed.add_argument("--threads", type=int, default=2)
-    speed.add_argument("--samples", type=int, default=30, help="timed samples per measurement")
-    speed.add_argument("--warmup", type=int, default=5)
+    speed.add_argument(
+        "--samples", type=int, default=None, help="timed samples per measurement (30; quick 5)"
+    )
+    speed.add_argument("--warmup", type=int, default=None, help="warm-up calls (5; quick 2)")
+    speed.add_argument(
+        "--methods",
+        nargs="*",
+        default=["realm", "tent", "eata"],
+        help="methods of the per-method cost table (each exports its artifacts; none: skip)",
+    )
+    speed.add_argument(
+        "--image-size", type=int, default=None, help="square input side instead of the model's"
+    )
+    speed.add_argument(
+        "--quick",
+        action="store_true",
+        help="digits, 5 samples after 2 warm-up, no torch-only RSS process (a CI smoke run)",
+    )
     speed.add_argument("--json", default=None, help="also write every figure to this file")
     speed.set_defaults(func=_cmd_bench_speed)
-    quality = bench.add_parser("quality", help="online accuracy on corrupted digits streams")
+    quality = bench.add_parser(
+        "quality", help="online accuracy on corrupted streams (digits, CIFAR-10-C, ImageNet-C)"
+    )
     quality.add_argument(
         "--quick",
         action="store_true",
-        help="2 corruptions, 1 seed, 150 samples (a smoke run for CI)",
+        help=f"2 corruptions, 1 seed, {_QUICK_LIMIT} samples; on the digits a "
+        f"{_QUICK_EPOCHS}-epoch source model (a smoke run for CI)",
     )
-    quality.add_argument("--corruptions", nargs="+", default=None, help="default: all of them")
+    quality.add_argument(
+        "--dataset",
+        choices=("digits", "cifar10c", "imagenetc"),
+        default="digits",
+        help="the built-in digits task, or real data from --data-root",
+    )
+    quality.add_argument(
+        "--data-root",
+        default=None,
+        help="CIFAR-10-C: folder of <corruption>.npy + labels.npy; "
+        "ImageNet-C: folder of <corruption>/<severity>/<wnid>/*.JPEG",
+    )
+    quality.add_argument(
+        "--model", default=None, help="timm name of the source model (imagenetc: resnet50_gn)"
+    )
+    quality.add_argument("--weights", default=None, help="state_dict file of the source model")
+    quality.add_argument(
+        "--random-init",
+        action="store_true",
+        help="real data without --weights: a random model (pipeline check; accuracy meaningless)",
+    )
+    quality.add_argument(
+        "--classes",
+        default=None,
+        help="imagenetc: file of wnids in class-index order (default: sorted folders found)",
+    )
+    quality.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help=f"training epochs of the digits source model (default 30; --quick: {_QUICK_EPOCHS})",
+    )
+    quality.add_argument(
+        "--corruptions",
+        nargs="+",
+        default=None,
+        help="default: all of them (digits), the paper's 15 that are present (real data)",
+    )
     quality.add_argument("--severity", type=int, default=5, choices=range(1, 6))
     quality.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     quality.add_argument(
         "--methods", nargs="+", default=["none", "tent", "eata", "realm", "realm-runtime"]
     )
-    quality.add_argument("--preset", choices=("cifar", "imagenet"), default="cifar")
+    quality.add_argument(
+        "--preset",
+        choices=("cifar", "imagenet"),
+        default=None,
+        help="default: imagenet for imagenetc, cifar otherwise",
+    )
     quality.add_argument("--limit", type=int, default=None, help="samples per stream")
     quality.add_argument("--cache-dir", default=".cache")
     quality.add_argument("--out", default="docs/quality", help="output folder")

@@ -1,9 +1,11 @@
-"""The offline shift benchmark: does online adaptation help on corrupted digits streams?
+"""The offline shift benchmark: does online adaptation help on corrupted streams?
 
 Methods: no adaptation, Tent, EATA and REALM through the PyTorch reference, and REALM through
 the torch-free ``RealmRuntime`` on exported artifacts; batch size 1, several stream orders.
-Per run: online accuracy (over all samples seen so far), final accuracy, updates, the α/λ
-trajectory, and accuracy on clean data after adaptation (forgetting).
+Data: the built-in digits task (default), or CIFAR-10-C / ImageNet-C from disk through any
+:class:`~realm_sdk.ShiftDataset`. Per run: online accuracy (over all samples seen so far),
+final accuracy, updates, the α/λ trajectory, and, where the data has a clean split (digits
+only), accuracy on clean data after adaptation (forgetting).
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from torch import nn
 from realm_runtime._config import RealmConfig
 
 from ._adapter import RealmAdapter
+from ._corruptions import CORRUPTIONS
 from ._digits import NUM_CLASSES, DigitsData, load_digits, train_digits_model
 from ._evaluate import run_online
+from ._realdata import LazyImages, ShiftDataset
 
 METHODS: tuple[str, ...] = ("none", "tent", "eata", "realm", "realm-runtime")
 LABELS = {
@@ -35,6 +39,8 @@ LABELS = {
     "realm": "REALM (torch)",
     "realm-runtime": "REALM (runtime)",
 }
+
+Samples = np.ndarray | LazyImages
 
 
 @dataclass
@@ -46,16 +52,121 @@ class QualityRun:
     severity: int
     seed: int
     accuracy: float  # % correct over the stream (pre-update predictions)
-    clean_after: float  # % correct on the clean test split after adapting (forgetting)
+    clean_after: float | None  # % correct on clean data after adapting (None: no clean split)
     updates: int  # optimizer steps
     online_accuracy: list[float] = field(default_factory=list)  # % after each sample
     alpha: list[float] = field(default_factory=list)  # α after each sample (REALM)
     lam: list[float] = field(default_factory=list)  # λ after each sample (REALM)
 
 
-def _clean_accuracy(predict: Callable[[np.ndarray], np.ndarray], data: DigitsData) -> float:
-    x, y = data.stream("clean", 1, seed=0)
-    return float((predict(x) == y).mean() * 100)
+@dataclass(frozen=True)
+class _DigitsShift:
+    """The built-in digits task as a :class:`ShiftDataset` (it alone has a clean split)."""
+
+    data: DigitsData  # the split of scikit-learn's digits
+    name: str = "digits"  # for reports and artifact folders
+    num_classes: int = NUM_CLASSES  # the ten digits
+
+    @property
+    def input_shape(self) -> tuple[int, int, int, int]:
+        return (1, 1, 32, 32)
+
+    @property
+    def corruptions(self) -> tuple[str, ...]:
+        return ("clean", *sorted(CORRUPTIONS))
+
+    @property
+    def default_corruptions(self) -> tuple[str, ...]:
+        return tuple(sorted(CORRUPTIONS))
+
+    def stream(
+        self, corruption: str, severity: int = 5, *, seed: int = 0, limit: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        x, y = self.data.stream(corruption, severity, seed=seed)
+        return x[:limit], y[:limit]
+
+    def clean(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.data.stream("clean", 1, seed=0)
+
+
+def source_model(
+    name: str,
+    *,
+    num_classes: int,
+    weights: str | os.PathLike[str] | None = None,
+    seed: int = 0,
+) -> nn.Module:
+    """A timm architecture with the weights of a ``state_dict`` file, in eval mode.
+
+    The paper's source models are GroupNorm ResNets: ResNet-26-GN for CIFAR-10-C (not a timm
+    architecture: a CIFAR checkpoint must match the timm ``name`` given, or go through
+    :func:`bench_quality`'s ``source`` as any ``nn.Module``) and timm's ``resnet50_gn`` for
+    ImageNet-C.
+
+    Args:
+        name: a ``timm.create_model`` name, e.g. ``"resnet50_gn"``.
+        num_classes: classes of the head (10 for CIFAR-10-C, 1000 for ImageNet-C).
+        weights: a file saved with ``torch.save(model.state_dict(), path)``; a checkpoint
+            holding it under ``"state_dict"`` or ``"model"``, or with DataParallel's
+            ``module.`` prefixes, is unwrapped. None: random initialisation (seeded).
+        seed: the initialisation seed (matters only without weights).
+
+    Returns:
+        The model in eval mode.
+
+    Raises:
+        FileNotFoundError: the weights file is missing.
+        ValueError: an unknown timm name, an unreadable file, or keys or shapes that do not
+            match the architecture.
+    """
+    import timm
+
+    path = None if weights is None else Path(weights)
+    if path is not None and not path.is_file():
+        raise FileNotFoundError(f"weights file {path} does not exist")
+    torch.manual_seed(seed)
+    try:
+        model = timm.create_model(name, pretrained=False, num_classes=num_classes)
+    except RuntimeError as exc:  # timm: "Unknown model (...)"
+        raise ValueError(f"cannot build timm model {name!r}: {exc}") from exc
+    if path is None:
+        return model.eval()
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # pickle, zip and weights-only errors alike
+        raise ValueError(f"{path}: not a readable torch state_dict file ({exc})") from exc
+    for key in ("state_dict", "model"):
+        if isinstance(state, dict) and isinstance(state.get(key), dict):
+            state = state[key]
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ValueError(f"{path}: expected a state_dict (a dict of tensors)")
+    if state and all(k.startswith("module.") for k in state):
+        state = {k.removeprefix("module."): v for k, v in state.items()}
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    shapes = [
+        f"{k}: file {tuple(state[k].shape)} vs model {tuple(v.shape)}"
+        for k, v in own.items()
+        if k in state and state[k].shape != v.shape
+    ]
+    if missing or unexpected or shapes:
+        raise ValueError(
+            f"{path} does not fit timm {name!r} with {num_classes} classes: "
+            f"{len(missing)} missing keys {missing[:5]}, {len(unexpected)} unexpected keys "
+            f"{unexpected[:5]}, {len(shapes)} shape mismatches {shapes[:3]}"
+        )
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def _clean_accuracy(
+    predict: Callable[[np.ndarray], np.ndarray], clean: tuple[Samples, np.ndarray] | None
+) -> float | None:
+    if clean is None:
+        return None
+    x, y = clean
+    return float((predict(x[:]) == y).mean() * 100)
 
 
 def _torch_predict(model: nn.Module) -> Callable[[np.ndarray], np.ndarray]:
@@ -77,19 +188,25 @@ def bench_quality(
     cache_dir: str | os.PathLike[str] | None = ".cache",
     on_run: Callable[[str, int], Callable[[int], None] | None] | None = None,
     source: nn.Module | None = None,
+    dataset: ShiftDataset | None = None,
+    epochs: int = 30,
 ) -> list[QualityRun]:
-    """Run every method on every (corruption, seed) stream of the digits task.
+    """Run every method on every (corruption, seed) stream of a shifted test set.
 
     Args:
-        corruptions: corruption names (``"clean"`` allowed).
+        corruptions: corruption names of the dataset (``"clean"`` allowed for the digits).
         severity: 1–5.
-        seeds: stream orders (and corruption noise).
+        seeds: stream orders (and, for the digits, the corruption noise).
         methods: a subset of :data:`METHODS`.
         preset: hyper-parameters for Tent, EATA and REALM.
         limit: use only the first ``limit`` samples of each stream (quick runs).
-        cache_dir: where the source model is cached.
+        cache_dir: where the digits source model is cached.
         on_run: ``(label, total) -> progress`` for progress bars.
-        source: the source model (default: :func:`train_digits_model`, cached).
+        source: the source model (default for the digits: :func:`train_digits_model`,
+            cached; required with a ``dataset``, e.g. from :func:`source_model`).
+        dataset: the data (default: the built-in digits task), e.g.
+            :func:`~realm_sdk.load_cifar10c` or :func:`~realm_sdk.load_imagenetc`.
+        epochs: training epochs of the default digits source model.
 
     Returns:
         One :class:`QualityRun` per method × corruption × seed.
@@ -97,30 +214,45 @@ def bench_quality(
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown methods {unknown}; known: {METHODS}")
-    data = load_digits()
-    if source is None:
-        source = train_digits_model(data, cache_dir=cache_dir)
+    if dataset is None:
+        digits = load_digits()
+        dataset = _DigitsShift(digits)
+        if source is None:
+            source = train_digits_model(digits, epochs=epochs, cache_dir=cache_dir)
+    elif source is None:
+        raise ValueError(
+            f"the {dataset.name} benchmark needs its source model: pass source= "
+            "(e.g. source_model('resnet50_gn', num_classes=1000, weights=...))"
+        )
+    bad = [c for c in corruptions if c not in dataset.corruptions]
+    if bad:
+        raise ValueError(
+            f"unknown corruptions {bad} for {dataset.name}; known: {list(dataset.corruptions)}"
+        )
+    clean = dataset.clean()
+    # No-adapt leaves the model as it was: its clean accuracy is the source's, measured once.
+    source_clean = _clean_accuracy(_torch_predict(source), clean) if "none" in methods else None
     runs: list[QualityRun] = []
     with tempfile.TemporaryDirectory() as tmp:
         artifacts = None
         if "realm-runtime" in methods:
             from realm_export import export_realm_artifacts
 
-            artifacts = Path(tmp) / "digits"
-            cfg = RealmConfig.preset(preset, num_classes=NUM_CLASSES)  # type: ignore[arg-type]
-            export_realm_artifacts(source, artifacts, config=cfg, input_shape=(1, 1, 32, 32))
+            artifacts = Path(tmp) / dataset.name
+            cfg = RealmConfig.preset(preset, num_classes=dataset.num_classes)  # type: ignore[arg-type]
+            export_realm_artifacts(source, artifacts, config=cfg, input_shape=dataset.input_shape)
         for corruption in corruptions:
             for seed in seeds:
-                x, y = data.stream(corruption, severity, seed=seed)
-                if limit is not None:
-                    x, y = x[:limit], y[:limit]
+                x, y = dataset.stream(corruption, severity, seed=seed, limit=limit)
                 for method in methods:
                     progress = on_run(f"{corruption}/s{seed}/{method}", len(x)) if on_run else None
                     runs.append(
                         _one_run(
                             method,
                             source,
-                            data,
+                            dataset.num_classes,
+                            clean,
+                            source_clean,
                             x,
                             y,
                             corruption,
@@ -137,8 +269,10 @@ def bench_quality(
 def _one_run(
     method: str,
     source: nn.Module,
-    data: DigitsData,
-    x: np.ndarray,
+    num_classes: int,
+    clean: tuple[Samples, np.ndarray] | None,
+    source_clean: float | None,
+    x: Samples,
     y: np.ndarray,
     corruption: str,
     severity: int,
@@ -163,14 +297,14 @@ def _one_run(
                 progress(i + 1)
         correct = preds == y
         online = np.cumsum(correct) / np.arange(1, len(x) + 1) * 100
-        clean = _clean_accuracy(lambda xs: rt.predict(xs).argmax(1), data)
+        after = _clean_accuracy(lambda xs: rt.predict(xs).argmax(1), clean)
         return QualityRun(
             method,
             corruption,
             severity,
             seed,
             float(correct.mean() * 100),
-            clean,
+            after,
             rt.state.updates,
             online.tolist(),
             alphas,
@@ -178,20 +312,20 @@ def _one_run(
         )
     model = copy.deepcopy(source)
     if method == "none":
-        result = run_online(model, x, y, progress=progress)
-        clean = _clean_accuracy(_torch_predict(model), data)
+        result = run_online(model, x, y, progress=progress)  # type: ignore[arg-type]
+        after = source_clean
     else:
-        cfg = RealmConfig.preset(preset, num_classes=NUM_CLASSES, method=method)  # type: ignore[arg-type]
+        cfg = RealmConfig.preset(preset, num_classes=num_classes, method=method)  # type: ignore[arg-type]
         adapter = RealmAdapter(model, cfg)
-        result = run_online(adapter, x, y, progress=progress)
-        clean = _clean_accuracy(_torch_predict(model), data)
+        result = run_online(adapter, x, y, progress=progress)  # type: ignore[arg-type]
+        after = _clean_accuracy(_torch_predict(model), clean)
     return QualityRun(
         method,
         corruption,
         severity,
         seed,
         result.accuracy * 100,
-        clean,
+        after,
         result.updates,
         (result.online_accuracy * 100).tolist(),
         list(result.alpha),
@@ -203,11 +337,13 @@ def quality_table(runs: Sequence[QualityRun]) -> str:
     """Markdown in the layout of the paper's Table 1: methods × corruptions, average column.
 
     Each cell is the mean accuracy (%) over seeds, ± the standard deviation when there are
-    several; a last column gives the clean accuracy after adaptation (forgetting).
+    several; a last column gives the clean accuracy after adaptation (forgetting) where the
+    data has a clean split (the digits), and is left out where no run has one.
     """
     corruptions = list(dict.fromkeys(r.corruption for r in runs))
     methods = [m for m in METHODS if any(r.method == m for r in runs)]
-    head = ["method", *corruptions, "average", "clean after"]
+    has_clean = any(r.clean_after is not None for r in runs)
+    head = ["method", *corruptions, "average"] + (["clean after"] if has_clean else [])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for m in methods:
         cells = [LABELS[m]]
@@ -217,8 +353,9 @@ def quality_table(runs: Sequence[QualityRun]) -> str:
             means.append(acc.mean())
             cells.append(f"{acc.mean():.1f}" + (f" ± {acc.std():.1f}" if len(acc) > 1 else ""))
         cells.append(f"**{np.mean(means):.1f}**")
-        clean = np.array([r.clean_after for r in runs if r.method == m])
-        cells.append(f"{clean.mean():.1f}")
+        if has_clean:
+            clean = [r.clean_after for r in runs if r.method == m and r.clean_after is not None]
+            cells.append(f"{np.mean(clean):.1f}" if clean else "–")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
