@@ -45,6 +45,8 @@ from ._step import (
 
 Schedule = Literal["auto", "train", "infer-first"]
 # Fields baked into the exported graph or its trainable set: not overridable at run time.
+REPROBE_EVERY = 100  # auto schedule: samples between re-timings of the path not taken
+
 _GRAPH_FIELDS = frozenset(
     {
         "num_classes",
@@ -184,6 +186,7 @@ class RealmRuntime:
         self._static_batch = spec.shape[0] if isinstance(spec.shape[0], int) else None
         self._lock = threading.RLock()
         self._timing = {"train": 0.0, "infer": 0.0}  # EMA of seconds per call
+        self._timed = {"train": 0, "infer": 0}  # calls of each graph so far
         self._rate = 1.0  # EMA of the share of samples that update
         self._calls = 0
         self._init_adaptation_state()
@@ -417,6 +420,9 @@ class RealmRuntime:
         return float(outputs[0]), np.asarray(outputs[1], dtype=F32), grads
 
     def _note_time(self, kind: str, seconds: float) -> None:
+        self._timed[kind] += 1
+        if self._timed[kind] == 1:
+            return  # a graph's first call includes ORT's lazy set-up: not its cost per sample
         old = self._timing[kind]
         self._timing[kind] = seconds if old == 0.0 else 0.9 * old + 0.1 * seconds
 
@@ -426,13 +432,17 @@ class RealmRuntime:
             return False  # B > 1: the loss weights depend on the decisions, so decide first
         if self.schedule == "train":
             return True
-        if self._calls < 2:  # measure both once: (a) first, then (b)
-            return self._calls == 0
         t_train, t_infer = self._timing["train"], self._timing["infer"]
-        if t_train == 0.0 or t_infer == 0.0:
+        if t_train == 0.0:  # measure (a) first (its first call is set-up, then one timed)...
             return True
-        # (a) costs t_train per sample; (b) costs t_infer + rate · t_train.
-        return t_infer + self._rate * t_train >= t_train
+        if t_infer == 0.0:  # ... then (b)
+            return False
+        train_first = t_infer + self._rate * t_train >= t_train
+        if self._calls % REPROBE_EVERY == 0:
+            # (a) never runs the forward-only graph: re-time the path not taken now and then,
+            # so one slow measurement cannot pin the choice for the rest of the stream.
+            return not train_first
+        return train_first
 
     def _adapt(self, x: np.ndarray) -> AdaptResult:
         cfg = self.config
