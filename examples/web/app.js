@@ -75,7 +75,8 @@ function plot(canvas, series, range) {
   const n = Math.max(...series.map((s) => s.values.length), 2);
   ctx.strokeStyle = "#ccd3df"; ctx.fillStyle = "#5a6578"; ctx.font = "11px system-ui";
   ctx.strokeRect(pad, 6, W - pad - 6, H - pad);
-  ctx.fillText(hi.toPrecision(3), 2, 14); ctx.fillText(lo.toPrecision(3), 2, H - pad + 4);
+  const label = (/** @type {number} */ v) => String(Number(v.toPrecision(3)));
+  ctx.fillText(label(hi), 2, 14); ctx.fillText(label(lo), 2, H - pad + 4);
   ctx.fillText("sample", W - 50, H - 8); ctx.fillText(String(n), W - 80, H - 20);
   for (const s of series) {
     ctx.strokeStyle = s.color; ctx.lineWidth = 1.5; ctx.beginPath();
