@@ -294,3 +294,33 @@ def test_export_without_web_graphs(digits_model, tmp_path):
     )
     assert info.manifest.web == {}
     assert not (tmp_path / "a" / "web_training_model.onnx").exists()
+
+
+def test_browser_adapts_on_a_users_picture(sites, server, tmp_path, digits):
+    """A picture from the file picker: dark ink on white at 64 px, as a phone would give.
+
+    The page reduces it to the digits' native 8×8 (area average), inverts it, upsamples and
+    normalises like the Python task; its input and prediction must be what RealmRuntime
+    gives for the same picture prepared in numpy.
+    """
+    from PIL import Image
+
+    base, _ = server
+    native = digits.test_x[0, 0]  # (8, 8) in [0, 1], bright ink
+    paper = np.round((1.0 - native) * 255).astype(np.uint8)  # dark ink on white paper
+    picture = tmp_path / "my_digit.png"
+    Image.fromarray(np.kron(paper, np.ones((8, 8), np.uint8))).convert("RGB").save(picture)
+    url = f"{base}/realm-cifar/?auto=1&persist=0&limit=0"
+    run = _drive(url, tmp_path / "run.json", "--image", str(picture))["runs"][0]
+    assert run["error"] is None, run["error"]
+    (shown,) = run["images"]
+    assert shown["name"] == "my_digit.png"
+
+    seen = 1.0 - paper.astype(np.float64) / 255  # what the page sees, back to bright ink
+    x = digits.prepare(seen[None, None])
+    np.testing.assert_allclose(np.array(shown["input"]), x.ravel(), atol=1e-5)
+    runtime = RealmRuntime(sites["realm-cifar"] / "artifacts", schedule="infer-first", threads=1)
+    expected = runtime.adapt(x)
+    assert shown["top1"] == int(expected.top1[0])
+    assert shown["reason"] == expected.reason
+    np.testing.assert_allclose(shown["logits"], expected.logits[0], atol=LOGITS_ATOL)

@@ -19,8 +19,8 @@ const AUTO = params.get("auto") === "1";
 const PERSIST = params.get("persist") !== "0";
 const FRESH = params.get("fresh") === "1";
 
-/** @type {{ready: boolean, done: boolean, error: string | null, restored: any, log: any[], summary: any}} */
-const run = { ready: false, done: false, error: null, restored: null, log: [], summary: null };
+/** @type {{ready: boolean, done: boolean, error: string | null, restored: any, log: any[], images: any[], summary: any}} */
+const run = { ready: false, done: false, error: null, restored: null, log: [], images: [], summary: null };
 /** @type {any} */ (globalThis).realmRun = run;
 
 /** @param {string} id */
@@ -176,7 +176,7 @@ async function main() {
     await save();
   };
 
-  const buttons = ["run", "step", "reset", "download", "restore", "image"];
+  const buttons = ["run", "step", "reset", "download", "restore", "image", "camera"];
   buttons.forEach((id) => /** @type {HTMLButtonElement} */ ($(id)).removeAttribute("disabled"));
   $("run").onclick = () => { if (running) running = false; else runStream().catch(fail); };
   $("step").onclick = () => { if (!running && view.pos < total) step().then(() => { refresh(); return save(); }).catch(fail); };
@@ -205,7 +205,8 @@ async function main() {
       status(`restored ${file.name}: ${client.counters.samples} samples, ${client.counters.updates} updates`);
     } catch (err) { status(`could not restore ${file.name}: ${err}`, true); }
   };
-  /** @type {HTMLInputElement} */ ($("image")).onchange = async (ev) => {
+  /** A picture from the file picker, or from the camera where the browser offers one. */
+  const ownImage = async (/** @type {Event} */ ev) => {
     const file = /** @type {HTMLInputElement} */ (ev.target).files?.[0];
     if (!file) return;
     const bitmap = await createImageBitmap(file);
@@ -217,9 +218,13 @@ async function main() {
     const r = await client.adapt(input);
     drawSample(input, meta.prep);
     $("sample-caption").textContent = `${file.name}: predicted ${r.top1} · ${r.reason}`;
+    run.images.push({ name: file.name, top1: r.top1, reason: r.reason, logits: Array.from(r.logits), input: Array.from(input) });
     refresh();
     await save();
   };
+  for (const id of ["image", "camera"]) {
+    /** @type {HTMLInputElement} */ ($(id)).onchange = (ev) => { ownImage(ev).catch(fail); };
+  }
 
   refresh();
   run.ready = true;

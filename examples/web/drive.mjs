@@ -12,6 +12,7 @@ const { values: args } = parseArgs({
     out: { type: "string" },
     screenshot: { type: "string" },
     reload: { type: "boolean", default: false },
+    image: { type: "string" },
     timeout: { type: "string", default: "300" },
     browser: { type: "string", default: process.env.CHROMIUM ?? "/usr/bin/chromium" },
   },
@@ -39,6 +40,12 @@ try {
   };
   await page.goto(args.url);
   await wait();
+  if (args.image) {
+    // A user's picture through the file picker: adapt on it, record what the page did.
+    await page.setInputFiles("#image", args.image);
+    await page.waitForFunction(() => globalThis.realmRun.images.length > 0 || globalThis.realmRun.error, null, { timeout });
+    result.runs[result.runs.length - 1] = await page.evaluate(() => globalThis.realmRun);
+  }
   if (args.screenshot) await page.screenshot({ path: args.screenshot, fullPage: true });
   if (args.reload) {
     // Same page without auto-run and without fresh=1: the stored state must come back.
