@@ -209,6 +209,18 @@ def test_browser_state_survives_a_reload(sites, server, tmp_path):
     assert first["summary"]["counters"]["updates"] > 0
 
 
+def test_browser_reset_returns_to_the_exported_model(sites, server, tmp_path):
+    base, _ = server
+    result = _drive(
+        f"{base}/realm-cifar/?auto=1&persist=0&limit=20", tmp_path / "r.json", "--reset"
+    )
+    assert result["runs"][0]["summary"]["counters"]["updates"] > 0  # something to undo
+    after = result["afterReset"]
+    assert after["counters"] == dict.fromkeys(after["counters"], 0)
+    assert after["paramsAreSource"] and after["momentumIsZero"] and after["ema"] is None
+    assert after["shown"] == "0"
+
+
 def test_browser_refuses_tampered_artifacts(sites, server, tmp_path):
     base, root = server
     bad = root / "tampered-artifacts"

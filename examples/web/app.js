@@ -227,6 +227,7 @@ async function main() {
   }
 
   refresh();
+  /** @type {any} */ (globalThis).realmClient = client; // for the test driver and the console
   run.ready = true;
   const restoredNote = run.restored ? ` (restored: ${run.restored.pos} samples seen)` : "";
   status(`ready: ${client.manifest.model?.name ?? "model"}, ${client.manifest.config.method} (${client.manifest.config.preset_name}), ${client.layout.total} adapted values${restoredNote}`);

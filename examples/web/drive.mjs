@@ -13,6 +13,7 @@ const { values: args } = parseArgs({
     screenshot: { type: "string" },
     reload: { type: "boolean", default: false },
     image: { type: "string" },
+    reset: { type: "boolean", default: false },
     timeout: { type: "string", default: "300" },
     browser: { type: "string", default: process.env.CHROMIUM ?? "/usr/bin/chromium" },
   },
@@ -45,6 +46,21 @@ try {
     await page.setInputFiles("#image", args.image);
     await page.waitForFunction(() => globalThis.realmRun.images.length > 0 || globalThis.realmRun.error, null, { timeout });
     result.runs[result.runs.length - 1] = await page.evaluate(() => globalThis.realmRun);
+  }
+  if (args.reset) {
+    // The Reset button: back to the exported parameters, no EMA, zero counters and momentum.
+    await page.click("#reset");
+    await page.waitForFunction(() => globalThis.realmClient.counters.samples === 0, null, { timeout });
+    result.afterReset = await page.evaluate(() => {
+      const c = globalThis.realmClient;
+      return {
+        counters: c.counters,
+        paramsAreSource: c.params.every((v, i) => v === c.source[i]),
+        momentumIsZero: c.momentum.every((v) => v === 0),
+        ema: c.ema,
+        shown: document.getElementById("samples").textContent,
+      };
+    });
   }
   if (args.screenshot) await page.screenshot({ path: args.screenshot, fullPage: true });
   if (args.reload) {
