@@ -91,6 +91,7 @@ def test_speed_cli_quick_json(tmp_path, capsys):
     assert printed.count("| digits |") == 5  # speed, floor, and one row per method
     figures = json.loads(out.read_text())
     assert set(figures) == {"peaks", "speed", "methods"}
+    assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     (peak,) = figures["peaks"]
     assert peak["threads"] == 1 and _finite_positive(peak["measured_gflops"])

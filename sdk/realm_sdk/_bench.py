@@ -560,3 +560,40 @@ def rows_to_json(rows: list[SpeedRow]) -> str:
         for m in r.methods
     ]
     return json.dumps({"peaks": list(peaks.values()), "speed": speed, "methods": methods}, indent=2)
+
+
+def plot_speed(figures: dict[str, Any], out: str | os.PathLike[str]) -> Path:
+    """Bar chart of runtime / torch time ratios per model, from :func:`rows_to_json`'s data.
+
+    Args:
+        figures: the parsed JSON (``{"speed": [...], ...}``).
+        out: the PNG to write.
+
+    Returns:
+        The path written.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = figures["speed"]
+    kinds = [("predict", "predict"), ("adapt", "REALM adapt"), ("step", "updating step")]
+    fig, ax = plt.subplots(figsize=(8, 3.6), dpi=110)
+    width = 0.8 / len(kinds)
+    for k, (key, label) in enumerate(kinds):
+        xs = [i + (k - 1) * width for i in range(len(rows))]
+        ax.bar(xs, [r[f"{key}_ratio"] for r in rows], width, label=label)
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    top = max([r[f"{key}_ratio"] for r in rows for key, _ in kinds], default=1.0)
+    ax.set_ylim(0, max(top, 1.0) * 1.3)  # room for the legend above the bars
+    ax.set_xticks(range(len(rows)), [r["model"] for r in rows])
+    ax.set_ylabel("runtime / torch time")
+    threads = rows[0]["threads"] if rows else "?"
+    ax.set_title(f"RealmRuntime vs. the torch reference (batch 1, {threads} threads; < 1: faster)")
+    ax.legend(frameon=False, ncols=3, loc="upper left")
+    fig.tight_layout()
+    path = Path(out)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

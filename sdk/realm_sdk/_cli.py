@@ -82,7 +82,17 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_speed(args: argparse.Namespace) -> int:
-    from ._bench import METHODS, MODELS, bench_model, format_speed, known_model, rows_to_json
+    import json
+
+    from ._bench import (
+        METHODS,
+        MODELS,
+        bench_model,
+        format_speed,
+        known_model,
+        plot_speed,
+        rows_to_json,
+    )
     from ._flops import machine_peak
 
     # --quick: a smoke run for CI (seconds): digits only unless --models names others, few
@@ -129,7 +139,8 @@ def _cmd_bench_speed(args: argparse.Namespace) -> int:
         from pathlib import Path
 
         Path(args.json).write_text(rows_to_json(rows))
-        print(f"figures written to {args.json}")
+        plot = plot_speed(json.loads(rows_to_json(rows)), Path(args.json).with_suffix(".png"))
+        print(f"figures written to {args.json}, ratios plotted in {plot}")
     return 0
 
 
