@@ -76,21 +76,15 @@ def write_stream(
 
 
 def export_demo(out: Path, *, preset: str, method: str, cache_dir: str) -> None:
-    """Export the built-in digits model (trained once, cached) as realm artifacts."""
-    from realm_export import export_realm_artifacts
+    """Export the built-in digits model (trained once, cached) as the demo's artifacts."""
     from realm_sdk import RealmConfig
+    from realm_sdk._demo import export_digits_artifacts
     from realm_sdk._digits import NUM_CLASSES, load_digits, train_digits_model
 
-    model = train_digits_model(load_digits(), cache_dir=cache_dir)
+    data = load_digits()
+    model = train_digits_model(data, cache_dir=cache_dir)
     config = RealmConfig.preset(preset, num_classes=NUM_CLASSES, method=method)  # type: ignore[arg-type]
-    export_realm_artifacts(
-        model,
-        out,
-        config=config,
-        input_shape=(1, 1, 32, 32),
-        overwrite=True,
-        model_info={"name": "digits GN CNN"},
-    )
+    export_digits_artifacts(model, data, out, config)
 
 
 def build(

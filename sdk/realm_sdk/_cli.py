@@ -138,8 +138,9 @@ def _cmd_bench_speed(args: argparse.Namespace) -> int:
     if args.json:
         from pathlib import Path
 
-        Path(args.json).write_text(rows_to_json(rows))
-        plot = plot_speed(json.loads(rows_to_json(rows)), Path(args.json).with_suffix(".png"))
+        text = rows_to_json(rows)
+        Path(args.json).write_text(text)
+        plot = plot_speed(json.loads(text), Path(args.json).with_suffix(".png"))
         print(f"figures written to {args.json}, ratios plotted in {plot}")
     return 0
 

@@ -8,14 +8,19 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
+from torch import nn
 
 from realm_runtime._config import RealmConfig
 
 from ._adapter import RealmAdapter
-from ._digits import NUM_CLASSES, load_digits, train_digits_model
+from ._digits import IMAGE_SIZE, NUM_CLASSES, DigitsData, load_digits, train_digits_model
 from ._evaluate import run_online
+
+if TYPE_CHECKING:  # the export extra is optional for the SDK
+    from realm_export import ExportInfo
 
 DEFAULT_CORRUPTIONS = ("gaussian_noise", "impulse_noise", "defocus_blur", "motion_blur", "fog")
 METHOD_ORDER = ("tent", "eata", "realm")
@@ -128,6 +133,37 @@ class RuntimeDemo:
     sdk_ms_median: float  # RealmAdapter.adapt() latency per sample, median
 
 
+def export_digits_artifacts(
+    source: nn.Module, data: DigitsData, directory: str | os.PathLike[str], config: RealmConfig
+) -> ExportInfo:
+    """Export the digits model as the demo's artifacts, its preprocessing in the manifest.
+
+    Args:
+        source: the trained digits model.
+        data: the digits task (its mean/std go into the manifest).
+        directory: the artifact directory (replaced if it exists).
+        config: the adaptation settings of the export.
+
+    Returns:
+        What :func:`realm_export.export_realm_artifacts` wrote.
+    """
+    from realm_export import export_realm_artifacts
+
+    return export_realm_artifacts(
+        source,
+        directory,
+        config=config,
+        input_shape=(1, 1, IMAGE_SIZE, IMAGE_SIZE),
+        overwrite=True,
+        model_info={"name": "digits", "source": "realm_sdk.train_digits_model"},
+        preprocessing={
+            "input_size": [1, IMAGE_SIZE, IMAGE_SIZE],
+            "mean": [data.mean],
+            "std": [data.std],
+        },
+    )
+
+
 def run_runtime_demo(
     *,
     corruption: str = "gaussian_noise",
@@ -147,7 +183,6 @@ def run_runtime_demo(
     """
     import numpy as np
 
-    from realm_export import export_realm_artifacts
     from realm_runtime import RealmRuntime
 
     data = load_digits()
@@ -155,15 +190,7 @@ def run_runtime_demo(
     cfg = RealmConfig.preset(preset, num_classes=NUM_CLASSES)  # type: ignore[arg-type]
     out = Path(out_dir)
     artifacts = out / "digits"
-    info = export_realm_artifacts(
-        source,
-        artifacts,
-        config=cfg,
-        input_shape=(1, 1, 32, 32),
-        overwrite=True,
-        model_info={"name": "digits", "source": "realm_sdk.train_digits_model"},
-        preprocessing={"input_size": [1, 32, 32], "mean": [data.mean], "std": [data.std]},
-    )
+    info = export_digits_artifacts(source, data, artifacts, cfg)
     x, y = data.stream(corruption, severity, seed=seed)
     stream_file = out / "digits_stream.npz"
     np.savez(stream_file, images=x, labels=y, corruption=corruption, severity=severity)
