@@ -19,6 +19,8 @@ import numpy as np
 import pytest
 
 from realm_runtime import RealmRuntime
+from realm_runtime._manifest import ALPHA_NAME as ALPHA
+from realm_runtime._manifest import LAMBDA_NAME as LAMBDA
 
 ROOT = Path(__file__).resolve().parents[1]
 WEB = ROOT / "examples" / "web"
@@ -104,6 +106,25 @@ def test_preprocessing_matches_python():
     np.testing.assert_allclose(page, resize_bilinear(img.astype(np.float64), (32, 32)), atol=1e-6)
 
 
+def _runtime_flat(runtime: RealmRuntime, layout: dict) -> dict[str, tuple[np.ndarray, ...]]:
+    """The runtime's (parameters, momentum) of each trainable tensor, flat, in layout order."""
+    params, momentum, state = (
+        runtime.trainable_parameters(),
+        runtime.momentum_buffers(),
+        runtime.state,
+    )
+    scalars = {
+        ALPHA: (state.alpha, state.alpha_momentum),
+        LAMBDA: (state.lam, state.lam_momentum),
+    }
+    return {
+        name: (params[name].ravel(), momentum[name].ravel())
+        if name in params
+        else tuple(np.array([v]) for v in scalars[name])
+        for name in layout["names"]
+    }
+
+
 def _drive(url: str, out: Path, *extra: str) -> dict:
     done = subprocess.run(
         [_node(), str(WEB / "drive.mjs"), "--url", url, "--out", str(out), *extra],
@@ -179,19 +200,13 @@ def test_browser_adapts_like_the_runtime(case, sites, server, tmp_path):
         "counters differ"
     )
     assert state.updates > 0, "the stream must exercise updates"
-    params = runtime.trainable_parameters()
     flat = np.array(summary["params"], dtype=np.float32)
-    momentum = runtime.momentum_buffers()
     flat_m = np.array(summary["momentum"], dtype=np.float32)
     scale = max(float(np.abs(flat_m).max()), 1e-12)
     layout = json.loads((site / "artifacts" / "realm.json").read_text())["web"]["layout"]
+    expected = _runtime_flat(runtime, layout)
     for name, start, size in zip(layout["names"], layout["offsets"], layout["sizes"], strict=True):
-        if name in params:
-            want, want_m = params[name].ravel(), momentum[name].ravel()
-        else:  # α or λ
-            alpha = name.endswith("alpha")
-            want = np.array([state.alpha if alpha else state.lam])
-            want_m = np.array([state.alpha_momentum if alpha else state.lam_momentum])
+        want, want_m = expected[name]
         np.testing.assert_allclose(flat[start : start + size], want, atol=STATE_ATOL, err_msg=name)
         np.testing.assert_allclose(
             flat_m[start : start + size], want_m, atol=MOMENTUM_RTOL * scale, err_msg=name
@@ -280,12 +295,9 @@ def test_web_graphs_step_like_the_runtime_in_python(digits_model, tmp_path, digi
     assert runtime.state.updates > 5
     got = module.get_contiguous_parameters(True).numpy()
     layout = web["layout"]
-    current = runtime.trainable_parameters()
+    expected = _runtime_flat(runtime, layout)
     for name, start, size in zip(layout["names"], layout["offsets"], layout["sizes"], strict=True):
-        if name in current:
-            want = current[name].ravel()
-        else:
-            want = [runtime.state.alpha if name.endswith("alpha") else runtime.state.lam]
+        want, _ = expected[name]
         # Same binding, but the web graph is another graph for ORT's optimiser: α moved
         # 1.5e-6 apart in 40 samples with momentum 0.9 (∂ρ/∂α's float32 cancellation).
         np.testing.assert_allclose(got[start : start + size], want, atol=STATE_ATOL, err_msg=name)

@@ -83,18 +83,19 @@ export class RealmWebClient {
     this.sampleSize = this.sampleShape.reduce((a, b) => a * b, 1);
     this.alphaAt = this.layout.names.indexOf(ALPHA);
     this.lambdaAt = this.layout.names.indexOf(LAMBDA);
-    /** @type {Float32Array} current flat parameters (ORT's buffer order) */
-    this.params = new Float32Array(source);
-    /** @type {Float32Array} flat SGD momentum */
-    this.momentum = new Float32Array(this.layout.total);
-    /** @type {Float32Array | null} EMA of past predictions (null before the first update) */
-    this.ema = null;
-    /** @type {Record<string, number>} */
-    this.counters = Object.fromEntries(COUNTERS.map((k) => [k, 0]));
-    /** @type {boolean} the ORT buffer must be written before the next call */
-    this._pendingLoad = false;
     this.reset();
   }
+
+  /** @type {Float32Array} current flat parameters (ORT's buffer order) */
+  params = new Float32Array(0);
+  /** @type {Float32Array} flat SGD momentum */
+  momentum = new Float32Array(0);
+  /** @type {Float32Array | null} EMA of past predictions (null before the first update) */
+  ema = null;
+  /** @type {Record<string, number>} */
+  counters = {};
+  /** @type {boolean} the ORT buffer must be written before the next call */
+  _pendingLoad = false;
 
   /**
    * Check the manifest and every file's checksum, then start ORT on the artifacts.
@@ -201,15 +202,19 @@ export class RealmWebClient {
   async predict(x) {
     this._checkInput(x);
     await this._syncParameters();
-    return this._infer(x);
+    return this._infer(this._inputTensor(x));
   }
 
-  /** @param {Float32Array} x */
-  async _infer(x) {
-    const { Tensor } = this.ort;
+  /** @param {Float32Array} x one sample @returns {any} it as a (1, ...input) ORT tensor */
+  _inputTensor(x) {
+    return new this.ort.Tensor("float32", x, [1, ...this.sampleShape]);
+  }
+
+  /** @param {any} input the sample as an ORT tensor */
+  async _infer(input) {
     const feeds = {
-      [this.manifest.input.name]: new Tensor("float32", x, [1, ...this.sampleShape]),
-      [SAMPLE_WEIGHT]: new Tensor("float32", new Float32Array(1), [1]),
+      [this.manifest.input.name]: input,
+      [SAMPLE_WEIGHT]: new this.ort.Tensor("float32", new Float32Array(1), [1]),
     };
     const out = await this.session.runEvalStep(feeds);
     return new Float32Array(out[this.manifest.logits_name].data);
@@ -225,7 +230,8 @@ export class RealmWebClient {
     const start = performance.now();
     await this._syncParameters();
     const { Tensor } = this.ort;
-    const logits = await this._infer(x);
+    const input = this._inputTensor(x);
+    const logits = await this._infer(input);
     this.counters.samples += 1;
     const decided = await this.decide.run({
       logits: new Tensor("float32", logits, [1, this.classes]),
@@ -249,7 +255,7 @@ export class RealmWebClient {
       await this.session.lazyResetGrad();
       /** @type {Record<string, any>} */
       const out = await this.session.runTrainStep({
-        [this.manifest.input.name]: new Tensor("float32", x, [1, ...this.sampleShape]),
+        [this.manifest.input.name]: input,
         [SAMPLE_WEIGHT]: new Tensor("float32", new Float32Array(decided.weight.data), [1]),
         [web.momentum_input]: new Tensor("float32", this.momentum, [this.layout.total]),
       });
