@@ -90,8 +90,27 @@ def _timm(name: str, image_size: int | None) -> nn.Module:
     return timm.create_model(name, pretrained=False, num_classes=1000)
 
 
+class _AdaptRatios:
+    """Runtime / torch ratios of the rows that time both sides' adapt and updating step."""
+
+    torch_adapt_ms: float
+    runtime_adapt_ms: float
+    torch_step_ms: float
+    runtime_step_ms: float
+
+    @property
+    def adapt_ratio(self) -> float:
+        """Runtime adapt time / torch adapt time (target ≤ 1)."""
+        return self.runtime_adapt_ms / self.torch_adapt_ms
+
+    @property
+    def step_ratio(self) -> float:
+        """Runtime / torch time of a step that updates (target ≤ 1)."""
+        return self.runtime_step_ms / self.torch_step_ms
+
+
 @dataclass(frozen=True)
-class MethodRow:
+class MethodRow(_AdaptRatios):
     """One method's cost on one model (milliseconds per sample, batch 1, medians)."""
 
     model: str
@@ -106,19 +125,9 @@ class MethodRow:
     runtime_adapt_ms: float
     runtime_step_ms: float
 
-    @property
-    def adapt_ratio(self) -> float:
-        """Runtime adapt time / torch adapt time."""
-        return self.runtime_adapt_ms / self.torch_adapt_ms
-
-    @property
-    def step_ratio(self) -> float:
-        """Runtime / torch time of a step that updates."""
-        return self.runtime_step_ms / self.torch_step_ms
-
 
 @dataclass(frozen=True)
-class SpeedRow:
+class SpeedRow(_AdaptRatios):
     """One model's figures (milliseconds per sample, batch 1)."""
 
     model: str
@@ -139,16 +148,6 @@ class SpeedRow:
     step_gflop: float  # the same for one updating REALM step: forward + input-gradient backward
     peak: MachinePeak  # the FLOP/s the floors divide by, at this row's thread count
     methods: tuple[MethodRow, ...] = ()  # REALM/Tent/EATA cost on the same stream
-
-    @property
-    def adapt_ratio(self) -> float:
-        """Runtime adapt time / torch adapt time (target ≤ 1)."""
-        return self.runtime_adapt_ms / self.torch_adapt_ms
-
-    @property
-    def step_ratio(self) -> float:
-        """Runtime / torch time of a step that updates (target ≤ 1)."""
-        return self.runtime_step_ms / self.torch_step_ms
 
     @property
     def predict_ratio(self) -> float:
