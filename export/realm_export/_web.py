@@ -18,7 +18,7 @@ of the trainable tensors), recorded in the manifest's ``web.layout``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,15 +46,6 @@ class WebLayout:
     offsets: list[int]  # first element of each tensor in the flat buffer
     sizes: list[int]  # elements of each tensor
     total: int  # length of the flat buffer
-
-    def to_dict(self) -> dict[str, Any]:
-        """The layout as plain JSON data for the manifest."""
-        return {
-            "names": self.names,
-            "offsets": self.offsets,
-            "sizes": self.sizes,
-            "total": self.total,
-        }
 
 
 def _gradient_names(graph: onnx.GraphProto) -> dict[str, str]:
@@ -319,5 +310,5 @@ def write_web_graphs(
         "decide_model": WEB_DECIDE_MODEL,
         "momentum_input": MOMENTUM_INPUT,
         "outputs": {"params": NEW_PARAMS, "momentum": NEW_MOMENTUM, "ok": STEP_OK},
-        "layout": layout.to_dict(),
+        "layout": asdict(layout),
     }
