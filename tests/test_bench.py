@@ -59,9 +59,12 @@ def test_build_model_image_size_override():
 
 def test_speed_bench_figures_are_sane(tmp_path):
     peak = machine_peak(1, n=256, repeats=2)
-    row = bench_model(
+    rows = bench_model(
         "digits", threads=1, samples=4, warmup=1, work_dir=tmp_path, methods=(), peak=peak
     )
+    assert [r.backend for r in rows] == ["onnx", "ort-training"]
+    assert rows[0].torch_step_ms == rows[1].torch_step_ms  # one torch measurement, both rows
+    row = rows[0]
     for value in (
         row.torch_predict_ms,
         row.runtime_predict_ms,
@@ -76,8 +79,9 @@ def test_speed_bench_figures_are_sane(tmp_path):
     assert 10 < row.runtime_peak_rss_mb < row.torch_peak_rss_mb
     assert 0 < row.predict_gflop < row.step_gflop <= 3 * row.predict_gflop
     assert row.methods == ()
-    table = format_speed([row])
-    assert table.count("| digits |") == 2 and "| digits | 1 |" in table  # speed and floor
+    table = format_speed(rows)
+    assert table.count("| digits | onnx |") == 2 and "| digits | onnx | 1 |" in table
+    assert table.count("| digits | ort-training |") == 2  # speed and floor tables
 
 
 def _finite_positive(value):
@@ -88,7 +92,8 @@ def test_speed_cli_quick_json(tmp_path, capsys):
     out = tmp_path / "speed.json"
     assert main(["bench", "speed", "--quick", "--threads", "1", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert printed.count("| digits |") == 5  # speed, floor, and one row per method
+    for backend in ("onnx", "ort-training"):  # speed, floor, and one row per method
+        assert printed.count(f"| digits | {backend} |") == 5
     figures = json.loads(out.read_text())
     assert set(figures) == {"peaks", "speed", "methods"}
     assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -96,7 +101,9 @@ def test_speed_cli_quick_json(tmp_path, capsys):
     (peak,) = figures["peaks"]
     assert peak["threads"] == 1 and _finite_positive(peak["measured_gflops"])
 
-    (row,) = figures["speed"]
+    row, other = figures["speed"]
+    assert (row["backend"], other["backend"]) == ("onnx", "ort-training")
+    assert row["torch_step_ms"] == other["torch_step_ms"]
     assert row["model"] == "digits" and row["threads"] == 1 and row["samples"] == 5
     assert row["torch_peak_rss_mb"] is None  # --quick skips the torch-only process
     assert row["runtime_peak_rss_mb"] > 10
@@ -118,8 +125,9 @@ def test_speed_cli_quick_json(tmp_path, capsys):
         )
     assert 0 <= row["update_rate"] <= 1
 
-    methods = {m["method"]: m for m in figures["methods"]}
+    methods = {m["method"]: m for m in figures["methods"] if m["backend"] == "onnx"}
     assert list(methods) == ["realm", "tent", "eata"]
+    assert len(figures["methods"]) == 6
     for m in methods.values():
         assert m["model"] == "digits" and m["step_update_rate"] == 1  # forcing works
         assert m["step_gflop"] == pytest.approx(row["step_gflop"], rel=1e-3)

@@ -100,7 +100,26 @@ def _check_artifacts(info, model, config, tmp_path):
         assert not ops & {"BatchNormalization", "InstanceNormalization", "GroupNormalization"}
     assert manifest.validation["passed"] is True
     assert manifest.validation["logits_max_abs_diff"] <= 1e-4
+    _check_portable(info, manifest)
     assert not list(tmp_path.glob(".*partial*"))
+
+
+def _check_portable(info, manifest):
+    """The portable step graph: standard ops only, validated, laid out like the manifest."""
+    portable = manifest.portable
+    assert info.portable_error is None, info.portable_error
+    assert portable["validation"]["passed"] is True
+    assert portable["validation"]["grad_max_rel_diff"] <= 1e-3
+    assert [slot["name"] for slot in portable["layout"]] == info.trainable
+    assert portable["size"] == sum(int(np.prod(slot["shape"])) for slot in portable["layout"])
+    for role in ("step_model", "forward_model"):
+        proto = onnx.load(str(info.files[role]))
+        opset = max(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+        assert proto.ir_version <= 10 and opset <= 21, role
+        assert {n.domain for n in proto.graph.node} <= {"", "ai.onnx"}, role
+        assert not proto.functions, role
+    source = np.load(info.files["source_params"])
+    assert source.dtype == np.float32 and source.shape == (portable["size"],)
 
 
 @pytest.mark.parametrize("name", sorted(FAST))
@@ -210,7 +229,13 @@ def test_manifest_describes_the_export(tmp_path):
         "inference_model.onnx",
         "web_training_model.onnx",
         "web_decide.onnx",
+        "step_model.onnx",
+        "forward_model.onnx",
+        "source_params.npy",
     }
+    assert m.portable["step_model"] == "step_model.onnx" and m.portable["batch"] == 1
+    assert m.portable["opset"] == 18 and m.portable["ir_version"] <= 10
+    assert [s["name"] for s in m.portable["layout"]] == list(m.trainable)
     layout = m.web["layout"]
     assert set(layout["names"]) == set(m.trainable)
     sizes = {n: int(np.prod(shape)) for n, shape in m.trainable.items()}

@@ -1,8 +1,9 @@
-"""Issue 4: RealmRuntime, the torch-free adapt loop, against the SDK and under bad input."""
+"""Issues 4 and 11: RealmRuntime on both backends, against the SDK and under bad input."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import shutil
@@ -16,6 +17,8 @@ from conftest import export_digits
 from realm_runtime import ArtifactError, RealmRuntime
 from realm_runtime._checkpoint import COUNTERS
 from realm_sdk import RealmAdapter
+
+BACKENDS = ("onnx", "ort-training")
 
 # Agreement bounds over a whole stream (float32, CPU): logits are O(10), so 1e-4 absolute is
 # ~1e-5 relative; parameters, α, λ and the EMA are O(1) and agree to a few float32 ulps.
@@ -57,12 +60,13 @@ def _compare_run(rt, adapter, xs, batch=1):
 
 
 @pytest.mark.parametrize("schedule", ["train", "infer-first", "auto"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_step_for_step_agreement_with_the_sdk(
-    schedule, digits_artifacts, digits_model, digits_stream
+    backend, schedule, digits_artifacts, digits_model, digits_stream
 ):
     directory, config = digits_artifacts
     xs = digits_stream[0][:120]
-    rt = RealmRuntime(directory, threads=1, schedule=schedule)
+    rt = RealmRuntime(directory, threads=1, schedule=schedule, backend=backend)
     adapter = RealmAdapter(copy.deepcopy(digits_model), config)
     worst = _compare_run(rt, adapter, xs)
     st = rt.state
@@ -71,21 +75,26 @@ def test_step_for_step_agreement_with_the_sdk(
 
 
 @pytest.mark.parametrize(
-    ("overrides", "steps", "batch"),
+    ("overrides", "steps", "batch", "backend"),
     [
-        (dict(preset="imagenet"), 60, 1),  # momentum 0.9, C = λ, frozen last stage
-        (dict(method="tent"), 60, 1),
-        (dict(method="eata"), 60, 1),
-        (dict(), 40, 4),  # B > 1: per-sample S_div against one EMA, mean loss
-        (dict(method="eata"), 40, 4),
+        (dict(preset="imagenet"), 60, 1, "onnx"),  # momentum 0.9, C = λ, frozen last stage
+        (dict(preset="imagenet"), 60, 1, "ort-training"),
+        (dict(method="tent"), 60, 1, "onnx"),
+        (dict(method="tent"), 60, 1, "ort-training"),
+        (dict(method="eata"), 60, 1, "onnx"),
+        (dict(method="eata"), 60, 1, "ort-training"),
+        # B > 1 (per-sample S_div against one EMA, mean loss): the training artifacts only;
+        # the portable step graph takes one sample per step (test_portable.py).
+        (dict(), 40, 4, "ort-training"),
+        (dict(method="eata"), 40, 4, "ort-training"),
     ],
-    ids=["imagenet", "tent", "eata", "realm-batch4", "eata-batch4"],
+    ids=lambda v: v if isinstance(v, str) else None,
 )
 def test_other_settings_agree_with_the_sdk(
-    overrides, steps, batch, digits_model, digits_stream, tmp_path
+    overrides, steps, batch, backend, digits_model, digits_stream, tmp_path
 ):
     config = export_digits(digits_model, tmp_path / "a", **overrides)
-    rt = RealmRuntime(tmp_path / "a", threads=1)
+    rt = RealmRuntime(tmp_path / "a", threads=1, backend=backend)
     adapter = RealmAdapter(copy.deepcopy(digits_model), config)
     _compare_run(rt, adapter, digits_stream[0][: steps * batch], batch=batch)
     assert rt.state.updates > 0
@@ -110,9 +119,9 @@ def _assert_same(a, b):
     assert (sa.ema is None and sb.ema is None) or np.array_equal(sa.ema, sb.ema)
 
 
-@pytest.fixture
-def runtime(digits_artifacts, digits_stream):
-    rt = RealmRuntime(digits_artifacts[0], threads=1)
+@pytest.fixture(params=BACKENDS)
+def runtime(request, digits_artifacts, digits_stream):
+    rt = RealmRuntime(digits_artifacts[0], threads=1, backend=request.param)
     for i in range(5):
         rt.adapt(digits_stream[0][i : i + 1])
     return rt
@@ -171,15 +180,20 @@ def test_nonfinite_logits_are_refused_and_counted(runtime):
 
 
 def test_nonfinite_gradient_is_refused(runtime, monkeypatch):
-    real = runtime._train
+    real = runtime._backend.compute
 
-    def poisoned(x, weights):
-        loss, logits, grads = real(x, weights)
-        name = next(iter(grads))
-        grads[name] = grads[name] * np.float32("nan")
-        return loss, logits, grads
+    def poisoned(x, weights, eata_factor):
+        # What each backend reports for a NaN gradient (its own detection: test_portable.py
+        # for the step graph's realm.finite, the numpy check on ORT's gradients here).
+        candidate = real(x, weights, eata_factor)
+        if runtime.backend == "ort-training":
+            name = next(iter(candidate.payload))
+            candidate.payload[name] = candidate.payload[name] * np.float32("nan")
+            finite = all(np.isfinite(g).all() for g in candidate.payload.values())
+            return dataclasses.replace(candidate, finite=finite)
+        return dataclasses.replace(candidate, finite=False)
 
-    monkeypatch.setattr(runtime, "_train", poisoned)
+    monkeypatch.setattr(runtime._backend, "compute", poisoned)
     runtime.reset()
     before = _snapshot(runtime)
     result = runtime.adapt(
@@ -224,7 +238,7 @@ def test_atomic_save_survives_a_crash_before_rename(runtime, digits_stream, tmp_
     monkeypatch.undo()
     assert path.read_bytes() == good
     assert [p.name for p in tmp_path.iterdir()] == ["state.npz"]
-    fresh = RealmRuntime(runtime.directory, threads=1)
+    fresh = RealmRuntime(runtime.directory, threads=1, backend=runtime.backend)
     fresh.restore(path)
     assert fresh.state.samples == 5
 
@@ -267,7 +281,7 @@ def test_reset_returns_to_the_source(runtime, digits_artifacts, digits_model):
     x = np.random.default_rng(1).standard_normal((1, 1, 32, 32), dtype=np.float32)
     assert runtime.state.updates > 0
     runtime.reset()
-    fresh = RealmRuntime(digits_artifacts[0], threads=1)
+    fresh = RealmRuntime(digits_artifacts[0], threads=1, backend=runtime.backend)
     _assert_same(_snapshot(fresh), _snapshot(runtime))
     with torch.no_grad():
         expected = digits_model(torch.from_numpy(x)).numpy()
@@ -297,26 +311,31 @@ def test_export_inference_model_carries_the_adaptation(runtime, tmp_path):
 
 
 class _Exclusive:
-    """Wraps the ORT module and fails if two calls ever overlap."""
+    """Wraps a backend and fails if two of its calls ever overlap."""
 
-    def __init__(self, module):
-        self._module, self._busy, self.calls = module, threading.Lock(), 0
+    def __init__(self, backend):
+        self._backend, self._busy, self.calls = backend, threading.Lock(), 0
 
     def __getattr__(self, name):
-        return getattr(self._module, name)
+        attr = getattr(self._backend, name)
+        if not callable(attr):
+            return attr
 
-    def __call__(self, *args):
-        assert self._busy.acquire(blocking=False), "two threads inside ORT at once"
-        try:
-            self.calls += 1
-            return self._module(*args)
-        finally:
-            self._busy.release()
+        def exclusive(*args):
+            assert self._busy.acquire(blocking=False), "two threads inside the backend at once"
+            try:
+                self.calls += 1
+                return attr(*args)
+            finally:
+                self._busy.release()
+
+        return exclusive
 
 
-def test_one_instance_is_safe_across_threads(digits_artifacts, digits_stream):
-    rt = RealmRuntime(digits_artifacts[0], threads=1)
-    rt._module = _Exclusive(rt._module)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_instance_is_safe_across_threads(backend, digits_artifacts, digits_stream):
+    rt = RealmRuntime(digits_artifacts[0], threads=1, backend=backend)
+    rt._backend = _Exclusive(rt._backend)
     xs = digits_stream[0][:80]
     errors = []
 
@@ -338,7 +357,7 @@ def test_one_instance_is_safe_across_threads(digits_artifacts, digits_stream):
     st = rt.state
     assert st.samples == 80
     assert st.updated_samples + st.skipped_diversity + st.skipped_nonfinite == 80
-    assert rt._module.calls >= 160
+    assert rt._backend.calls >= 160
     assert all(np.isfinite(v).all() for v in rt.trainable_parameters().values())
 
 
@@ -352,11 +371,20 @@ def test_artifact_problems_are_named(digits_artifacts, tmp_path):
         RealmRuntime(bad)
     shutil.rmtree(bad)
     shutil.copytree(src, bad)
+    with open(bad / "step_model.onnx", "r+b") as handle:  # the portable graph is listed too
+        handle.seek(100)
+        handle.write(b"\x00")
+    with pytest.raises(ArtifactError, match=r"step_model\.onnx.*SHA-256"):
+        RealmRuntime(bad)
+    shutil.rmtree(bad)
+    shutil.copytree(src, bad)
     manifest = json.loads((bad / "realm.json").read_text())
     manifest["versions"]["onnxruntime"] = "1.18.0"
     (bad / "realm.json").write_text(json.dumps(manifest))
+    # Training checkpoints load in their own ORT version only; the portable graph in any.
     with pytest.raises(ArtifactError, match=r"exported with onnxruntime 1\.18\.0"):
-        RealmRuntime(bad)
+        RealmRuntime(bad, backend="ort-training")
+    assert RealmRuntime(bad).backend == "onnx"
     (bad / "realm.json").write_text("{ truncated")
     with pytest.raises(ArtifactError, match="not valid JSON"):
         RealmRuntime(bad)
@@ -383,17 +411,17 @@ def _has_cuda() -> bool:
 
 @pytest.mark.skipif(_has_cuda(), reason="this onnxruntime has CUDA; the error path is moot")
 def test_cuda_without_the_gpu_build_says_what_to_install(digits_artifacts):
-    with pytest.raises(RuntimeError, match=r"onnxruntime-training==1\.19\.2"):
+    with pytest.raises(RuntimeError, match=r"onnxruntime-gpu"):
         RealmRuntime(digits_artifacts[0], device="cuda")
+    with pytest.raises(RuntimeError, match=r"onnxruntime-training==1\.19\.2"):
+        RealmRuntime(digits_artifacts[0], device="cuda", backend="ort-training")
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(
-    not _has_cuda(), reason="needs the CUDA build of onnxruntime-training and an NVIDIA GPU"
-)
+@pytest.mark.skipif(not _has_cuda(), reason="needs onnxruntime-gpu and an NVIDIA GPU")
 def test_cuda_agrees_with_the_sdk(digits_artifacts, digits_model, digits_stream):
     directory, config = digits_artifacts
-    rt = RealmRuntime(directory, device="cuda")
+    rt = RealmRuntime(directory, device="cuda", backend="onnx")
     adapter = RealmAdapter(copy.deepcopy(digits_model), config)
     _compare_run(rt, adapter, digits_stream[0][:100])
 

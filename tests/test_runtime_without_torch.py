@@ -1,18 +1,24 @@
-"""The runtime in an environment where torch is not installed (issue 4's first done-when line).
+"""The runtime where torch and onnxruntime-training are not installed (issues 4 and 11).
 
-A fresh virtual environment gets only the runtime's dependencies (numpy and
-onnxruntime-training-cpu) plus this package (no dependencies), then runs
-adapt/save/restore/reset/export on artifacts exported beforehand by this (torch) process.
+A virtual environment on the newest Python found here (3.13 or 3.12, else 3.11) gets
+``pip install '.[runtime]'``: numpy, onnx and the newest plain onnxruntime from PyPI, no
+torch, no training build. It runs adapt → save → restore → continue, reset and
+export_inference_model on artifacts that this (torch) process exported beforehand, and
+its steps are compared with the same stream on this process's onnxruntime-training 1.19.2
+``InferenceSession`` (the same portable graphs on another ORT version and Python).
+
+The environment is kept in ``.venv-runtime`` (rebuilt when pyproject.toml changes), so
+``make test`` pays for the install once.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
-import venv
-from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +27,7 @@ import pytest
 from realm_runtime import RealmRuntime
 
 ROOT = Path(__file__).resolve().parents[1]
+VENV = ROOT / ".venv-runtime"
 
 SCRIPT = textwrap.dedent("""
     import importlib.util, json, sys, time
@@ -34,27 +41,36 @@ SCRIPT = textwrap.dedent("""
     import realm_runtime
     import_s = time.perf_counter() - start
     assert importlib.util.find_spec("torch") is None, "torch is installed here"
-    import numpy as np
+    import numpy as np, onnxruntime
+    try:
+        import onnxruntime.training  # noqa: F401
+        training = True
+    except ImportError:
+        training = False
     from realm_runtime import RealmRuntime
     art, stream, work = sys.argv[1], sys.argv[2], sys.argv[3]
     xs = np.load(stream)
-    rt = RealmRuntime(art, threads=1)
-    preds = []
+    rt = RealmRuntime(art, threads=1, schedule="train")
+    logits, updated = [], []
     for i in range(20):
-        preds.append(int(rt.adapt(xs[i:i + 1]).top1[0]))
+        r = rt.adapt(xs[i:i + 1]); logits.append(r.logits[0].tolist()); updated.append(r.updated)
     rt.save(work + "/state.npz")
-    for i in range(20, 30):
-        preds.append(int(rt.adapt(xs[i:i + 1]).top1[0]))
-    resumed = RealmRuntime(art, threads=1)
+    for i in range(20, 40):
+        r = rt.adapt(xs[i:i + 1]); logits.append(r.logits[0].tolist()); updated.append(r.updated)
+    resumed = RealmRuntime(art, threads=1, schedule="train")
     resumed.restore(work + "/state.npz")
-    again = [int(resumed.adapt(xs[i:i + 1]).top1[0]) for i in range(20, 30)]
+    again = [resumed.adapt(xs[i:i + 1]).logits[0].tolist() for i in range(20, 40)]
     rt.export_inference_model(work + "/adapted.onnx")
-    updates = rt.state.updates
+    params = {n: v.tolist() for n, v in rt.trainable_parameters().items()}
+    state = rt.state
     rt.reset()
     print(json.dumps({
-        "preds": preds, "resumed": again, "updates": updates,
-        "after_reset": rt.state.samples, "torch_loaded": "torch" in sys.modules,
-        "import_s": import_s, "peak_rss_mb": peak_rss_mb(),
+        "backend": rt.backend, "ort": onnxruntime.__version__, "training": training,
+        "python": sys.version.split()[0], "logits": logits, "updated": updated,
+        "resumed": again, "params": params, "alpha": state.alpha, "lam": state.lam,
+        "updates": state.updates, "after_reset": rt.state.samples,
+        "torch_loaded": "torch" in sys.modules, "import_s": import_s,
+        "peak_rss_mb": peak_rss_mb(),
     }))
 """)
 
@@ -66,18 +82,44 @@ def _run(cmd, **kw):
     return result.stdout
 
 
-def test_runtime_works_where_torch_is_not_installed(digits_artifacts, digits_stream, tmp_path):
-    env_dir = tmp_path / "venv"
-    venv.EnvBuilder(with_pip=True).create(env_dir)
-    py = env_dir / "bin" / "python"
-    pip = [str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    _run([*pip, f"numpy=={version('numpy')}", "onnxruntime-training-cpu==1.19.2"])
-    _run([*pip, "--no-deps", str(ROOT)])
-    xs = digits_stream[0][:30]
+def _newest_python() -> str:
+    """The newest CPython ≥ 3.12 that runs here (pyenv shims of absent versions do not)."""
+    candidates = [shutil.which(f"python3.{minor}") for minor in (13, 12)]
+    candidates += sorted(
+        (str(p) for p in Path.home().glob(".pyenv/versions/3.1[23]*/bin/python3.1[23]")),
+        reverse=True,
+    )
+    for exe in filter(None, candidates):
+        probe = subprocess.run([exe, "-c", "import venv"], capture_output=True)
+        if probe.returncode == 0:
+            return exe
+    return sys.executable  # 3.11: still the newest onnxruntime, not the newest Python
+
+
+@pytest.fixture(scope="session")
+def runtime_python() -> Path:
+    """``.venv-runtime/bin/python`` with ``.[runtime]`` installed (made when missing/stale)."""
+    stamp = VENV / ".realm-tta-runtime"
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    py = VENV / "bin" / "python"
+    if not (py.exists() and stamp.exists() and stamp.read_text() == digest):
+        shutil.rmtree(VENV, ignore_errors=True)
+        _run([_newest_python(), "-m", "venv", str(VENV)])
+        pip = [str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        _run([*pip, "--upgrade", "onnxruntime"])  # the newest, whatever the extra allows
+        _run([*pip, f"{ROOT}[runtime]"])
+        stamp.write_text(digest)
+    return py
+
+
+def test_runtime_on_newest_onnxruntime_without_torch_or_training(
+    runtime_python, digits_artifacts, digits_stream, tmp_path
+):
+    xs = np.ascontiguousarray(digits_stream[0][:40])
     np.save(tmp_path / "stream.npy", xs)
     out = _run(
         [
-            str(py),
+            str(runtime_python),
             "-c",
             SCRIPT,
             str(digits_artifacts[0]),
@@ -86,17 +128,28 @@ def test_runtime_works_where_torch_is_not_installed(digits_artifacts, digits_str
         ],
         cwd=tmp_path,
     )
-    result = json.loads(out.strip().splitlines()[-1])
-    assert result["torch_loaded"] is False
-    assert result["resumed"] == result["preds"][20:]
-    assert result["after_reset"] == 0 and result["updates"] > 0
+    there = json.loads(out.strip().splitlines()[-1])
+    assert there["torch_loaded"] is False
+    assert there["training"] is False, "onnxruntime.training is importable in the runtime venv"
+    assert there["backend"] == "onnx"  # RealmRuntime(dir) picks the portable graph
+    assert tuple(map(int, there["ort"].split(".")[:2])) >= (1, 20), there["ort"]
+    assert there["after_reset"] == 0 and there["updates"] > 0
     assert (tmp_path / "adapted.onnx").is_file()
-    # The same stream in this (torch) process gives the same predictions.
-    rt = RealmRuntime(digits_artifacts[0], threads=1)
-    here = [int(rt.adapt(xs[i : i + 1]).top1[0]) for i in range(30)]
-    assert here == result["preds"]
+    # save → restore → continue reproduces the uninterrupted run exactly (same process, ORT).
+    np.testing.assert_array_equal(np.array(there["resumed"]), np.array(there["logits"][20:]))
+
+    # The same stream here: ORT 1.19.2's InferenceSession on Python 3.11, the same graphs.
+    rt = RealmRuntime(digits_artifacts[0], threads=1, schedule="train", backend="onnx")
+    here = [rt.adapt(xs[i : i + 1]) for i in range(40)]
+    assert [r.updated for r in here] == there["updated"]
+    np.testing.assert_allclose(
+        np.array([r.logits[0] for r in here]), np.array(there["logits"]), rtol=0, atol=1e-5
+    )
+    for name, value in rt.trainable_parameters().items():
+        np.testing.assert_allclose(value, np.array(there["params"][name]), rtol=0, atol=1e-6)
+    assert rt.state.alpha == pytest.approx(there["alpha"], abs=1e-6)
     print(
-        f"torch-free runtime: import {result['import_s'] * 1e3:.0f} ms, "
-        f"peak RSS {result['peak_rss_mb']:.0f} MB",
+        f"torch-free runtime on Python {there['python']}, onnxruntime {there['ort']}: import "
+        f"{there['import_s'] * 1e3:.0f} ms, peak RSS {there['peak_rss_mb']:.0f} MB",
         file=sys.stderr,
     )

@@ -51,6 +51,11 @@ def add_export_parser(sub: Any) -> None:
     p.add_argument(
         "--no-web", action="store_true", help="skip the web client's graphs (examples/web)"
     )
+    p.add_argument(
+        "--no-portable",
+        action="store_true",
+        help="skip the portable step graph (step_model.onnx: any onnxruntime ≥ 1.19)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.add_argument("--cache-dir", default=".cache", help="where the digits model is cached")
     p.set_defaults(func=run_export)
@@ -186,6 +191,7 @@ def run_export(args: argparse.Namespace) -> int:
             grad_rtol=args.grad_rtol,
             dynamic_batch=not args.static_batch,
             web=not args.no_web,
+            portable=not args.no_portable,
             overwrite=args.overwrite,
             model_info=info,
             progress=progress,
@@ -205,6 +211,14 @@ def run_export(args: argparse.Namespace) -> int:
         size = path.stat().st_size
         print(f"  {role:<16} {path.name:<22} {size / 1e6:9.2f} MB")
     if result.validation is not None:
-        print("validation against the PyTorch reference:")
+        print("validation against the PyTorch reference (training artifacts):")
         print(result.validation.table())
+    if result.portable_validation is not None and result.portable_error is None:
+        print("validation against the PyTorch reference (portable step graph):")
+        print(result.portable_validation.table())
+    if result.portable_error is not None:
+        print(
+            f"no portable step graph (RealmRuntime will use backend 'ort-training'): "
+            f"{result.portable_error}"
+        )
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import logging
 import os
 import re
@@ -35,6 +36,7 @@ from realm_runtime._manifest import (
     Manifest,
     sha256_of,
 )
+from realm_runtime._portable_io import FORWARD_MODEL, LAYOUT_VERSION, SOURCE_PARAMS, STEP_MODEL
 from realm_sdk import RealmAdapter, RealmConfig
 
 from ._graph import (
@@ -45,8 +47,9 @@ from ._graph import (
     check_versions,
     model_to_onnx,
 )
+from ._portable import PortableGraphs, build_portable_graphs, save_proto
 from ._rewrite import UnsupportedModelError
-from ._validate import ValidationError, ValidationReport, validate_artifacts
+from ._validate import ValidationError, ValidationReport, validate_artifacts, validate_portable
 from ._web import write_web_graphs
 
 log = logging.getLogger(__name__)
@@ -64,6 +67,8 @@ class ExportInfo:
     validation: ValidationReport | None  # None when validation was switched off
     manifest: Manifest  # the manifest as written
     seconds: float  # wall time of the export, validation included
+    portable_validation: ValidationReport | None = None  # the portable step graph's figures
+    portable_error: str | None = None  # why there is no portable step graph, if there is none
 
 
 def export_realm_artifacts(
@@ -82,6 +87,7 @@ def export_realm_artifacts(
     preprocessing: dict[str, Any] | None = None,
     model_info: dict[str, Any] | None = None,
     web: bool = True,
+    portable: bool = True,
     progress: Progress | None = None,
 ) -> ExportInfo:
     """Export ``model`` as ONNX Runtime on-device training artifacts whose loss is REALM's.
@@ -108,6 +114,11 @@ def export_realm_artifacts(
         model_info: extra description of the model for the manifest (name, weights, ...).
         web: also write the graphs a web client needs (``web_training_model.onnx`` with the
             update in the graph, ``web_decide.onnx`` with S_div; see ``examples/web``).
+        portable: also write the portable step graph (``step_model.onnx``,
+            ``forward_model.onnx``, ``source_params.npy``: standard ONNX ops, any onnxruntime
+            ≥ 1.19), validated like the training graph. Where it cannot be built or does not
+            validate, the reason is logged, kept in the manifest and in
+            :attr:`ExportInfo.portable_error`, and the training artifacts are still written.
         progress: called with a short label as each stage starts.
 
     Returns:
@@ -170,6 +181,24 @@ def export_realm_artifacts(
             notify("writing the web client's graphs")
             web_section = write_web_graphs(tmp, requires_grad, config)
 
+        portable_section: dict[str, Any] = {}
+        portable_report: ValidationReport | None = None
+        if portable:
+            portable_section, portable_report = _write_portable(
+                tmp,
+                source,
+                config,
+                trainable,
+                example[:1],
+                notify,
+                validate=validate,
+                inputs=validation_batch(
+                    (1, *shape[1:]), validation_inputs, seed=seed + 1, extra_batch=False
+                ),
+                atol=atol,
+                grad_rtol=grad_rtol,
+            )
+
         report = None
         if validate:
             notify("validating against the PyTorch reference")
@@ -206,6 +235,7 @@ def export_realm_artifacts(
             preprocessing,
             model_info,
             web_section,
+            portable_section,
         )
         (tmp / MANIFEST_NAME).write_text(manifest.to_json(), encoding="utf-8")
         _move_into_place(tmp, out_dir, overwrite=overwrite)
@@ -219,7 +249,94 @@ def export_realm_artifacts(
         "inference_model": out_dir / INFERENCE_MODEL,
         "manifest": out_dir / MANIFEST_NAME,
     }
-    return ExportInfo(out_dir, files, requires_grad, report, manifest, time.perf_counter() - start)
+    if "step_model" in portable_section:
+        for role in ("step_model", "forward_model", "source_params"):
+            files[role] = out_dir / portable_section[role]
+    return ExportInfo(
+        out_dir,
+        files,
+        requires_grad,
+        report,
+        manifest,
+        time.perf_counter() - start,
+        portable_report,
+        portable_section.get("error"),
+    )
+
+
+def _write_portable(
+    directory: Path,
+    model: nn.Module,
+    config: RealmConfig,
+    trainable: list[str],
+    example: torch.Tensor,
+    notify: Progress,
+    *,
+    validate: bool,
+    inputs: list[np.ndarray],
+    atol: float,
+    grad_rtol: float,
+) -> tuple[dict[str, Any], ValidationReport | None]:
+    """Build, write and validate the portable graphs; on failure, the reason instead.
+
+    Returns:
+        The manifest's ``portable`` section (or ``{"error": reason}``) and the report.
+    """
+    started = time.perf_counter()
+    notify("building the portable step graph")
+    try:
+        graphs: PortableGraphs = build_portable_graphs(model, config, trainable, example)
+    except UnsupportedModelError as exc:
+        reason = str(exc)
+        log.warning("no portable step graph (the training artifacts are still written): %s", reason)
+        return {"error": reason}, None
+    names = {
+        "step_model": STEP_MODEL,
+        "forward_model": FORWARD_MODEL,
+        "source_params": SOURCE_PARAMS,
+    }
+    save_proto(graphs.step, directory / STEP_MODEL)
+    save_proto(graphs.forward, directory / FORWARD_MODEL)
+    np.save(directory / SOURCE_PARAMS, graphs.source, allow_pickle=False)
+    report = None
+    if validate:
+        notify("validating the portable step graph against the PyTorch reference")
+        report = validate_portable(
+            directory,
+            names,
+            model,
+            config,
+            graphs.layout,
+            inputs,
+            atol=atol,
+            grad_rtol=grad_rtol,
+        )
+        log.info("validation of the portable step graph:\n%s", report.table())
+        if not report.passed:
+            for name in names.values():
+                (directory / name).unlink(missing_ok=True)
+            reason = (
+                "the portable step graph disagrees with the PyTorch reference:\n" + report.table()
+            )
+            log.warning(
+                "no portable step graph (the training artifacts are still written): %s", reason
+            )
+            return {"error": reason, "validation": report.to_dict()}, report
+    opset = max(o.version for o in graphs.step.opset_import if o.domain in ("", "ai.onnx"))
+    section = {
+        "layout_version": LAYOUT_VERSION,
+        **names,
+        "batch": 1,
+        "opset": int(opset),
+        "ir_version": int(graphs.step.ir_version),
+        "size": int(graphs.source.shape[0]),
+        "layout": [dataclasses.asdict(slot) for slot in graphs.layout],
+        "step_nodes": graphs.step_nodes,
+        "forward_nodes": graphs.forward_nodes,
+        "validation": report.to_dict() if report is not None else {},
+        "seconds": round(time.perf_counter() - started, 2),
+    }
+    return section, report
 
 
 def validation_batch(
@@ -335,6 +452,7 @@ def _manifest(
     preprocessing: dict[str, Any] | None,
     model_info: dict[str, Any] | None,
     web: dict[str, Any],
+    portable: dict[str, Any],
 ) -> Manifest:
     import onnxruntime
 
@@ -372,6 +490,7 @@ def _manifest(
         validation=report.to_dict() if report is not None else {},
         model=info,
         web=web,
+        portable=portable,
     )
 
 

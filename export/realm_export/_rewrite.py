@@ -14,6 +14,11 @@ for the duration of the export, so parameter names stay exactly those of
   (and batch statistics where torch itself would use them: no running statistics, or
   ``training=True`` as in timm's weight-standardised convolutions).
 
+* ``F.avg_pool2d``: ONNX Runtime training's ``AveragePoolGrad`` mishandles ``ceil_mode``
+  with ``count_include_pad=False`` (ResNet-D shortcuts: an empty gradient, then a Reshape
+  error), so it is a ones-kernel depthwise convolution times a constant divisor map, whose
+  gradient is an ordinary convolution gradient (:func:`realm_export._trace.avg_pool2d`).
+
 ``F.layer_norm`` is left alone: ``LayerNormalization`` has a gradient once the node declares
 all three outputs, which :func:`realm_export._graph.declare_layer_norm_outputs` adds.
 """
@@ -107,12 +112,15 @@ def _batch_norm(
 
 @contextlib.contextmanager
 def export_friendly_norms() -> Iterator[None]:
-    """Within the block, group/instance/batch norm trace as differentiable primitive ops."""
-    saved = (F.group_norm, F.instance_norm, F.batch_norm)
+    """Within the block, norms and average pooling trace as differentiable primitive ops."""
+    from ._trace import avg_pool2d  # the same rewrite serves the portable graph's trace
+
+    saved = (F.group_norm, F.instance_norm, F.batch_norm, F.avg_pool2d)
     F.group_norm = _group_norm  # type: ignore[assignment]
     F.instance_norm = _instance_norm  # type: ignore[assignment]
     F.batch_norm = _batch_norm  # type: ignore[assignment]
+    F.avg_pool2d = avg_pool2d  # type: ignore[assignment]
     try:
         yield
     finally:
-        F.group_norm, F.instance_norm, F.batch_norm = saved  # type: ignore[assignment]
+        F.group_norm, F.instance_norm, F.batch_norm, F.avg_pool2d = saved  # type: ignore[assignment]

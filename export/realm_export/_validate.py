@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,8 @@ from realm_runtime._manifest import (
     TRAINING_MODEL,
 )
 from realm_sdk import RealmAdapter, RealmConfig, entropy, robust_loss
+
+from ._rewrite import UnsupportedModelError
 
 
 class ValidationError(RuntimeError):
@@ -106,6 +109,30 @@ class ValidationReport:
         return "\n".join(lines)
 
 
+def training_graph_error(message: str) -> str:
+    """One sentence from onnxruntime-training's error when it loads or runs the graph."""
+    kernel = re.search(
+        r"Could not find an implementation for (\w+)\(\d+\) node with name '([^']*)'", message
+    )
+    if kernel:
+        op, node = kernel.groups()
+        return (
+            f"onnxruntime-training 1.19.2 has no kernel for {op} (node {node}), which the "
+            "training graph of this model needs: its layer cannot adapt through the training "
+            "artifacts (the portable step graph may still; see ExportInfo.portable_error)"
+        )
+    node = re.search(r"running (\w+) node\. Name:'([^']*)'", message)
+    status = re.search(r"Status Message: (?:\S+:\d+ \S+ )?(.*?)(?:\n|$)", message)
+    if node:
+        detail = status.group(1).strip()[:200] if status else ""
+        return (
+            f"onnxruntime-training 1.19.2 failed running the training graph at {node.group(1)} "
+            f"node {node.group(2)}: {detail}"
+        )
+    first = message.strip().splitlines()[0] if message.strip() else "unknown error"
+    return f"onnxruntime-training 1.19.2 could not run the training graph: {first[-300:]}"
+
+
 def sample_weights(batch: int) -> np.ndarray:
     """Validation weights: every sample selected, loss = mean (SPEC §3)."""
     return np.full((batch,), 1.0 / batch, dtype=np.float32)
@@ -176,15 +203,21 @@ def validate_artifacts(
 
     api = training_api()
     state = api.CheckpointState.load_checkpoint(str(directory / CHECKPOINT))
-    module = api.Module(
-        str(directory / TRAINING_MODEL), state, str(directory / EVAL_MODEL), device="cpu"
-    )
+    try:
+        module = api.Module(
+            str(directory / TRAINING_MODEL), state, str(directory / EVAL_MODEL), device="cpu"
+        )
+    except RuntimeError as exc:
+        raise UnsupportedModelError(training_graph_error(str(exc))) from exc
     module.train()
     report = ValidationReport(atol=atol, grad_rtol=grad_rtol, inputs=len(inputs))
     for x in inputs:
         weights = sample_weights(x.shape[0])
         module.lazy_reset_grad()
-        loss_ort, logits_ort = module(x, weights)[:2]
+        try:
+            loss_ort, logits_ort = module(x, weights)[:2]
+        except RuntimeError as exc:
+            raise UnsupportedModelError(training_graph_error(str(exc))) from exc
         logits_t, loss_t, grads_t, names = torch_reference(
             model, config, torch.from_numpy(x), weights
         )
@@ -200,4 +233,96 @@ def validate_artifacts(
             report.grad_max_abs[name] = max(report.grad_max_abs.get(name, 0.0), diff)
             report.grad_max_rel[name] = max(report.grad_max_rel.get(name, 0.0), diff / scale)
     del module
+    return report
+
+
+def validate_portable(
+    directory: Path,
+    files: dict[str, str],
+    model: nn.Module,
+    config: RealmConfig,
+    layout: Sequence[Any],
+    inputs: Sequence[np.ndarray],
+    *,
+    atol: float,
+    grad_rtol: float,
+) -> ValidationReport:
+    """Run the portable step and forward graphs on ``inputs`` (batch 1 each) against torch.
+
+    The step graph runs with ``lr = 1``, ``μ = 0`` and zero momentum, so its
+    ``realm.new_velocity`` output is the gradient itself; the forward graph's logits are
+    held to the same tolerance as the step's. Run on a plain ``InferenceSession``.
+
+    Args:
+        directory: where the graphs are.
+        files: ``{"step_model": …, "forward_model": …, "source_params": …}`` file names.
+        model: the original torch model (not modified).
+        config: the export's configuration.
+        layout: the :class:`TensorSlot` list of ``realm.params``.
+        inputs: float32 arrays of shape ``(1, *input)``.
+        atol: tolerance on logits and loss.
+        grad_rtol: relative tolerance on gradients (see :class:`ValidationReport`).
+    """
+    import onnxruntime as ort
+
+    from realm_runtime._portable_io import (
+        ENTROPY_MARGIN_NAME,
+        LR_ALPHA_LAMBDA_NAME,
+        LR_NAME,
+        MOMENTUM_NAME,
+        PARAMS_NAME,
+        VELOCITY_NAME,
+    )
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    step = ort.InferenceSession(str(directory / files["step_model"]), options)
+    forward = ort.InferenceSession(str(directory / files["forward_model"]), options)
+    source = np.load(directory / files["source_params"])
+    step_inputs = {i.name for i in step.get_inputs()}
+    out_names = [o.name for o in step.get_outputs()]
+    report = ValidationReport(atol=atol, grad_rtol=grad_rtol, inputs=len(inputs))
+    for x in inputs:
+        weights = sample_weights(1)
+        if config.method == "eata":  # the graph applies EATA's weight itself
+            with torch.no_grad():
+                h = entropy(copy.deepcopy(model)(torch.from_numpy(x)))
+            weights = weights * np.exp(-(h.numpy() - config.e0)).astype(np.float32)
+        logits_t, loss_t, grads_t, _ = torch_reference(model, config, torch.from_numpy(x), weights)
+        feeds = {
+            "input": x,
+            "realm.sample_weight": sample_weights(1),
+            LR_NAME: np.array(1.0, np.float32),
+            LR_ALPHA_LAMBDA_NAME: np.array(1.0, np.float32),
+            MOMENTUM_NAME: np.array(0.0, np.float32),
+            ENTROPY_MARGIN_NAME: np.array(config.e0, np.float32),
+            PARAMS_NAME: source,
+            VELOCITY_NAME: np.zeros_like(source),
+        }
+        out = dict(
+            zip(
+                out_names,
+                step.run(None, {k: v for k, v in feeds.items() if k in step_inputs}),
+                strict=True,
+            )
+        )
+        (logits_fwd,) = forward.run(None, {"input": x, PARAMS_NAME: source})
+        report.logits_max_abs = max(
+            report.logits_max_abs,
+            float(np.abs(out["logits"] - logits_t).max()),
+            float(np.abs(logits_fwd - logits_t).max()),
+        )
+        report.loss_max_abs = max(report.loss_max_abs, abs(float(out["realm.loss"]) - loss_t))
+        if not bool(out["realm.finite"]):
+            report.loss_max_abs = float("inf")  # a finite step reported as non-finite
+        grad = out["realm.new_velocity"]
+        global_scale = max(float(np.abs(g).max()) for g in grads_t.values())
+        for slot in layout:
+            g_onnx = grad[slot.offset : slot.offset + slot.size].reshape(grads_t[slot.name].shape)
+            diff = float(np.abs(g_onnx - grads_t[slot.name]).max())
+            scale = max(float(np.abs(grads_t[slot.name]).max()), 1e-2 * global_scale, 1e-30)
+            report.grad_max_abs[slot.name] = max(report.grad_max_abs.get(slot.name, 0.0), diff)
+            report.grad_max_rel[slot.name] = max(
+                report.grad_max_rel.get(slot.name, 0.0), diff / scale
+            )
     return report

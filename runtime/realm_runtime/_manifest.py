@@ -60,6 +60,7 @@ class Manifest:
     validation: dict[str, Any] = field(default_factory=dict)  # per-output max differences
     model: dict[str, Any] = field(default_factory=dict)  # model name/class, source
     web: dict[str, Any] = field(default_factory=dict)  # graphs and buffer layout for web clients
+    portable: dict[str, Any] = field(default_factory=dict)  # step graph layout, or its "error"
 
     def to_json(self) -> str:
         """The manifest as indented JSON."""
@@ -77,6 +78,7 @@ class Manifest:
             "validation": self.validation,
             "model": self.model,
             "web": self.web,
+            "portable": self.portable,
         }
         return json.dumps(data, indent=2, sort_keys=False)
 
@@ -119,6 +121,7 @@ class Manifest:
             validation=dict(data.get("validation", {})),
             model=dict(data.get("model", {})),
             web=dict(data.get("web", {})),
+            portable=dict(data.get("portable", {})),
         )
 
 

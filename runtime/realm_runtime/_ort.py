@@ -1,4 +1,4 @@
-"""The one place that imports onnxruntime-training, without needing torch.
+"""The one place that imports ONNX Runtime (and its training API, without needing torch).
 
 ``onnxruntime/training/__init__.py`` (1.19.2) imports its ``amp`` and ``optim`` parts, which
 import torch, although torch is no dependency of the package and the on-device ``api`` part
@@ -21,11 +21,13 @@ import importlib
 import importlib.util
 import sys
 from types import ModuleType
+from typing import Any
 
 _INSTALL_HINT = (
-    "realm_runtime needs onnxruntime-training 1.19.2: pip install "
-    "'onnxruntime-training-cpu==1.19.2' (CPU) or 'onnxruntime-training==1.19.2' (CUDA 11.8), "
-    "and not the plain 'onnxruntime' package beside it (both provide the onnxruntime module)"
+    "the ort-training backend needs onnxruntime-training 1.19.2 (Python 3.11): pip install "
+    "'realm-tta[runtime-training]' (CPU) or 'realm-tta[runtime-training-cuda]' (CUDA 11.8), "
+    "and not the plain 'onnxruntime' package beside it (both provide the onnxruntime module); "
+    "the portable step graph (backend='onnx') runs on any onnxruntime ≥ 1.19"
 )
 
 
@@ -34,7 +36,11 @@ def onnxruntime_module() -> ModuleType:
     try:
         import onnxruntime
     except ImportError as exc:
-        raise ImportError(f"onnxruntime is not installed: {_INSTALL_HINT}") from exc
+        raise ImportError(
+            "onnxruntime is not installed: pip install 'realm-tta[runtime]' (current "
+            "onnxruntime, CPU), 'realm-tta[runtime-cuda]' (onnxruntime-gpu) or "
+            "'realm-tta[runtime-training]' (onnxruntime-training 1.19.2, Python 3.11)"
+        ) from exc
     return onnxruntime
 
 
@@ -58,3 +64,20 @@ def training_api() -> ModuleType:
         raise ImportError(
             f"cannot import onnxruntime.training.api ({exc}): {_INSTALL_HINT}"
         ) from exc
+
+
+def session_options(ort: ModuleType, threads: int | None, *, quiet: bool = False) -> Any:
+    """``SessionOptions`` with ``threads`` intra-op threads (None: ORT's default, all cores).
+
+    Args:
+        ort: the onnxruntime module.
+        threads: intra-op threads; inter-op stays at 1 (one sample, one graph at a time).
+        quiet: log errors only (graph inputs with default values are meant, not a warning).
+    """
+    options = ort.SessionOptions()
+    if threads is not None:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    if quiet:
+        options.log_severity_level = 3
+    return options

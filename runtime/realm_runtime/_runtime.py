@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ._backend import BACKENDS, BackendName, Candidate, StepBackend
 from ._checkpoint import (
     COUNTERS,
     check_state_header,
@@ -21,27 +22,8 @@ from ._checkpoint import (
     write_state,
 )
 from ._config import RealmConfig
-from ._manifest import (
-    ALPHA_NAME,
-    CHECKPOINT,
-    EVAL_MODEL,
-    LAMBDA_NAME,
-    TRAINING_MODEL,
-    ArtifactError,
-    Manifest,
-    load_manifest,
-)
-from ._ort import onnxruntime_module, training_api
-from ._step import (
-    F32,
-    Selection,
-    ema_update,
-    project_alpha,
-    project_lambda,
-    select,
-    sgd_momentum,
-    softmax,
-)
+from ._manifest import ALPHA_NAME, LAMBDA_NAME, Manifest, load_manifest
+from ._step import F32, Selection, ema_update, select, softmax
 
 Schedule = Literal["auto", "train", "infer-first"]
 # Fields baked into the exported graph or its trainable set: not overridable at run time.
@@ -97,27 +79,35 @@ class RealmRuntime:
     Needs numpy and onnxruntime-training only. The manifest is checked (format version,
     SHA-256 of every file, ORT version, trainable names) before anything is loaded.
 
+    Two backends run the same step (SPEC §8): ``"onnx"``, the portable step graph on a plain
+    ``onnxruntime.InferenceSession`` (any onnxruntime ≥ 1.19, CPU or CUDA, any Python), and
+    ``"ort-training"``, the ONNX Runtime training artifacts (onnxruntime-training 1.19.2,
+    Python 3.11). ``"auto"`` (default) takes the portable graph where the artifacts have one.
+
     A call costs one forward and at most one backward. Two schedules give the same result
-    (SPEC §3): ``"train"`` runs the training graph at once and uses its logits as the
-    prediction (a backward is spent on samples that S_div then skips); ``"infer-first"`` runs
-    the forward-only graph, decides, and runs the training graph only for samples that update.
-    ``"auto"`` (default) measures both and picks the cheaper for the observed update rate.
+    (SPEC §3): ``"train"`` runs the step graph at once and uses its logits as the prediction
+    (a backward is spent on samples that S_div then skips); ``"infer-first"`` runs the
+    forward-only graph, decides, and runs the step only for samples that update. ``"auto"``
+    (default) measures both and picks the cheaper for the observed update rate.
 
     Every public method holds one lock: an instance may be shared between threads, and calls
     are serialised.
 
     Args:
         artifact_dir: the directory written by ``realm export``.
-        device: ``"cpu"`` or ``"cuda"`` (the CUDA build of onnxruntime-training).
+        device: ``"cpu"`` or ``"cuda"`` / ``"cuda:N"`` (onnxruntime-gpu on the onnx backend,
+            the CUDA build of onnxruntime-training on the other).
         threads: intra-op threads of ONNX Runtime (None: its default, all cores).
         schedule: ``"auto"``, ``"train"`` or ``"infer-first"``.
         overrides: configuration fields to change on the device without re-exporting: those
-            the numpy side applies (``lr``, ``lr_alpha_lambda``, ``momentum``,
+            the runtime applies (``lr``, ``lr_alpha_lambda``, ``momentum``,
             ``diversity_margin``, ``ema_beta``, ``entropy_margin``, ``episodic``).
+        backend: ``"auto"``, ``"onnx"`` or ``"ort-training"``.
 
     Raises:
-        ArtifactError: missing, tampered, truncated or incompatible artifacts.
-        RuntimeError: ``device="cuda"`` without a CUDA-capable onnxruntime-training.
+        ArtifactError: missing, tampered, truncated or incompatible artifacts, or a backend
+            whose graphs the artifacts lack.
+        RuntimeError: ``device="cuda"`` without a CUDA-capable onnxruntime.
     """
 
     def __init__(
@@ -127,15 +117,18 @@ class RealmRuntime:
         threads: int | None = None,
         schedule: Schedule = "auto",
         overrides: dict[str, Any] | None = None,
+        backend: BackendName = "auto",
     ) -> None:
         if schedule not in ("auto", "train", "infer-first"):
             raise ValueError(f"schedule must be 'auto', 'train' or 'infer-first', got {schedule!r}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
+        if not isinstance(device, str):
+            raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
         self.directory = Path(artifact_dir)
         self.manifest: Manifest = load_manifest(self.directory)
-        ort = onnxruntime_module()
-        _check_ort_version(self.manifest, ort.__version__)
         baked = sorted(set(overrides or {}) & _GRAPH_FIELDS)
         if baked:
             raise ValueError(
@@ -143,47 +136,19 @@ class RealmRuntime:
                 "re-export to change them"
             )
         self.config = RealmConfig.from_dict({**self.manifest.config, **(overrides or {})})
-        self.device = _check_device(device, ort)
+        self.device = device
         self.schedule: Schedule = schedule
-
-        api = training_api()
-        options = ort.SessionOptions()
-        if threads is not None:
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
-        try:
-            self._state = api.CheckpointState.load_checkpoint(str(self.directory / CHECKPOINT))
-            self._module = api.Module(
-                str(self.directory / TRAINING_MODEL),
-                self._state,
-                str(self.directory / EVAL_MODEL),
-                device=self.device,
-                session_options=options,
-            )
-        except Exception as exc:  # ORT's message is long; say what failed first
-            if self.device != "cpu":
-                raise RuntimeError(
-                    f"onnxruntime could not start the artifacts on {self.device}: "
-                    f"{str(exc).strip().splitlines()[0]}"
-                ) from exc
-            raise ArtifactError(
-                f"{self.directory}: onnxruntime could not load the "
-                f"artifacts: {str(exc).strip().splitlines()[0]}"
-            ) from exc
-
-        self._all_trainable = list(self.manifest.trainable)
-        in_ckpt = {n for n, p in self._state.parameters if p.requires_grad}
-        if in_ckpt != set(self._all_trainable):
-            raise ArtifactError(
-                f"{self.directory / CHECKPOINT}: trainable tensors differ from the manifest's "
-                f"({len(in_ckpt)} vs {len(self._all_trainable)})"
-            )
+        self._backend: StepBackend = open_backend(
+            backend, self.directory, self.manifest, self.config, device, threads
+        )
+        self.backend: str = self._backend.name
+        self._all_trainable = list(self._backend.names)
         self._names = [n for n in self._all_trainable if n not in (ALPHA_NAME, LAMBDA_NAME)]
-        self._params = {n: self._state.parameters[n] for n in self._all_trainable}
-        self._source = {n: np.array(self._params[n].data, dtype=F32) for n in self._all_trainable}
+        self._source, _ = self._backend.tensors()
         spec = self.manifest.input
         self._sample_shape = tuple(int(d) for d in spec.shape[1:])
-        self._static_batch = spec.shape[0] if isinstance(spec.shape[0], int) else None
+        static = spec.shape[0] if isinstance(spec.shape[0], int) else None
+        self._static_batch = static
         self._lock = threading.RLock()
         self._timing = {"train": 0.0, "infer": 0.0}  # EMA of seconds per call
         self._timed = {"train": 0, "infer": 0}  # calls of each graph so far
@@ -202,23 +167,26 @@ class RealmRuntime:
     def trainable_parameters(self) -> dict[str, np.ndarray]:
         """Copies of the adapted norm parameters, keyed like the SDK's."""
         with self._lock:
-            return {n: self._values[n].copy() for n in self._names}
+            values, _ = self._backend.tensors()
+            return {n: values[n] for n in self._names}
 
     def momentum_buffers(self) -> dict[str, np.ndarray]:
         """Copies of the SGD momentum buffers of the adapted parameters."""
         with self._lock:
-            return {n: self._velocity[n].copy() for n in self._names}
+            _, velocity = self._backend.tensors()
+            return {n: velocity[n] for n in self._names}
 
     @property
     def state(self) -> RuntimeState:
         """A snapshot of α, λ, their momentum, the EMA and the counters."""
         with self._lock:
             realm = self.config.learns_alpha_lambda
+            values, velocity = self._backend.tensors() if realm else ({}, {})
             return RuntimeState(
-                alpha=float(self._values[ALPHA_NAME]) if realm else None,
-                lam=float(self._values[LAMBDA_NAME]) if realm else None,
-                alpha_momentum=float(self._velocity[ALPHA_NAME]) if realm else None,
-                lam_momentum=float(self._velocity[LAMBDA_NAME]) if realm else None,
+                alpha=float(values[ALPHA_NAME]) if realm else None,
+                lam=float(values[LAMBDA_NAME]) if realm else None,
+                alpha_momentum=float(velocity[ALPHA_NAME]) if realm else None,
+                lam_momentum=float(velocity[LAMBDA_NAME]) if realm else None,
                 ema=None if self._ema is None else self._ema.copy(),
                 **self._counters,
             )
@@ -272,14 +240,15 @@ class RealmRuntime:
         same model and configuration, and the other way round.
         """
         with self._lock:
+            values, velocity = self._backend.tensors()
             arrays: dict[str, np.ndarray] = {}
             for n in self._names:
-                arrays[f"param/{n}"] = self._values[n]
-                arrays[f"momentum/{n}"] = self._velocity[n]
-            arrays["alpha"] = self._values.get(ALPHA_NAME, np.array(self.config.alpha0, F32))
-            arrays["lam"] = self._values.get(LAMBDA_NAME, np.array(self.config.lambda0, F32))
-            arrays["alpha_momentum"] = self._velocity.get(ALPHA_NAME, np.zeros((), F32))
-            arrays["lam_momentum"] = self._velocity.get(LAMBDA_NAME, np.zeros((), F32))
+                arrays[f"param/{n}"] = values[n]
+                arrays[f"momentum/{n}"] = velocity[n]
+            arrays["alpha"] = values.get(ALPHA_NAME, np.array(self.config.alpha0, F32))
+            arrays["lam"] = values.get(LAMBDA_NAME, np.array(self.config.lambda0, F32))
+            arrays["alpha_momentum"] = velocity.get(ALPHA_NAME, np.zeros((), F32))
+            arrays["lam_momentum"] = velocity.get(LAMBDA_NAME, np.zeros((), F32))
             if self._ema is not None:
                 arrays["ema"] = self._ema
             header = state_header(self.config, self._names, self._counters)
@@ -317,8 +286,7 @@ class RealmRuntime:
         if "ema" in arrays:
             ema = _array(arrays, "ema", (self.config.num_classes,), path)
         with self._lock:
-            self._commit(values)
-            self._velocity = velocity
+            self._backend.load(values, velocity)
             self._ema = ema
             self._counters = dict(counters)
 
@@ -333,7 +301,7 @@ class RealmRuntime:
         os.close(fd)
         try:
             with self._lock:
-                self._module.export_model_for_inferencing(tmp, [self.manifest.logits_name])
+                self._backend.export_inference_model(tmp)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -342,24 +310,8 @@ class RealmRuntime:
     # ------------------------------------------------------------------ internals
 
     def _init_adaptation_state(self) -> None:
-        self._commit({n: v.copy() for n, v in self._source.items()})
-        self._velocity = {n: np.zeros_like(v) for n, v in self._source.items()}
+        self._backend.load(self._source, {n: np.zeros_like(v) for n, v in self._source.items()})
         self._ema: np.ndarray | None = None
-
-    def _commit(self, values: dict[str, np.ndarray]) -> None:
-        """Write new parameter values into the ORT checkpoint state, all or none."""
-        previous = dict(getattr(self, "_values", {}))
-        written = []
-        try:
-            for n, v in values.items():
-                self._params[n].data = np.asarray(v, dtype=F32, order="C")  # keeps 0-d α, λ
-                written.append(n)
-        except BaseException:
-            for n in written:  # roll back what was written, so no half-updated state remains
-                if n in previous:
-                    self._params[n].data = previous[n]
-            raise
-        self._values = {**previous, **values}
 
     def _check_input(self, x: object) -> None:
         if not isinstance(x, np.ndarray):
@@ -398,26 +350,28 @@ class RealmRuntime:
                 f"{int(np.isinf(x).sum())} Inf)"
             )
 
+    def _check_step_batch(self, x: np.ndarray) -> None:
+        limit = self._backend.max_batch
+        if limit is not None and x.shape[0] > limit:
+            raise ValueError(
+                f"the {self.backend} backend adapts on batches of at most {limit} sample "
+                f"(its step graph is exported for the on-device protocol), got batch "
+                f"{x.shape[0]}: call adapt() per sample, or use backend='ort-training'"
+            )
+
     def _infer(self, x: np.ndarray) -> np.ndarray:
         start = time.perf_counter()
-        self._module.eval()
-        outputs = self._module(x, np.zeros(x.shape[0], dtype=F32))
+        logits = self._backend.infer(x)
         self._note_time("infer", time.perf_counter() - start)
-        return np.asarray(outputs[1], dtype=F32)
+        return logits
 
-    def _train(
-        self, x: np.ndarray, weights: np.ndarray
-    ) -> tuple[float, np.ndarray, dict[str, np.ndarray]]:
+    def _compute(
+        self, x: np.ndarray, weights: np.ndarray, eata_factor: np.ndarray | None
+    ) -> Candidate:
         start = time.perf_counter()
-        self._module.train()
-        self._module.lazy_reset_grad()
-        outputs = self._module(x, weights)
-        grads = {
-            n: np.asarray(self._params[n].grad, dtype=F32).reshape(self._source[n].shape)
-            for n in self._all_trainable
-        }
+        candidate = self._backend.compute(x, weights, eata_factor)
         self._note_time("train", time.perf_counter() - start)
-        return float(outputs[0]), np.asarray(outputs[1], dtype=F32), grads
+        return candidate
 
     def _note_time(self, kind: str, seconds: float) -> None:
         self._timed[kind] += 1
@@ -447,19 +401,19 @@ class RealmRuntime:
     def _adapt(self, x: np.ndarray) -> AdaptResult:
         cfg = self.config
         batch = x.shape[0]
+        self._check_step_batch(x)
         train_first = self._train_first(batch)
         self._calls += 1
-        grads: dict[str, np.ndarray] | None = None
-        loss: float | None = None
-        if train_first:
-            loss, logits, grads = self._train(x, np.full(batch, F32(1.0 / batch), dtype=F32))
+        candidate: Candidate | None = None
+        if train_first:  # batch 1: weight 1; EATA's factor is taken from the same logits
+            candidate = self._compute(x, np.ones(1, dtype=F32), None)
+            logits = candidate.logits
         else:
             logits = self._infer(x)
         self._counters["samples"] += batch
-        probs_all = None
         if not np.isfinite(logits).all():
             self._counters["skipped_nonfinite"] += batch
-            return self._result(logits, probs_all, np.zeros(batch, bool), False, None, "nonfinite")
+            return self._result(logits, None, np.zeros(batch, bool), False, None, "nonfinite")
 
         sel: Selection = select(logits, self._ema, cfg)
         self._counters["skipped_entropy"] += sel.uncertain
@@ -470,46 +424,17 @@ class RealmRuntime:
             reason = "entropy" if sel.uncertain == batch else "diversity"
             return self._result(logits, sel.probs, sel.keep, False, None, reason)
 
-        if grads is None:
-            loss, _, grads = self._train(x, sel.weights)
-        elif cfg.method == "eata":  # trained with w = 1 (B = 1): apply EATA's constant weight
-            scale = F32(sel.weights[0])
-            grads = {n: (g * scale).astype(F32) for n, g in grads.items()}
-            loss = float(loss) * float(scale) if loss is not None else None
-        finite = (
-            loss is not None
-            and np.isfinite(loss)
-            and all(np.isfinite(g).all() for g in grads.values())
-        )
-        if not finite:
+        if candidate is None:
+            candidate = self._compute(x, sel.weights, sel.eata_factor)
+        if not candidate.finite:
             self._counters["skipped_nonfinite"] += n_keep
-            return self._result(logits, sel.probs, sel.keep, False, loss, "nonfinite")
+            return self._result(logits, sel.probs, sel.keep, False, candidate.loss, "nonfinite")
 
-        values, velocity = self._sgd(grads)
-        self._commit(values)
-        self._velocity = velocity
+        self._backend.accept(candidate)
         self._ema = ema_update(self._ema, sel.probs[sel.keep], cfg.ema_beta)
         self._counters["updates"] += 1
         self._counters["updated_samples"] += n_keep
-        return self._result(logits, sel.probs, sel.keep, True, loss, "updated")
-
-    def _sgd(
-        self, grads: dict[str, np.ndarray]
-    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        cfg = self.config
-        values: dict[str, np.ndarray] = {}
-        velocity: dict[str, np.ndarray] = {}
-        for n in self._names:
-            values[n], velocity[n] = sgd_momentum(
-                self._values[n], grads[n], self._velocity[n], cfg.lr, cfg.momentum
-            )
-        if cfg.learns_alpha_lambda:
-            for n, project in ((ALPHA_NAME, project_alpha), (LAMBDA_NAME, project_lambda)):
-                new, velocity[n] = sgd_momentum(
-                    self._values[n], grads[n], self._velocity[n], cfg.lr_alpha_lambda, cfg.momentum
-                )
-                values[n] = project(new)
-        return values, velocity
+        return self._result(logits, sel.probs, sel.keep, True, candidate.loss, "updated")
 
     @staticmethod
     def _result(
@@ -532,27 +457,25 @@ def _array(
     return state_array(arrays, key, shape, path).astype(F32)
 
 
-def _check_ort_version(manifest: Manifest, installed: str) -> None:
-    exported = str(manifest.versions.get("onnxruntime", ""))
-    if exported.split(".")[:2] != installed.split(".")[:2]:
-        raise ArtifactError(
-            f"these artifacts were exported with onnxruntime {exported or '(unknown)'}, this is "
-            f"onnxruntime {installed}: training checkpoints and graphs are not portable across "
-            "ORT versions; re-export, or install onnxruntime-training 1.19.2"
-        )
+def open_backend(
+    backend: BackendName,
+    directory: Path,
+    manifest: Manifest,
+    config: RealmConfig,
+    device: str,
+    threads: int | None,
+) -> StepBackend:
+    """The backend asked for; ``"auto"``: the portable graph where the artifacts have one.
 
+    Each backend's module is imported only when chosen, so the onnx backend never touches
+    onnxruntime-training and the other never needs a current onnxruntime.
+    """
+    if backend == "auto":
+        backend = "onnx" if manifest.portable.get("step_model") else "ort-training"
+    if backend == "onnx":
+        from ._backend_onnx import PortableBackend
 
-def _check_device(device: str, ort: Any) -> str:
-    if device == "cpu":
-        return "cpu"
-    if device in ("cuda", "cuda:0") or device.startswith("cuda:"):
-        providers = ort.get_available_providers()
-        if "CUDAExecutionProvider" not in providers:
-            raise RuntimeError(
-                f"device={device!r} needs the CUDA build of onnxruntime-training and an NVIDIA "
-                f"GPU; this onnxruntime {ort.__version__} offers {providers}. Install "
-                "'onnxruntime-training==1.19.2' (CUDA 11.8, cuDNN 8; the nvidia-*-cu11 wheels) "
-                "instead of onnxruntime-training-cpu"
-            )
-        return device
-    raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+        return PortableBackend(directory, manifest, config, device, threads)
+    from ._backend_training import TrainingBackend
+
+    return TrainingBackend(directory, manifest, config, device, threads)

@@ -41,7 +41,8 @@ class Selection:
     """Which samples of a batch update, and with what weight in the graph's loss."""
 
     keep: np.ndarray  # (B,) bool: passed EATA's entropy cut and S_div
-    weights: np.ndarray  # (B,) float32 fed as realm.sample_weight (zero where not kept)
+    weights: np.ndarray  # (B,) float32 loss weights: 1/n on the n kept samples, else zero
+    eata_factor: np.ndarray | None  # (B,) EATA's detached exp(−(H − e0)); None for others
     probs: np.ndarray  # (B, C) float32 softmax of the pre-update logits
     uncertain: int  # samples refused by EATA's entropy threshold
     similar: int  # samples refused by S_div
@@ -51,8 +52,9 @@ def select(logits: np.ndarray, ema: np.ndarray | None, config: RealmConfig) -> S
     """SPEC §3 step 2 (and EATA's entropy cut): the per-sample decisions and loss weights.
 
     The graph's loss is ``Σ w_i L_i``; ``w_i = 1/n`` on the ``n`` kept samples makes it the
-    mean over them (SPEC §3, batches). EATA's constant weight ``exp(−(H_i − e0))`` joins
-    ``w_i``, so its gradient is that weight times ∂H, as in EATA's code.
+    mean over them (SPEC §3, batches). EATA's constant weight ``exp(−(H_i − e0))`` is
+    returned beside ``w``: the training graph takes it inside ``w`` (its gradient is that
+    weight times ∂H, as in EATA's code), the portable step graph computes it itself.
     """
     probs = softmax(logits)
     batch = logits.shape[0]
@@ -72,9 +74,8 @@ def select(logits: np.ndarray, ema: np.ndarray | None, config: RealmConfig) -> S
     n = int(keep.sum())
     if n:
         weights[keep] = F32(1.0) / F32(n)
-        if h is not None:
-            weights[keep] *= np.exp(-(h[keep] - F32(config.e0))).astype(F32)
-    return Selection(keep, weights, probs, uncertain, similar)
+    factor = None if h is None else np.exp(-(h - F32(config.e0))).astype(F32)
+    return Selection(keep, weights, factor, probs, uncertain, similar)
 
 
 def sgd_momentum(

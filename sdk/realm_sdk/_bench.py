@@ -2,8 +2,10 @@
 
 Both sides run in one process, on the same machine, with the same thread count and the same
 input stream: torch first, then ONNX Runtime (whose idle worker threads spin for a while and
-would otherwise slow torch down). The runtime's peak memory is measured in a separate process
-that imports only ``realm_runtime``, with torch made unimportable, as on a device.
+would otherwise slow torch down), once per runtime backend (SPEC §8: the portable ``onnx``
+step graph and the ``ort-training`` artifacts), each beside the same torch figures. The
+runtime's peak memory is measured in a separate process that imports only ``realm_runtime``,
+with torch made unimportable, as on a device.
 
 Beside the times: the physical floor (FLOPs of a predict and of an updating step, counted on
 the torch reference, over the machine's peak FLOP/s; see ``_flops``) and the cost of each
@@ -114,6 +116,7 @@ class MethodRow(_AdaptRatios):
     """One method's cost on one model (milliseconds per sample, batch 1, medians)."""
 
     model: str
+    backend: str  # the runtime backend of the runtime_* figures
     method: str  # realm, tent or eata: the preset's settings with this method's loss/filters
     threads: int
     samples: int  # timed samples per measurement, after warm-up
@@ -128,9 +131,10 @@ class MethodRow(_AdaptRatios):
 
 @dataclass(frozen=True)
 class SpeedRow(_AdaptRatios):
-    """One model's figures (milliseconds per sample, batch 1)."""
+    """One model's figures on one runtime backend (milliseconds per sample, batch 1)."""
 
     model: str
+    backend: str  # the runtime backend of the runtime_* figures ("onnx" or "ort-training")
     threads: int
     samples: int  # timed samples per measurement, after warm-up
     update_rate: float  # share of the timed REALM samples that updated
@@ -221,11 +225,16 @@ def _torch_timed(
 
 
 def _runtime_timed(
-    artifacts: Path, threads: int, overrides: dict[str, Any], xs: np.ndarray, warmup: int
+    artifacts: Path,
+    backend: str,
+    threads: int,
+    overrides: dict[str, Any],
+    xs: np.ndarray,
+    warmup: int,
 ) -> tuple[np.ndarray, float]:
     from realm_runtime import RealmRuntime
 
-    rt = RealmRuntime(artifacts, threads=threads, overrides=overrides)
+    rt = RealmRuntime(artifacts, threads=threads, overrides=overrides, backend=backend)  # type: ignore[arg-type]
     times = _timed(rt.adapt, xs, warmup)
     state = rt.state
     return times, state.updates / max(state.samples, 1)
@@ -254,7 +263,8 @@ def bench_model(
     image_size: int | None = None,
     peak: MachinePeak | None = None,
     torch_rss: bool = True,
-) -> SpeedRow:
+    backends: Sequence[str] = ("onnx", "ort-training"),
+) -> list[SpeedRow]:
     """Time one model: torch reference and RealmRuntime, predict and REALM adapt, batch 1.
 
     The stream is random normal inputs (a fixed seed), ``warmup`` untimed then ``samples``
@@ -273,9 +283,10 @@ def bench_model(
         image_size: square input side instead of the model's (smoke runs).
         peak: the machine's peak at ``threads`` (measured here when None).
         torch_rss: measure the torch-only process's peak RSS (a fresh torch import: seconds).
+        backends: the runtime backends to time, each beside the same torch figures.
 
     Returns:
-        The row, with one :class:`MethodRow` per method in ``methods``.
+        One row per backend, each with one :class:`MethodRow` per method in ``methods``.
 
     Raises:
         ValueError: an unknown model or method.
@@ -319,18 +330,23 @@ def bench_model(
             forced = cfg.with_overrides(**forced_overrides(cfg))
             t_step[m] = t_adapt[m] if m == "tent" else _torch_timed(model, forced, xs, warmup)
 
-        rt = RealmRuntime(artifacts, threads=threads)
-        r_pred = _timed(rt.predict, xs, warmup)
-        del rt
-        r_adapt: dict[str, tuple[np.ndarray, float]] = {}
-        r_step: dict[str, tuple[np.ndarray, float]] = {}
-        for m, cfg in configs.items():
-            r_adapt[m] = _runtime_timed(dirs[m], threads, {}, xs, warmup)
-            r_step[m] = (
-                r_adapt[m]
-                if m == "tent"
-                else _runtime_timed(dirs[m], threads, forced_overrides(cfg), xs, warmup)
-            )
+        runtime: dict[str, dict[str, Any]] = {}
+        for backend in backends:
+            rt = RealmRuntime(artifacts, threads=threads, backend=backend)  # type: ignore[arg-type]
+            r_pred = _timed(rt.predict, xs, warmup)
+            del rt
+            r_adapt: dict[str, tuple[np.ndarray, float]] = {}
+            r_step: dict[str, tuple[np.ndarray, float]] = {}
+            for m, cfg in configs.items():
+                r_adapt[m] = _runtime_timed(dirs[m], backend, threads, {}, xs, warmup)
+                r_step[m] = (
+                    r_adapt[m]
+                    if m == "tent"
+                    else _runtime_timed(
+                        dirs[m], backend, threads, forced_overrides(cfg), xs, warmup
+                    )
+                )
+            runtime[backend] = {"predict": r_pred, "adapt": r_adapt, "step": r_step}
 
         torch_mb = None
         if torch_rss:
@@ -338,44 +354,52 @@ def bench_model(
             torch_mb = torch_only_peak_rss(
                 name, Path(tmp) / "weights.pt", preset, xs, threads, image_size
             )
-        runtime_mb = runtime_only_peak_rss(artifacts, xs, threads)
+        runtime_mb = {b: runtime_only_peak_rss(artifacts, xs, threads, b) for b in backends}
 
-    method_rows = tuple(
-        MethodRow(
-            model=name,
-            method=m,
-            threads=threads,
-            samples=samples,
-            step_gflop=flops[m][1],
-            update_rate=r_adapt[m][1],
-            step_update_rate=min(t_step[m][1], r_step[m][1]),
-            torch_adapt_ms=float(np.median(t_adapt[m][0])),
-            torch_step_ms=float(np.median(t_step[m][0])),
-            runtime_adapt_ms=float(np.median(r_adapt[m][0])),
-            runtime_step_ms=float(np.median(r_step[m][0])),
+    rows = []
+    for backend in backends:
+        r_pred, r_adapt, r_step = (runtime[backend][k] for k in ("predict", "adapt", "step"))
+        method_rows = tuple(
+            MethodRow(
+                model=name,
+                backend=backend,
+                method=m,
+                threads=threads,
+                samples=samples,
+                step_gflop=flops[m][1],
+                update_rate=r_adapt[m][1],
+                step_update_rate=min(t_step[m][1], r_step[m][1]),
+                torch_adapt_ms=float(np.median(t_adapt[m][0])),
+                torch_step_ms=float(np.median(t_step[m][0])),
+                runtime_adapt_ms=float(np.median(r_adapt[m][0])),
+                runtime_step_ms=float(np.median(r_step[m][0])),
+            )
+            for m in methods
         )
-        for m in methods
-    )
-    return SpeedRow(
-        model=name,
-        threads=threads,
-        samples=samples,
-        update_rate=r_adapt["realm"][1],
-        torch_predict_ms=float(np.median(t_pred)),
-        torch_adapt_ms=float(np.median(t_adapt["realm"][0])),
-        torch_adapt_p90_ms=float(np.percentile(t_adapt["realm"][0], 90)),
-        torch_step_ms=float(np.median(t_step["realm"][0])),
-        runtime_predict_ms=float(np.median(r_pred)),
-        runtime_adapt_ms=float(np.median(r_adapt["realm"][0])),
-        runtime_adapt_p90_ms=float(np.percentile(r_adapt["realm"][0], 90)),
-        runtime_step_ms=float(np.median(r_step["realm"][0])),
-        torch_peak_rss_mb=torch_mb,
-        runtime_peak_rss_mb=runtime_mb,
-        predict_gflop=flops["realm"][0],
-        step_gflop=flops["realm"][1],
-        peak=peak,
-        methods=method_rows,
-    )
+        rows.append(
+            SpeedRow(
+                model=name,
+                backend=backend,
+                threads=threads,
+                samples=samples,
+                update_rate=r_adapt["realm"][1],
+                torch_predict_ms=float(np.median(t_pred)),
+                torch_adapt_ms=float(np.median(t_adapt["realm"][0])),
+                torch_adapt_p90_ms=float(np.percentile(t_adapt["realm"][0], 90)),
+                torch_step_ms=float(np.median(t_step["realm"][0])),
+                runtime_predict_ms=float(np.median(r_pred)),
+                runtime_adapt_ms=float(np.median(r_adapt["realm"][0])),
+                runtime_adapt_p90_ms=float(np.percentile(r_adapt["realm"][0], 90)),
+                runtime_step_ms=float(np.median(r_step["realm"][0])),
+                torch_peak_rss_mb=torch_mb,
+                runtime_peak_rss_mb=runtime_mb[backend],
+                predict_gflop=flops["realm"][0],
+                step_gflop=flops["realm"][1],
+                peak=peak,
+                methods=method_rows,
+            )
+        )
+    return rows
 
 
 _TORCH_ONLY = textwrap.dedent("""
@@ -443,8 +467,8 @@ _RUNTIME_ONLY = textwrap.dedent("""
     import numpy as np
     from realm_runtime import RealmRuntime
 
-    rt = RealmRuntime(sys.argv[1], threads=int(sys.argv[3]))
-    xs = np.load(sys.argv[2])
+    rt = RealmRuntime(sys.argv[1], threads=int(sys.argv[4]), backend=sys.argv[2])
+    xs = np.load(sys.argv[3])
     for x in xs:
         rt.adapt(x[None])
     with open("/proc/self/status") as status:
@@ -454,9 +478,11 @@ _RUNTIME_ONLY = textwrap.dedent("""
 """)
 
 
-def runtime_only_peak_rss(artifacts: Path, xs: np.ndarray, threads: int) -> float:
+def runtime_only_peak_rss(
+    artifacts: Path, xs: np.ndarray, threads: int, backend: str = "auto"
+) -> float:
     """Peak RSS (MB) of a fresh process that runs the stream with realm_runtime only."""
-    return _peak_of([_RUNTIME_ONLY, str(artifacts)], xs, threads)
+    return _peak_of([_RUNTIME_ONLY, str(artifacts), backend], xs, threads)
 
 
 def _ratio(num: float, den: float | None) -> str:
@@ -470,15 +496,16 @@ def format_speed(rows: list[SpeedRow]) -> str:
     measured peak) over the median time: the share of the machine's matmul speed reached.
     """
     head = (
-        "| model | threads | predict ms torch / runtime (ratio) | REALM adapt ms torch / "
-        "runtime (ratio), update rate | updating step ms torch / runtime (ratio) | "
+        "| model | backend | threads | predict ms torch / runtime (ratio) | REALM adapt ms "
+        "torch / runtime (ratio), update rate | updating step ms torch / runtime (ratio) | "
         "peak RSS MB torch-only / runtime-only (ratio) |"
     )
-    lines = [head, "|" + "---|" * 6]
+    lines = [head, "|" + "---|" * 7]
     for r in rows:
         torch_rss = "—" if r.torch_peak_rss_mb is None else f"{r.torch_peak_rss_mb:.0f}"
         lines.append(
-            f"| {r.model} | {r.threads} | {r.torch_predict_ms:.2f} / {r.runtime_predict_ms:.2f} "
+            f"| {r.model} | {r.backend} | {r.threads} | {r.torch_predict_ms:.2f} / "
+            f"{r.runtime_predict_ms:.2f} "
             f"({r.predict_ratio:.2f}) | {r.torch_adapt_ms:.2f} / {r.runtime_adapt_ms:.2f} "
             f"({r.adapt_ratio:.2f}), {r.update_rate:.2f} | {r.torch_step_ms:.2f} / "
             f"{r.runtime_step_ms:.2f} ({r.step_ratio:.2f}) | {torch_rss} / "
@@ -495,16 +522,16 @@ def _format_floor(rows: list[SpeedRow]) -> str:
     lines = [
         *(f"{line[0].upper()}{line[1:]}." for line in peaks),
         "",
-        "| model | GFLOP predict / updating step | floor ms predict / step (measured peak) | "
-        "floor ms step (theoretical peak) | achieved % predict torch / runtime | "
-        "achieved % step torch / runtime |",
-        "|" + "---|" * 6,
+        "| model | backend | GFLOP predict / updating step | floor ms predict / step "
+        "(measured peak) | floor ms step (theoretical peak) | achieved % predict torch / "
+        "runtime | achieved % step torch / runtime |",
+        "|" + "---|" * 7,
     ]
     for r in rows:
         pct = {k: f"{100 * v:.3g}" for k, v in r.achieved().items()}
         theory = r.step_floor_theoretical_ms
         lines.append(
-            f"| {r.model} | {r.predict_gflop:.3g} / {r.step_gflop:.3g} | "
+            f"| {r.model} | {r.backend} | {r.predict_gflop:.3g} / {r.step_gflop:.3g} | "
             f"{r.predict_floor_ms:.3g} / {r.step_floor_ms:.3g} | "
             f"{'—' if theory is None else f'{theory:.3g}'} | "
             f"{pct['torch_predict_achieved']} / {pct['runtime_predict_achieved']} | "
@@ -515,13 +542,14 @@ def _format_floor(rows: list[SpeedRow]) -> str:
 
 def _format_methods(rows: list[MethodRow]) -> str:
     lines = [
-        "| model | method | GFLOP step | adapt ms torch / runtime (ratio), update rate | "
-        "updating step ms torch / runtime (ratio), update rate |",
-        "|" + "---|" * 5,
+        "| model | backend | method | GFLOP step | adapt ms torch / runtime (ratio), update "
+        "rate | updating step ms torch / runtime (ratio), update rate |",
+        "|" + "---|" * 6,
     ]
     for m in rows:
         lines.append(
-            f"| {m.model} | {m.method} | {m.step_gflop:.3g} | {m.torch_adapt_ms:.2f} / "
+            f"| {m.model} | {m.backend} | {m.method} | {m.step_gflop:.3g} | "
+            f"{m.torch_adapt_ms:.2f} / "
             f"{m.runtime_adapt_ms:.2f} ({m.adapt_ratio:.2f}), {m.update_rate:.2f} | "
             f"{m.torch_step_ms:.2f} / {m.runtime_step_ms:.2f} ({m.step_ratio:.2f}), "
             f"{m.step_update_rate:.2f} |"
@@ -586,7 +614,7 @@ def plot_speed(figures: dict[str, Any], out: str | os.PathLike[str]) -> Path:
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
     top = max([r[f"{key}_ratio"] for r in rows for key, _ in kinds], default=1.0)
     ax.set_ylim(0, max(top, 1.0) * 1.3)  # room for the legend above the bars
-    ax.set_xticks(range(len(rows)), [r["model"] for r in rows])
+    ax.set_xticks(range(len(rows)), [f"{r['model']}\n{r.get('backend', '')}" for r in rows])
     ax.set_ylabel("runtime / torch time")
     threads = rows[0]["threads"] if rows else "?"
     ax.set_title(f"RealmRuntime vs. the torch reference (batch 1, {threads} threads; < 1: faster)")

@@ -121,7 +121,7 @@ def _cmd_bench_speed(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
-        rows.append(
+        rows.extend(
             bench_model(
                 name,
                 threads=args.threads,
@@ -131,6 +131,7 @@ def _cmd_bench_speed(args: argparse.Namespace) -> int:
                 image_size=args.image_size,
                 peak=peak,
                 torch_rss=not quick,
+                backends=args.backends,
             )
         )
     table = format_speed(rows)
@@ -317,7 +318,7 @@ def _run_header(title: str, argv: Sequence[str]) -> str:
 def _cmd_parity(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ._parity import CASES, format_reports, reports_to_json, run_case
+    from ._parity import BACKENDS, CASES, format_reports, reports_to_json, run_case
 
     known = {c.name: c for c in CASES}
     if args.cases:
@@ -328,11 +329,17 @@ def _cmd_parity(args: argparse.Namespace) -> int:
         cases = [known[c] for c in args.cases]
     else:
         cases = [c for c in CASES if args.all or c.slow == args.slow]
+    backends = BACKENDS if args.backend == "both" else (args.backend,)
     reports = []
     for case in cases:
-        bar = None if args.no_progress else _tqdm_factory()(case.name, case.steps)
-        reports.append(run_case(case, device=args.device, threads=args.threads, on_step=bar))
-        print(f"{case.name}: {'pass' if reports[-1].passed else 'FAIL'}", file=sys.stderr)
+        total = case.steps * len(backends)
+        bar = None if args.no_progress else _tqdm_factory()(case.name, total)
+        done = run_case(
+            case, device=args.device, threads=args.threads, on_step=bar, backends=backends
+        )
+        reports.extend(done)
+        verdict = ", ".join(f"{r.backend} {'pass' if r.passed else 'FAIL'}" for r in done)
+        print(f"{case.name}: {verdict}", file=sys.stderr)
     table = format_reports(reports)
     print(table)
     if args.out:
@@ -391,6 +398,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--quick",
         action="store_true",
         help="digits, 5 samples after 2 warm-up, no torch-only RSS process (a CI smoke run)",
+    )
+    speed.add_argument(
+        "--backends",
+        nargs="+",
+        default=["onnx", "ort-training"],
+        choices=("onnx", "ort-training"),
+        help="runtime backends to time beside torch (default: both)",
     )
     speed.add_argument("--json", default=None, help="also write every figure to this file")
     speed.set_defaults(func=_cmd_bench_speed)
@@ -465,6 +479,12 @@ def build_parser() -> argparse.ArgumentParser:
     tier.add_argument("--all", action="store_true", help="both tiers")
     parity.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parity.add_argument("--threads", type=int, default=1)
+    parity.add_argument(
+        "--backend",
+        default="both",
+        choices=("both", "onnx", "ort-training"),
+        help="runtime backend(s) to compare with the SDK (default: both)",
+    )
     parity.add_argument("--out", default=None, help="write <out>.md and <out>.json")
     parity.add_argument("--no-progress", action="store_true")
     parity.set_defaults(func=_cmd_parity)

@@ -1,9 +1,22 @@
 """Parity (SPEC §5): RealmRuntime (ONNX Runtime) against RealmAdapter (torch), step by step.
 
-Two independent implementations — torch autograd with the SDK's SGD, and the exported ONNX
-gradient graph with the runtime's numpy SGD — get the same source weights, configuration
-and input stream; after every step the logits, the S_div decisions, every trainable
-parameter, α, λ, the EMA, the momentum buffers and the counters are compared.
+Each case is exported once and run on both runtime backends (SPEC §8): ``ort-training``,
+whose gradients come from ONNX Runtime's own gradient builder (independent of torch), and
+``onnx``, the portable step graph traced from torch's autograd with the update in the graph.
+They get the same source weights, configuration and input stream as the SDK; after every
+step the logits, the S_div decisions, every trainable parameter, α, λ, the EMA, the
+momentum buffers and the counters are compared.
+
+Near-ties. float32 kernels differ between CPUs (AVX2, AVX-512) and between the two sides
+by ~1e-7 relative, so a sample whose |cos(p, m)| (or, for EATA, entropy) lies within that
+error of its threshold may go either way. Before each step the harness measures, on the
+SDK side, how far every decision lies from its threshold. A decision closer than
+:data:`TIE_MARGIN` is a near-tie: if the two sides decide it differently, the runtime is
+given the SDK's resulting state (save → restore, both branches being correct) and the
+step is counted in ``near_ties_resynced``, not as a mismatch. Every other decision must
+agree, and the report carries the smallest margin among them and the largest |cos|
+difference measured between the sides, so the rule's margin is checked against the float
+error it guards against.
 """
 
 from __future__ import annotations
@@ -50,6 +63,13 @@ TOLERANCES: dict[str, float] = {
     "ema": 1e-5,
 }
 QUANTITIES = tuple(TOLERANCES)
+
+# A decision this close to its threshold may flip with the CPU's float32 kernels: 100× the
+# largest |cos| difference between the sides measured on the fast tier (1.0e-6, digits on the
+# portable graph, AMD Zen 5 with AVX-512), and below the gaps between the streams' samples
+# (the rule acts on a few steps at most; the tests bound how many).
+TIE_MARGIN = 1e-4
+BACKENDS = ("onnx", "ort-training")
 
 
 @dataclass(frozen=True)
@@ -148,6 +168,10 @@ _BOUNDS = (
     "the float32 error of ∂ρ/∂α (two nearly cancelling terms, ~1e-4 relative, the same in "
     "the export validation) into α: measured up to 4.5e-5, so α's bound is 1e-4 here"
 )
+_BN_LOGITS = (
+    "its logits reach |16| (median 8): 1.0e-5 measured on an AVX-512 CPU (AMD Zen 5) is 6e-7 "
+    "of their scale, one or two float32 ulps of the sum; SPEC §5's 1e-5 holds on parameters"
+)
 CASES: tuple[ParityCase, ...] = (
     # Fast tier: the demo model on every setting, the small timm models on both presets.
     ParityCase("digits-cifar-realm", "digits_gn", "cifar", steps=120),
@@ -196,6 +220,8 @@ CASES: tuple[ParityCase, ...] = (
         "resnet18_bn",
         "cifar",
         steps=100,
+        tolerance={"logits": 3e-5},
+        why=_BN_LOGITS,
     ),
     ParityCase(
         "resnet18_bn-imagenet",
@@ -203,7 +229,8 @@ CASES: tuple[ParityCase, ...] = (
         "imagenet",
         steps=100,
         overrides={"lr": 2e-3, "lr_alpha_lambda": 2e-3, "diversity_margin": 0.4},
-        why="as digits-imagenet-realm",
+        tolerance={"logits": 3e-5},
+        why="as digits-imagenet-realm; " + _BN_LOGITS,
     ),
     ParityCase(
         "convnext_atto-cifar",
@@ -273,6 +300,8 @@ class ParityReport:
     steps: int
     batch: int
     device: str
+    backend: str = "ort-training"  # the runtime backend compared with the SDK
+    not_applicable: str = ""  # why this backend cannot run the case (then nothing ran)
     max_abs: dict[str, float] = field(default_factory=dict)  # quantity -> worst over the run
     decision_mismatches: int = 0  # steps whose S_div/update decision differed
     counter_mismatches: int = 0  # steps after which some counter differed
@@ -280,6 +309,10 @@ class ParityReport:
     skipped_diversity: int = 0  # samples S_div refused
     skipped_entropy: int = 0  # samples EATA's threshold refused
     skipped_nonfinite: int = 0  # samples the non-finite guard refused
+    near_ties: int = 0  # steps with a decision within TIE_MARGIN of its threshold
+    near_ties_resynced: int = 0  # near-ties decided differently: runtime given the SDK state
+    min_margin: float = math.inf  # smallest |score − threshold| among compared decisions
+    cos_error: float = 0.0  # largest |cos(p, m)| difference between the sides
     alpha_at_bound: bool = False  # α reached α_min or α_max at some step
     lambda_at_bound: bool = False  # λ reached λ_min at some step
     tolerance: dict[str, float] = field(default_factory=lambda: dict(TOLERANCES))
@@ -287,10 +320,13 @@ class ParityReport:
     @property
     def passed(self) -> bool:
         """Same decisions and counters at every step, every quantity within tolerance."""
+        if self.not_applicable:
+            return True
         return (
             self.decision_mismatches == 0
             and self.counter_mismatches == 0
             and all(self.max_abs.get(q, 0.0) <= self.tolerance[q] for q in QUANTITIES)
+            and self.cos_error * 10 <= TIE_MARGIN
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -330,10 +366,14 @@ def run_case(
     work_dir: str | os.PathLike[str] | None = None,
     threads: int | None = 1,
     on_step: Callable[[int], None] | None = None,
-) -> ParityReport:
-    """Export the case's model, run its stream through both sides, compare every step."""
+    backends: Sequence[str] = BACKENDS,
+) -> list[ParityReport]:
+    """Export the case's model once; run its stream through each backend and the SDK.
+
+    Returns:
+        One report per backend, in the order of ``backends``.
+    """
     from realm_export import export_realm_artifacts
-    from realm_runtime import RealmRuntime
 
     factory, shape, classes = MODEL_FACTORIES[case.model]
     torch.manual_seed(0)
@@ -344,39 +384,120 @@ def run_case(
         method=case.method,  # type: ignore[arg-type]
         **case.overrides,
     )
-    report = ParityReport(
-        case.name,
-        case.model,
-        case.preset,
-        case.method,
-        case.steps,
-        case.batch,
-        device,
-        tolerance={**TOLERANCES, **case.tolerance},
-    )
-    worst = dict.fromkeys(QUANTITIES, 0.0)
+    reports = []
     with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
         artifacts = Path(tmp) / "artifacts"
         export_realm_artifacts(model, artifacts, config=config, input_shape=(1, *shape))
-        rt = RealmRuntime(artifacts, device=device, threads=threads)
-        adapter = RealmAdapter(copy.deepcopy(model), config)
+        for index, backend in enumerate(backends):
+            progress = None
+            if on_step is not None:  # one count over all backends: k + the steps before
+                progress = _offset(on_step, index * case.steps)
+            report = ParityReport(
+                case.name,
+                case.model,
+                case.preset,
+                case.method,
+                case.steps,
+                case.batch,
+                device,
+                backend,
+                tolerance={**TOLERANCES, **case.tolerance},
+            )
+            if backend == "onnx" and case.batch > 1:
+                report.not_applicable = (
+                    f"batch {case.batch}: the portable step graph takes one sample per step "
+                    "(SPEC §3: batches are a convenience of the training artifacts)"
+                )
+            else:
+                _run_stream(
+                    case, model, config, artifacts, report, shape, device, threads, progress
+                )
+            reports.append(report)
+    return reports
+
+
+def _offset(on_step: Callable[[int], None], base: int) -> Callable[[int], None]:
+    return lambda done: on_step(base + done)
+
+
+def _margins(adapter: RealmAdapter, x: np.ndarray) -> tuple[float, np.ndarray | None]:
+    """Smallest distance of this step's decisions from their thresholds, on the SDK side."""
+    cfg = adapter.config
+    logits = adapter.predict(torch.from_numpy(x)).numpy().astype(np.float64)
+    margin = math.inf
+    if cfg.method == "eata":
+        shifted = logits - logits.max(axis=1, keepdims=True)
+        log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        h = -(np.exp(log_p) * log_p).sum(axis=1)
+        margin = min(margin, float(np.abs(h - cfg.e0).min()))
+    ema = adapter.state.ema
+    cos = None
+    if cfg.uses_diversity and ema is not None:
+        cos = _cosines(logits, ema)
+        margin = min(margin, float(np.abs(np.abs(cos) - cfg.diversity_margin).min()))
+    return margin, cos
+
+
+def _cosines(logits: np.ndarray, ema: np.ndarray) -> np.ndarray:
+    z = np.asarray(logits, np.float64)
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    m = np.asarray(ema, np.float64)
+    return (p @ m) / np.maximum(np.linalg.norm(p, axis=1) * np.linalg.norm(m), 1e-12)
+
+
+def _run_stream(
+    case: ParityCase,
+    model: nn.Module,
+    config: RealmConfig,
+    artifacts: Path,
+    report: ParityReport,
+    shape: tuple[int, ...],
+    device: str,
+    threads: int | None,
+    on_step: Callable[[int], None] | None,
+) -> None:
+    from realm_runtime import RealmRuntime
+
+    worst = dict.fromkeys(QUANTITIES, 0.0)
+    rt = RealmRuntime(artifacts, device=device, threads=threads, backend=report.backend)  # type: ignore[arg-type]
+    adapter = RealmAdapter(copy.deepcopy(model), config)
+    with tempfile.TemporaryDirectory() as scratch:
+        sync = Path(scratch) / "sdk-state.npz"
         for step, x in enumerate(make_stream(case, shape)):
+            margin, cos_sdk = _margins(adapter, x)
+            ema_rt = rt.state.ema
             r = rt.adapt(np.ascontiguousarray(x))
             s = adapter.adapt_step(torch.from_numpy(x))
-            if r.selected.tolist() != s.selected.tolist() or r.updated != s.updated:
-                report.decision_mismatches += 1
+            if cos_sdk is not None and ema_rt is not None and np.isfinite(r.logits).all():
+                finite = np.isfinite(cos_sdk)
+                if finite.any():
+                    cos_rt = _cosines(r.logits, ema_rt)
+                    report.cos_error = max(
+                        report.cos_error, float(np.abs(cos_rt - cos_sdk)[finite].max())
+                    )
+            same = r.selected.tolist() == s.selected.tolist() and r.updated == s.updated
+            if margin < TIE_MARGIN:
+                report.near_ties += 1
+                if not same:  # both branches are right: continue from the SDK's
+                    report.near_ties_resynced += 1
+                    adapter.save(sync)
+                    rt.restore(sync)
+            else:
+                report.min_margin = min(report.min_margin, margin)
+                if not same:
+                    report.decision_mismatches += 1
             if np.isfinite(r.logits).all() and torch.isfinite(s.logits).all():
                 worst["logits"] = max(worst["logits"], _diff(r.logits, s.logits.numpy()))
             _compare_state(rt, adapter, worst, report)
             if on_step is not None:
                 on_step(step + 1)
-        st = rt.state
+    st = rt.state
     report.max_abs = {q: worst[q] for q in QUANTITIES}
     report.updates = st.updates
     report.skipped_diversity = st.skipped_diversity
     report.skipped_entropy = st.skipped_entropy
     report.skipped_nonfinite = st.skipped_nonfinite
-    return report
 
 
 def _diff(a: np.ndarray, b: np.ndarray) -> float:
@@ -415,6 +536,7 @@ def format_reports(reports: Sequence[ParityReport]) -> str:
     """A Markdown table: case × quantity → max abs difference, counts, pass/fail."""
     head = [
         "case",
+        "backend",
         "steps×B",
         *QUANTITIES,
         "decisions",
@@ -422,11 +544,17 @@ def format_reports(reports: Sequence[ParityReport]) -> str:
         "S_div skips",
         "non-finite skips",
         "α/λ at bound",
+        "near-ties (resynced)",
+        "min margin",
+        "cos error",
         "pass",
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in reports:
-        cells = [r.case, f"{r.steps}×{r.batch}"]
+        if r.not_applicable:
+            lines.append(f"| {r.case} | {r.backend} | n/a: {r.not_applicable} |")
+            continue
+        cells = [r.case, r.backend, f"{r.steps}×{r.batch}"]
         cells += [f"{r.max_abs.get(q, 0.0):.1e}" for q in QUANTITIES]
         cells += [
             "same" if r.decision_mismatches == 0 else f"{r.decision_mismatches} differ",
@@ -434,6 +562,9 @@ def format_reports(reports: Sequence[ParityReport]) -> str:
             str(r.skipped_diversity),
             str(r.skipped_nonfinite),
             f"{'α' if r.alpha_at_bound else '-'}/{'λ' if r.lambda_at_bound else '-'}",
+            f"{r.near_ties} ({r.near_ties_resynced})",
+            f"{r.min_margin:.1e}" if math.isfinite(r.min_margin) else "-",
+            f"{r.cos_error:.1e}",
             "yes" if r.passed else "**NO**",
         ]
         lines.append("| " + " | ".join(cells) + " |")
@@ -441,7 +572,9 @@ def format_reports(reports: Sequence[ParityReport]) -> str:
     lines.append("")
     lines.append(
         f"Tolerances (max abs difference over the run; momentum relative to the run's largest "
-        f"buffer entry, λ to max(1, λ)): {tol}."
+        f"buffer entry, λ to max(1, λ)): {tol}. Decisions within {TIE_MARGIN:.0e} of their "
+        "threshold are near-ties (module docstring of realm_sdk._parity); the largest |cos| "
+        "difference between the sides must stay below a tenth of that margin."
     )
     reasons = {c.name: c for c in CASES if c.why}
     for r in reports:
@@ -454,4 +587,10 @@ def format_reports(reports: Sequence[ParityReport]) -> str:
 
 def reports_to_json(reports: Sequence[ParityReport]) -> str:
     """Every report's figures as JSON, with the tolerances."""
-    return json.dumps({"tolerances": TOLERANCES, "cases": [r.to_dict() for r in reports]}, indent=2)
+    data = {"tolerances": TOLERANCES, "tie_margin": TIE_MARGIN}
+    cases = [r.to_dict() | {"min_margin": _finite_or_none(r.min_margin)} for r in reports]
+    return json.dumps(data | {"cases": cases}, indent=2)
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None

@@ -1,0 +1,356 @@
+"""The portable step graph: one REALM step in standard ai.onnx ops, for any ONNX Runtime.
+
+Two graphs, both traced from torch (:mod:`._trace`) and written by torch.onnx's dynamo
+exporter (opset 18, IR ≤ 10):
+
+``step_model.onnx`` — the whole update of SPEC §3 in one call::
+
+    inputs:  input (1, …), realm.sample_weight (1,), realm.lr, realm.lr_alpha_lambda,
+             realm.momentum, realm.entropy_margin (scalars), realm.params (P,),
+             realm.velocity (P,)
+    outputs: realm.loss (scalar), logits (1, C), realm.finite (bool scalar),
+             realm.new_params (P,), realm.new_velocity (P,)
+
+  ``realm.params`` holds every trainable tensor flattened, in the manifest's order (norm
+  parameters, then realm.alpha and realm.lambda), ``realm.velocity`` their momentum buffers.
+  ``v' = μ·v + g``, ``w' = w − lr·v'`` (``lr_alpha_lambda`` for α, λ, which are then
+  projected into their bounds), the loss being ``Σ w_i L_i`` as in the training graph;
+  EATA's detached weight ``exp(−(H − e0))`` is computed inside the graph. Nothing is
+  committed by the graph: the runtime adopts the new vectors only when S_div and
+  ``realm.finite`` allow, which costs no copy (it swaps two references), also on a GPU.
+  One flat vector keeps the update, the projection and the finiteness test at a handful of
+  nodes instead of four per tensor. With ``μ = 0`` and a zero buffer,
+  ``realm.new_velocity`` *is* the gradient: that is how validation reads the gradients.
+
+``forward_model.onnx`` — ``input`` and the same ``realm.params`` (α, λ unused; a graph input
+whose default is the source values) → ``logits``: prediction, and the infer-first schedule.
+Every step graph also takes ``realm.entropy_margin`` (EATA's e0, unused by the other
+methods), so the runtime can override it without re-export.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import math
+import os
+import re
+import tempfile
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call
+
+from realm_runtime._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN
+from realm_runtime._manifest import (
+    ALPHA_NAME,
+    LAMBDA_NAME,
+    LOSS_NAME,
+    SAMPLE_WEIGHT_NAME,
+)
+from realm_runtime._portable_io import (
+    ENTROPY_MARGIN_NAME,
+    FINITE_NAME,
+    LR_ALPHA_LAMBDA_NAME,
+    LR_NAME,
+    MOMENTUM_NAME,
+    NEW_PARAMS_NAME,
+    NEW_VELOCITY_NAME,
+    PARAMS_NAME,
+    VELOCITY_NAME,
+    TensorSlot,
+)
+from realm_sdk import RealmConfig, eata_loss, entropy, robust_loss
+
+from ._graph import INPUT_NAME, LOGITS_NAME
+from ._rewrite import UnsupportedModelError
+from ._trace import count_ops, trace
+
+log = logging.getLogger(__name__)
+
+PORTABLE_OPSET = 18  # the dynamo exporter's lowest well-supported opset; ORT 1.19.2 reads ≤ 21
+MAX_IR_VERSION = 10  # ORT 1.19.2 refuses newer IR versions
+
+
+@dataclass(frozen=True)
+class PortableGraphs:
+    """The two portable graphs and what their traces held."""
+
+    step: onnx.ModelProto  # step_model.onnx
+    source: np.ndarray  # (P,) float32 realm.params of the source model
+    forward: onnx.ModelProto  # forward_model.onnx
+    layout: list[TensorSlot]  # where each trainable tensor lies in realm.params
+    step_nodes: int  # ONNX nodes of the step graph
+    forward_nodes: int  # ONNX nodes of the forward graph
+    aten_ops: dict[str, int]  # aten op counts of the traced step (before ONNX)
+
+
+def build_portable_graphs(
+    model: nn.Module,
+    config: RealmConfig,
+    norm_names: Sequence[str],
+    example: Tensor,
+) -> PortableGraphs:
+    """Trace and export the portable step and forward graphs of ``model``.
+
+    Args:
+        model: the classifier in eval mode, parameters frozen (a private copy).
+        config: the export's configuration (method, preset, α0/λ0, e0).
+        norm_names: the SDK's adapted norm parameters, in order.
+        example: an input of the export shape; its batch must be 1.
+
+    Returns:
+        The graphs as ONNX protos, checked for standard ops, opset and IR version.
+
+    Raises:
+        UnsupportedModelError: the step could not be traced, rewritten or exported, with
+            the reason in one sentence.
+    """
+    if example.shape[0] != 1:
+        raise UnsupportedModelError(
+            f"the portable step graph is written for batch 1 (the on-device protocol), the "
+            f"export shape has batch {example.shape[0]}"
+        )
+    realm = config.method == "realm"
+    names = [*norm_names, *((ALPHA_NAME, LAMBDA_NAME) if realm else ())]
+    n_norm = len(norm_names)
+    named = dict(model.named_parameters())
+    values = [named[n].detach().clone() for n in norm_names]
+    if realm:
+        values += [
+            torch.tensor(config.alpha0, dtype=torch.float32),
+            torch.tensor(config.lambda0, dtype=torch.float32),
+        ]
+
+    sizes = [int(v.numel()) for v in values]
+    shapes = [tuple(v.shape) for v in values]
+    total = sum(sizes)
+    # Projection bounds per element (SPEC §2): ±inf leave the norm parameters alone.
+    lower = torch.full((total,), -math.inf)
+    upper = torch.full((total,), math.inf)
+    if realm:
+        lower[-2], upper[-2], lower[-1] = ALPHA_MIN, ALPHA_MAX, LAMBDA_MIN
+
+    def unflatten(flat: Tensor) -> list[Tensor]:
+        return [
+            part.reshape(shape)
+            for part, shape in zip(torch.split(flat, sizes), shapes, strict=True)
+        ]
+
+    def per_sample_loss(h: Tensor, params: list[Tensor]) -> Tensor:
+        if config.method == "realm":
+            alpha, lam = params[n_norm], params[n_norm + 1]
+            return robust_loss(h, alpha, lam, scale_by_lambda=config.loss_scale == "lambda")
+        return h
+
+    def step(
+        x: Tensor,
+        weight: Tensor,
+        lr: Tensor,
+        lr_al: Tensor,
+        mu: Tensor,
+        e0: Tensor,
+        flat: Tensor,
+        velocity: Tensor,
+    ) -> tuple[Tensor, ...]:
+        params = unflatten(flat)
+        logits = functional_call(model, dict(zip(norm_names, params[:n_norm], strict=True)), (x,))
+        h = entropy(logits)
+        per_sample = per_sample_loss(h, params)
+        if config.method == "eata":  # e0 is an input: the runtime may override it
+            per_sample = eata_loss(h, e0)  # type: ignore[arg-type]
+        loss = (per_sample * weight).sum()
+        (grad,) = torch.autograd.grad(loss, [flat])
+        # g·0 is 0 for every finite g and NaN otherwise: a finiteness test that cannot
+        # overflow, in two nodes over the whole parameter vector.
+        finite = torch.isfinite(loss + (grad * 0).sum())
+        v_new = mu * velocity + grad
+        rate = lr.expand(total) if not realm else torch.cat([lr.expand(total - 2), lr_al.expand(2)])
+        p_new = torch.minimum(torch.maximum(flat - rate * v_new, lower), upper)
+        return loss, logits, finite, p_new, v_new
+
+    def forward(x: Tensor, flat: Tensor) -> Tensor:
+        # The whole vector, α and λ unused: one OrtValue serves both graphs.
+        params = unflatten(flat)[:n_norm]
+        return functional_call(model, dict(zip(norm_names, params, strict=True)), (x,))
+
+    source = torch.cat([v.reshape(-1) for v in values])
+    scalar = torch.tensor(0.0)
+    step_args = [
+        example,
+        torch.ones(1),
+        scalar,
+        scalar.clone(),
+        scalar.clone(),
+        torch.tensor(config.e0),
+        source.clone().requires_grad_(True),
+        torch.zeros_like(source),
+    ]
+    step_gm = trace(step, step_args)
+    forward_args = [example, source.clone()]
+    forward_gm = trace(forward, forward_args)
+    step_inputs = [
+        INPUT_NAME,
+        SAMPLE_WEIGHT_NAME,
+        LR_NAME,
+        LR_ALPHA_LAMBDA_NAME,
+        MOMENTUM_NAME,
+        ENTROPY_MARGIN_NAME,
+        PARAMS_NAME,
+        VELOCITY_NAME,
+    ]
+    step_outputs = [LOSS_NAME, LOGITS_NAME, FINITE_NAME, NEW_PARAMS_NAME, NEW_VELOCITY_NAME]
+    step_proto = to_onnx(step_gm, step_args, step_inputs, step_outputs)
+    forward_proto = to_onnx(forward_gm, forward_args, [INPUT_NAME, PARAMS_NAME], [LOGITS_NAME])
+    with_defaults(forward_proto, {PARAMS_NAME: forward_args[1]})
+    layout = []
+    offset = 0
+    for name, size, shape in zip(names, sizes, shapes, strict=True):
+        layout.append(TensorSlot(name, offset, list(shape)))
+        offset += size
+    return PortableGraphs(
+        step=step_proto,
+        source=source.numpy().astype(np.float32),
+        forward=forward_proto,
+        layout=layout,
+        step_nodes=len(step_proto.graph.node),
+        forward_nodes=len(forward_proto.graph.node),
+        aten_ops=count_ops(step_gm),
+    )
+
+
+@contextlib.contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """torch.onnx's dynamo exporter prints progress lines and warnings: keep them in the log."""
+    out = io.StringIO()
+    with (
+        warnings.catch_warnings(),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(out),
+    ):
+        warnings.simplefilter("ignore")
+        quiet = [logging.getLogger(n) for n in ("torch.onnx", "onnx_ir", "onnxscript")]
+        levels = [q.level for q in quiet]
+        for q in quiet:
+            q.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            for q, level in zip(quiet, levels, strict=True):
+                q.setLevel(level)
+    for line in out.getvalue().splitlines():
+        log.debug("torch.onnx: %s", line)
+
+
+def to_onnx(
+    gm: torch.fx.GraphModule,
+    args: Sequence[Tensor],
+    input_names: Sequence[str],
+    output_names: Sequence[str],
+) -> onnx.ModelProto:
+    """Export a traced aten graph with torch.onnx (dynamo), names set, checked for ORT.
+
+    Raises:
+        UnsupportedModelError: the exporter failed, or the graph holds an op outside ai.onnx,
+            an opset above 21 or an IR version above 10.
+    """
+    try:
+        with _quiet_exporter(), tempfile.TemporaryDirectory() as scratch:
+            program = torch.onnx.export(
+                gm,
+                tuple(a.detach() for a in args),
+                dynamo=True,
+                opset_version=PORTABLE_OPSET,
+                input_names=list(input_names),
+                output_names=list(output_names),
+                optimize=True,
+                external_data=False,
+                artifacts_dir=scratch,
+            )
+            assert program is not None
+            proto = program.model_proto
+    except Exception as exc:
+        raise UnsupportedModelError(_exporter_reason(exc)) from exc
+    check_portable(proto)
+    return proto
+
+
+def _exporter_reason(exc: BaseException) -> str:
+    """One sentence from torch.onnx's (long, nested) export error: the op it could not write."""
+    seen: list[str] = []
+    cause: BaseException | None = exc
+    while cause is not None and len(seen) < 10:
+        seen.append(str(cause))
+        cause = cause.__cause__ or cause.__context__
+    for text in seen:
+        match = re.search(r"No ONNX function found for <OpOverload\(op='([\w.]+)'", text)
+        if match:
+            return (
+                f"the traced step uses {match.group(1)}, which torch.onnx {torch.__version__} "
+                f"cannot write as ONNX (opset {PORTABLE_OPSET}); replace the layer that needs it "
+                "or freeze the norm layers before it (RealmConfig.frozen)"
+            )
+    first = next((line for t in seen for line in t.splitlines() if line.strip()), "")
+    first = re.sub(r"\x1b\[[0-9;]*m", "", first)  # the exporter colours its messages
+    return (
+        f"torch.onnx (dynamo, opset {PORTABLE_OPSET}) could not export the traced step: "
+        f"{first[:300]}"
+    )
+
+
+def check_portable(proto: onnx.ModelProto) -> None:
+    """Standard ai.onnx ops only, opset ≤ 21, IR ≤ 10 (what ORT 1.19 and later load).
+
+    Raises:
+        UnsupportedModelError: naming the first op or version that breaks the rule.
+    """
+    if proto.ir_version > MAX_IR_VERSION:
+        proto.ir_version = MAX_IR_VERSION  # onnx-ir stamps its newest; opset 18 needs only 8
+    domains = {n.domain for n in proto.graph.node} | {
+        n.domain for f in proto.functions for n in f.node
+    }
+    foreign = sorted(d for d in domains if d not in ("", "ai.onnx"))
+    if proto.functions:
+        foreign.append(f"{len(proto.functions)} local functions")
+    if foreign:
+        raise UnsupportedModelError(
+            f"the portable graph uses ops outside the standard ai.onnx domain: {foreign}"
+        )
+    opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    if opset > 21:
+        raise UnsupportedModelError(f"the portable graph needs opset {opset}; ORT 1.19 reads ≤ 21")
+    onnx.checker.check_model(proto)
+
+
+def with_defaults(proto: onnx.ModelProto, values: dict[str, Tensor]) -> None:
+    """Give graph inputs initializers of the same name: their values when not fed."""
+    present = {init.name for init in proto.graph.initializer}
+    for name, value in values.items():
+        if name not in present:
+            proto.graph.initializer.append(
+                onnx.numpy_helper.from_array(value.detach().numpy().astype(np.float32), name)
+            )
+
+
+def save_proto(proto: onnx.ModelProto, path: str | os.PathLike[str]) -> Path:
+    """Write a graph as one self-contained ``.onnx`` file (no external data)."""
+    path = Path(path)
+    onnx.save_model(proto, str(path), save_as_external_data=False)
+    return path
+
+
+def describe(graphs: PortableGraphs) -> dict[str, Any]:
+    """Graph sizes for the manifest and the export report."""
+    return {
+        "step_nodes": graphs.step_nodes,
+        "forward_nodes": graphs.forward_nodes,
+        "trainable": len(graphs.layout),
+    }

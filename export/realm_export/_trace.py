@@ -1,0 +1,547 @@
+"""Tracing a REALM step into one aten graph (forward and backward) that ONNX can express.
+
+``make_fx`` records what torch's autograd does for one step: the model's forward with the
+adapted norm parameters as explicit inputs, the loss, and ``torch.autograd.grad``. The
+result is a graph of aten ops. Three kinds of node in it have no ONNX translation or
+translate into thousands of tiny nodes, so they are shaped here before or after the trace:
+
+* Norm layers (during the trace): GroupNorm, LayerNorm and BatchNorm run through
+  :class:`_GroupNorm`/:class:`_LayerNorm` and a frozen-statistics affine, whose backward is
+  the compact closed form (``dx = rstd · (g − mean g − x̂ · mean(g·x̂))``, ``dγ = Σ dy·x̂``,
+  ``dβ = Σ dy``) instead of aten's decomposed ``native_group_norm_backward`` (≈ 45 nodes a
+  layer). Their forwards are one ``native_layer_norm`` (ONNX ``LayerNormalization``).
+* Average pooling (during the trace): a depthwise convolution with a ones kernel times a
+  constant map of divisors, so its backward is a convolution too (ResNet-D shortcuts use
+  ``ceil_mode=True, count_include_pad=False``, whose backward has no ONNX form).
+* After the trace: ``aten.convolution_backward`` (conv weights are frozen, so only the
+  input gradient is asked for) becomes a transposed convolution with the same weight, and
+  ``aten.max_pool2d_with_indices_backward`` a scatter-add of the gradient at the indices.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import operator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, fx
+from torch._decomp import core_aten_decompositions
+from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make_fx
+
+from ._rewrite import UnsupportedModelError, _affine, _standardize
+
+aten = torch.ops.aten
+_GN_PRIMITIVE = bool(int(__import__("os").environ.get("REALM_GN_PRIMITIVE", "0")))  # experiment
+
+
+# --------------------------------------------------------------------- norms with compact backward
+
+
+def _affine_shape(x: Tensor) -> tuple[int, ...]:
+    return (1, x.shape[1]) + (1,) * (x.dim() - 2)  # per channel, over (N, C, *spatial)
+
+
+def _standardized_grad(g: Tensor, xhat: Tensor, rstd: Tensor, dims: Sequence[int]) -> Tensor:
+    """``∂L/∂x`` of ``x̂ = (x − mean) · rstd`` given ``g = ∂L/∂x̂``, statistics over ``dims``."""
+    mean_g = g.mean(dim=list(dims), keepdim=True)
+    mean_gx = (g * xhat).mean(dim=list(dims), keepdim=True)
+    return rstd * (g - mean_g - xhat * mean_gx)
+
+
+class _GroupNorm(torch.autograd.Function):
+    """``F.group_norm`` with a closed-form backward (SPEC §1 norms, traced compactly)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, x: Tensor, groups: int, weight: Tensor | None, bias: Tensor | None, eps: float
+    ) -> Tensor:
+        n = x.shape[0]
+        xg = x.reshape(n, groups, -1)
+        if _GN_PRIMITIVE:
+            mean = xg.mean(dim=-1, keepdim=True)
+            centered = xg - mean
+            rstd = torch.rsqrt((centered * centered).mean(dim=-1, keepdim=True) + eps)
+            xhat_g = centered * rstd
+        else:
+            xhat_g, _, rstd = aten.native_layer_norm(xg, [xg.shape[-1]], None, None, eps)
+        xhat = xhat_g.reshape(x.shape)
+        y = xhat
+        if weight is not None:
+            y = y * weight.reshape(_affine_shape(x))
+        if bias is not None:
+            y = y + bias.reshape(_affine_shape(x))
+        ctx.save_for_backward(xhat_g, rstd, weight)
+        ctx.shape = tuple(x.shape)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:
+        # Per-sample, per-channel sums first (two passes over dy), then everything per group
+        # on (N, C)-sized tensors: dx = a·dy − c·x̂ − b with a = rstd·γ, b = rstd·mean(g),
+        # c = rstd·mean(g·x̂), g = γ·dy. Torch's own group_norm_backward has the same shape;
+        # the decomposed one makes ~45 ONNX nodes and 11 passes over the activation a layer.
+        xhat_g, rstd, weight = ctx.saved_tensors
+        shape = ctx.shape
+        n, c = shape[0], shape[1]
+        groups, k = xhat_g.shape[1], xhat_g.shape[2]
+        xhat = xhat_g.reshape(shape)
+        spatial = list(range(2, len(shape)))
+        dy_x = dy * xhat
+        s_dy = dy.sum(dim=spatial) if spatial else dy  # (N, C)
+        s_dyx = dy_x.sum(dim=spatial) if spatial else dy_x  # (N, C)
+        dx = dw = db = None
+        if ctx.needs_input_grad[2]:
+            dw = s_dyx.sum(dim=0)
+        if ctx.needs_input_grad[3]:
+            db = s_dy.sum(dim=0)
+        if ctx.needs_input_grad[0]:
+            per_group = (n, groups, c // groups)
+            gamma = torch.ones(c, dtype=dy.dtype) if weight is None else weight
+            mean_g = (s_dy * gamma).reshape(per_group).sum(dim=-1, keepdim=True) / k
+            mean_gx = (s_dyx * gamma).reshape(per_group).sum(dim=-1, keepdim=True) / k
+            coeff = (n, c) + (1,) * len(spatial)
+            a = (rstd * gamma.reshape(1, groups, c // groups)).reshape(coeff)
+            b = (rstd * mean_g).expand(per_group).reshape(coeff)
+            cc = (rstd * mean_gx).expand(per_group).reshape(coeff)
+            dx = a * dy - cc * xhat - b
+        return dx, None, dw, db, None
+
+
+class _LayerNorm(torch.autograd.Function):
+    """``F.layer_norm`` (affine fused into the forward) with a closed-form backward."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        x: Tensor,
+        normalized_shape: list[int],
+        weight: Tensor | None,
+        bias: Tensor | None,
+        eps: float,
+    ) -> Tensor:
+        y, mean, rstd = aten.native_layer_norm(x, normalized_shape, weight, bias, eps)
+        ctx.save_for_backward(x, mean, rstd, weight)
+        ctx.dims = len(normalized_shape)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:
+        x, mean, rstd, weight = ctx.saved_tensors
+        norm_dims = list(range(x.dim() - ctx.dims, x.dim()))
+        lead = list(range(x.dim() - ctx.dims))
+        xhat = (x - mean) * rstd
+        dx = dw = db = None
+        if ctx.needs_input_grad[2]:
+            dw = (dy * xhat).sum(dim=lead)
+        if ctx.needs_input_grad[3]:
+            db = dy.sum(dim=lead)
+        if ctx.needs_input_grad[0]:
+            g = dy if weight is None else dy * weight
+            dx = _standardized_grad(g, xhat, rstd, norm_dims)
+        return dx, None, dw, db, None
+
+
+def _group_norm(
+    x: Tensor,
+    num_groups: int,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    return _GroupNorm.apply(x, num_groups, weight, bias, eps)
+
+
+def _layer_norm(
+    x: Tensor,
+    normalized_shape: Sequence[int],
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    return _LayerNorm.apply(x, list(normalized_shape), weight, bias, eps)
+
+
+def _instance_norm(
+    x: Tensor,
+    running_mean: Tensor | None = None,
+    running_var: Tensor | None = None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    use_input_stats: bool = True,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
+    if not use_input_stats:
+        return _batch_norm(x, running_mean, running_var, weight, bias, False, momentum, eps)
+    return _GroupNorm.apply(x, x.shape[1], weight, bias, eps)
+
+
+def _batch_norm(
+    x: Tensor,
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
+    shape = _affine_shape(x)
+    if training or running_mean is None or running_var is None:
+        # Batch statistics, exactly as torch computes them here (timm's StdConv2d, a BatchNorm
+        # without running statistics): a GroupNorm over the batch, written out. Exported in
+        # inference mode, it would silently use running statistics instead.
+        return _affine(_standardize(x, [0, *range(2, x.dim())], eps), weight, bias)
+    # Frozen statistics (SPEC §1): y = x·s + t with s = γ/√(σ²+ε), t = β − μ·s — two
+    # big-tensor ops, and a tiny backward into γ and β.
+    inv = torch.rsqrt(running_var + eps)
+    scale = inv if weight is None else weight * inv
+    shift = -running_mean * scale
+    if bias is not None:
+        shift = shift + bias
+    return x * scale.reshape(shape) + shift.reshape(shape)
+
+
+# --------------------------------------------------------------------- average pooling
+
+
+def _pair(v: int | Sequence[int]) -> tuple[int, int]:
+    return (v, v) if isinstance(v, int) else (int(v[0]), int(v[-1]))
+
+
+def avg_pool2d(
+    x: Tensor,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: int | Sequence[int] = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> Tensor:
+    """Average pooling as a depthwise ones-kernel convolution times a constant divisor map.
+
+    The divisor map (torch's own rule for padding, ``ceil_mode`` and ``count_include_pad``)
+    is computed once from a ones input outside the trace: ``avg_pool(1) / sum_pool(1)``.
+    """
+    k = _pair(kernel_size)
+    s = _pair(stride if stride else kernel_size)
+    p = _pair(padding)
+    c, h, w = (int(d) for d in x.shape[-3:])
+    with _constants():
+        ones = torch.ones(1, 1, h, w)
+        averaged = _REAL_AVG_POOL2D(ones, k, s, p, ceil_mode, count_include_pad, divisor_override)
+        out_h, out_w = averaged.shape[-2:]
+        # Pad right/bottom so that a plain convolution yields ceil_mode's extra windows.
+        extra_h = max(0, (out_h - 1) * s[0] + k[0] - (h + 2 * p[0]))
+        extra_w = max(0, (out_w - 1) * s[1] + k[1] - (w + 2 * p[1]))
+        pads = (p[1], p[1] + extra_w, p[0], p[0] + extra_h)
+        summed = F.conv2d(F.pad(ones, pads), torch.ones(1, 1, *k), stride=s)
+        scale = (averaged / summed).reshape(1, 1, out_h, out_w).contiguous()
+        kernel = torch.ones(c, 1, *k, dtype=x.dtype)
+    pooled = F.conv2d(F.pad(x, pads), kernel, stride=s, groups=c)
+    return pooled * scale
+
+
+_REAL_AVG_POOL2D = F.avg_pool2d  # torch's own, captured before any replacement
+
+
+@contextlib.contextmanager
+def _constants() -> Iterator[None]:
+    """Compute constants of the graph with neither make_fx nor the TorchScript tracer on."""
+    state = torch._C._get_tracing_state()
+    torch._C._set_tracing_state(None)
+    try:
+        with disable_proxy_modes_tracing():
+            yield
+    finally:
+        torch._C._set_tracing_state(state)
+
+
+@contextlib.contextmanager
+def traceable_layers() -> Iterator[None]:
+    """Within the block, norms and average pooling run as the compact forms above."""
+    saved = {
+        name: getattr(F, name)
+        for name in ("group_norm", "layer_norm", "instance_norm", "batch_norm", "avg_pool2d")
+    }
+    replacements = {
+        "group_norm": _group_norm,
+        "layer_norm": _layer_norm,
+        "instance_norm": _instance_norm,
+        "batch_norm": _batch_norm,
+        "avg_pool2d": avg_pool2d,
+    }
+    for name, fn in replacements.items():
+        setattr(F, name, fn)
+    patched_fast = _patch_timm_fast_norm()
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(F, name, fn)
+        for module, name, fn in patched_fast:
+            setattr(module, name, fn)
+
+
+def _patch_timm_fast_norm() -> list[tuple[Any, str, Any]]:
+    """Timm's LayerNorm2d/GroupNorm may call its own ``fast_*_norm``: route those here too."""
+    saved: list[tuple[Any, str, Any]] = []
+    try:
+        import timm.layers.fast_norm as fast
+        import timm.layers.norm as norm
+    except ImportError:
+        return saved
+    for module in (fast, norm):
+        for name, fn in (("fast_layer_norm", _layer_norm), ("fast_group_norm", _group_norm)):
+            if hasattr(module, name):
+                saved.append((module, name, getattr(module, name)))
+                setattr(module, name, fn)
+    return saved
+
+
+# --------------------------------------------------------------------- tracing and graph rewrites
+
+
+def _threshold_backward(grad: Tensor, value: Tensor, threshold: float) -> Tensor:
+    # ReLU's backward as a multiply by a mask: ORT's Where runs ~8x slower than
+    # Greater + Cast + Mul on a (1, 256, 56, 56) tensor (measured, 2 threads).
+    return grad * (value > threshold).to(grad.dtype)
+
+
+def _restride_(
+    x: Tensor, size: Sequence[int], stride: Sequence[int], storage_offset: int | None = None
+) -> Tensor:
+    # Some kernels (mean over a channels-last tensor) restride their result in place to the
+    # input's memory format. Values do not change; the restride's backward would be an
+    # as_strided_scatter, which has no ONNX form. Keep the tensor as it is.
+    if list(x.shape) == list(size) and storage_offset in (None, x.storage_offset()):
+        return x
+    return aten.as_strided_.default(x, size, stride, storage_offset)
+
+
+def decompositions() -> dict[Any, Callable[..., Any]]:
+    """Core aten decompositions, with the backward ops the rewrites below handle kept whole."""
+    table = dict(core_aten_decompositions())
+    table[aten.threshold_backward.default] = _threshold_backward
+    table[aten.as_strided_.default] = _restride_
+    for op in (
+        aten.convolution_backward.default,
+        aten.max_pool2d_with_indices_backward.default,
+        aten.native_layer_norm.default,
+        # mean's decomposition restrides its result to the input's memory format (as_strided_,
+        # whose backward is as_strided_scatter: no ONNX form); ONNX has ReduceMean anyway.
+        aten.mean.dim,
+    ):
+        table.pop(op, None)
+    return table
+
+
+def trace(fn: Callable[..., Any], args: Sequence[Tensor]) -> fx.GraphModule:
+    """``make_fx`` of ``fn`` on ``args`` (real tensors), with the layer forms above, rewritten.
+
+    Raises:
+        UnsupportedModelError: an op that could not be traced or rewritten, with the reason.
+    """
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    try:
+        # The math attention backend: its backward is plain matmuls and softmax (the flash
+        # and efficient kernels' backward ops have no ONNX translation).
+        with traceable_layers(), sdpa_kernel(SDPBackend.MATH):
+            gm = make_fx(fn, decomposition_table=decompositions())(*args)
+    except UnsupportedModelError:
+        raise
+    except Exception as exc:
+        raise UnsupportedModelError(
+            f"tracing the step with make_fx failed: {type(exc).__name__}: "
+            f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        ) from exc
+    rewrite_backward_ops(gm)
+    return gm
+
+
+def _shape(node: Any) -> tuple[int, ...]:
+    val = node.meta.get("val")
+    if val is None:
+        meta = node.meta.get("tensor_meta")
+        if meta is None:
+            raise UnsupportedModelError(f"no shape recorded for {node.name}")
+        return tuple(int(d) for d in meta.shape)
+    return tuple(int(d) for d in val.shape)
+
+
+def _conv_input_grad(graph: fx.Graph, node: fx.Node) -> fx.Node:
+    grad_out, inp, weight, _bias, stride, padding, dilation, transposed, _op, groups, mask = (
+        node.args
+    )
+    if mask[1] or mask[2]:
+        raise UnsupportedModelError(
+            "a convolution weight or bias needs a gradient: only norm parameters adapt"
+        )
+    in_shape, out_shape, w_shape = _shape(inp), _shape(grad_out), _shape(weight)
+    spatial = len(in_shape) - 2
+    if transposed:
+        # The input gradient of a transposed convolution is the convolution it transposes:
+        # same weight, stride, padding, dilation and groups.
+        with graph.inserting_before(node):
+            return graph.call_function(
+                aten.convolution.default,
+                (grad_out, weight, None, stride, padding, dilation, False, [0] * spatial, groups),
+            )
+    # The transposed convolution inverts the size arithmetic up to the rows/columns that the
+    # forward's stride dropped: output_padding puts them back (zeros, as their gradient is).
+    out_pad = [
+        in_shape[2 + i]
+        - (
+            (out_shape[2 + i] - 1) * stride[i]
+            - 2 * padding[i]
+            + dilation[i] * (w_shape[2 + i] - 1)
+            + 1
+        )
+        for i in range(spatial)
+    ]
+    flipped_pad = [dilation[i] * (w_shape[2 + i] - 1) - padding[i] for i in range(spatial)]
+    with graph.inserting_before(node):
+        if all(s == 1 for s in stride) and all(p >= 0 for p in flipped_pad):
+            # Stride 1: the input gradient is a plain convolution of the output gradient
+            # with the weight flipped in space and its in/out channels swapped per group.
+            # ORT folds the weight transform into a constant once, at session start, and
+            # then runs its fast (NCHWc) convolution instead of ConvTranspose.
+            return graph.call_function(
+                aten.convolution.default,
+                (
+                    grad_out,
+                    _flipped_weight(graph, weight, w_shape, groups),
+                    None,
+                    [1] * spatial,
+                    flipped_pad,
+                    dilation,
+                    False,
+                    [0] * spatial,
+                    groups,
+                ),
+            )
+        return graph.call_function(
+            aten.convolution.default,
+            (grad_out, weight, None, stride, padding, dilation, True, out_pad, groups),
+        )
+
+
+def _flipped_weight(
+    graph: fx.Graph, weight: fx.Node, w_shape: tuple[int, ...], groups: int
+) -> fx.Node:
+    """``W (Cout, Cin/g, *k)`` → ``(Cin, Cout/g, *k)``, spatially flipped (stride-1 dx)."""
+    c_out, c_in_g, *kernel = w_shape
+    spatial = list(range(2, 2 + len(kernel)))
+    call = graph.call_function
+    if c_in_g == 1 and c_out == groups:  # depthwise: only the flip
+        return call(aten.flip.default, (weight, spatial))
+    grouped = call(aten.view.default, (weight, [groups, c_out // groups, c_in_g, *kernel]))
+    swapped = call(aten.transpose.int, (grouped, 1, 2))
+    merged = call(aten.reshape.default, (swapped, [groups * c_in_g, c_out // groups, *kernel]))
+    return call(aten.flip.default, (merged, spatial))
+
+
+def _max_pool_input_grad(graph: fx.Graph, node: fx.Node) -> fx.Node:
+    grad_out, inp, *_rest, indices = node.args
+    n, c, h, w = _shape(inp)
+    with graph.inserting_before(node):
+        flat_grad = graph.call_function(aten.view.default, (grad_out, [n, c, -1]))
+        flat_idx = graph.call_function(aten.view.default, (indices, [n, c, -1]))
+        zeros = graph.call_function(
+            aten.zeros.default,
+            ([n, c, h * w],),
+            {"dtype": torch.float32, "device": torch.device("cpu")},
+        )
+        scattered = graph.call_function(aten.scatter_add.default, (zeros, 2, flat_idx, flat_grad))
+        return graph.call_function(aten.view.default, (scattered, [n, c, h, w]))
+
+
+def _dense(size: Sequence[int], stride: Sequence[int]) -> bool:
+    """Whether ``(size, stride)`` is the row-major layout (dims of size 1 ignored)."""
+    expected = 1
+    for dim, step in zip(reversed(list(size)), reversed(list(stride)), strict=True):
+        if dim != 1 and step != expected:
+            return False
+        expected *= dim
+    return True
+
+
+def _fold_restride_backward(graph: fx.Graph, copy: fx.Node) -> bool:
+    """``full(0) → as_strided → copy_(·, g) → as_strided`` with dense views is ``reshape(g)``.
+
+    That chain is autograd's backward of a restride that kept every value in place (see
+    :func:`_restride_`); with both views dense over the whole buffer it moves nothing.
+    """
+    target, src = copy.args[0], copy.args[1]
+    if not (isinstance(target, fx.Node) and target.target == aten.as_strided.default):
+        return False
+    base = target.args[0]
+    if not (isinstance(base, fx.Node) and base.target == aten.full.default):
+        return False
+    numel = math.prod(base.args[0])
+    views = [u for u in base.users if u is not target]
+    ok = _dense(target.args[1], target.args[2]) and math.prod(target.args[1]) == numel
+    for view in views:
+        ok = ok and view.target == aten.as_strided.default
+        ok = ok and _dense(view.args[1], view.args[2]) and math.prod(view.args[1]) == numel
+    if not ok or not views:
+        return False
+    for view in views:
+        with graph.inserting_before(view):
+            reshaped = graph.call_function(aten.reshape.default, (src, list(view.args[1])))
+        view.replace_all_uses_with(reshaped)
+        graph.erase_node(view)
+    graph.erase_node(copy)
+    graph.erase_node(target)
+    graph.erase_node(base)
+    return True
+
+
+def rewrite_backward_ops(gm: fx.GraphModule) -> None:
+    """Replace the backward ops without an ONNX translation by equivalent forward ops."""
+    graph = gm.graph
+    for node in list(graph.nodes):
+        if node.op != "call_function":
+            continue
+        if node.target == aten.copy_.default:
+            _fold_restride_backward(graph, node)
+            continue
+        if node.target == aten.convolution_backward.default:
+            replacement = _conv_input_grad(graph, node)
+            for user in list(node.users):
+                if user.target is operator.getitem and user.args[1] == 0:
+                    user.replace_all_uses_with(replacement)
+                    graph.erase_node(user)
+                elif user.users:
+                    raise UnsupportedModelError("a convolution weight gradient is used")
+                else:
+                    graph.erase_node(user)
+            graph.erase_node(node)
+        elif node.target == aten.max_pool2d_with_indices_backward.default:
+            if len(_shape(node.args[1])) != 4:
+                raise UnsupportedModelError("max pooling backward is written for 2-d inputs only")
+            node.replace_all_uses_with(_max_pool_input_grad(graph, node))
+            graph.erase_node(node)
+    graph.eliminate_dead_code()
+    graph.lint()
+    gm.recompile()
+
+
+def count_ops(gm: fx.GraphModule) -> dict[str, int]:
+    """How many nodes of each aten op the graph holds (for reports and tests)."""
+    counts: dict[str, int] = {}
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            key = str(node.target)
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def flat_size(shape: Sequence[int]) -> int:
+    """Number of elements of a shape."""
+    return math.prod(shape)

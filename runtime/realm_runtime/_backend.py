@@ -1,0 +1,74 @@
+"""One interface, two executions of the step (SPEC §8): what ``RealmRuntime`` asks a backend.
+
+A backend owns the trainable tensors (norm parameters, α, λ) and their momentum buffers,
+wherever they live (an ONNX Runtime training checkpoint, host arrays, GPU memory), and runs
+the graphs. Everything that decides *whether* to step (S_div, EATA's entropy cut, counters,
+the EMA) stays in ``RealmRuntime`` and is the same for every backend.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+BackendName = Literal["auto", "onnx", "ort-training"]
+BACKENDS: tuple[str, ...] = ("auto", "onnx", "ort-training")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A computed but not yet applied step: pre-update logits, loss, and the new state.
+
+    ``payload`` is backend-private (gradients, or the step graph's output tensors); only
+    :meth:`StepBackend.accept` looks inside it.
+    """
+
+    logits: np.ndarray  # (B, C) float32 logits before the update
+    loss: float  # the weighted loss of the step
+    finite: bool  # the loss and every gradient are finite
+    payload: Any  # what accept() needs to apply the step
+
+
+class StepBackend(ABC):
+    """What ``RealmRuntime`` needs from an execution of the REALM step."""
+
+    name: str  # "onnx" or "ort-training"
+    names: list[str]  # every trainable tensor in manifest order (norm parameters, then α, λ)
+    max_batch: int | None  # largest batch the step accepts (None: any)
+
+    @abstractmethod
+    def infer(self, x: np.ndarray) -> np.ndarray:
+        """Logits of the current parameters, no gradient."""
+
+    @abstractmethod
+    def compute(
+        self, x: np.ndarray, weights: np.ndarray, eata_factor: np.ndarray | None
+    ) -> Candidate:
+        """Forward, loss ``Σ w_i L_i``, gradients and the new state, committing nothing.
+
+        Args:
+            x: the input batch.
+            weights: ``(B,)`` loss weights, ``1/n`` on the ``n`` selected samples.
+            eata_factor: EATA's detached ``exp(−(H_i − e0))`` when known before the call;
+                ``None`` lets the backend take it from this call's own logits (batch 1).
+        """
+
+    @abstractmethod
+    def accept(self, candidate: Candidate) -> None:
+        """Apply a candidate's update (all tensors, or none on error)."""
+
+    @abstractmethod
+    def tensors(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Host copies of ``(values, momentum buffers)``, keyed by trainable name."""
+
+    @abstractmethod
+    def load(self, values: dict[str, np.ndarray], velocity: dict[str, np.ndarray]) -> None:
+        """Replace every trainable tensor and momentum buffer (checked by the caller)."""
+
+    @abstractmethod
+    def export_inference_model(self, path: str | os.PathLike[str]) -> None:
+        """Write the current model as a plain ``input → logits`` ONNX file at ``path``."""

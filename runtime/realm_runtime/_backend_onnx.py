@@ -1,0 +1,235 @@
+"""The ``onnx`` backend: the portable step graph on a plain ``onnxruntime.InferenceSession``.
+
+Runs on any onnxruntime ≥ 1.19 (the current one, onnxruntime-gpu, or the training build's
+own InferenceSession) and any Python it has wheels for. The trainable tensors live in one
+flat vector (``realm.params``) and its momentum buffer (``realm.velocity``), held as
+``OrtValue``s on the execution device: a step binds them as inputs, binds the graph's
+``realm.new_params``/``realm.new_velocity`` outputs on the same device, and accepting the
+step swaps the two references. On CUDA the model state therefore never crosses to the host
+during adaptation; only the logits, the loss and the finite flag do.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._backend import Candidate, StepBackend
+from ._config import RealmConfig
+from ._manifest import LOSS_NAME, SAMPLE_WEIGHT_NAME, ArtifactError, Manifest
+from ._ort import onnxruntime_module, session_options
+from ._portable_io import (
+    ENTROPY_MARGIN_NAME,
+    FINITE_NAME,
+    LR_ALPHA_LAMBDA_NAME,
+    LR_NAME,
+    MOMENTUM_NAME,
+    NEW_PARAMS_NAME,
+    NEW_VELOCITY_NAME,
+    PARAMS_NAME,
+    VELOCITY_NAME,
+    TensorSlot,
+)
+from ._step import F32
+
+MIN_ORT = (1, 19)  # opset 18 and the IO-binding API as used here
+
+
+class PortableBackend(StepBackend):
+    """Runs ``step_model.onnx`` and ``forward_model.onnx`` with IO binding."""
+
+    name = "onnx"
+
+    def __init__(
+        self,
+        directory: Path,
+        manifest: Manifest,
+        config: RealmConfig,
+        device: str,
+        threads: int | None,
+    ) -> None:
+        portable = manifest.portable
+        if not portable.get("step_model"):
+            reason = portable.get("error", "exported before the portable graph existed")
+            raise ArtifactError(
+                f"{directory}: these artifacts have no portable step graph ({reason}); use "
+                "backend='ort-training', or re-export with a current realm-tta"
+            )
+        ort = onnxruntime_module()
+        if _version(ort.__version__) < MIN_ORT:
+            raise ArtifactError(
+                f"the portable step graph needs onnxruntime ≥ {'.'.join(map(str, MIN_ORT))}, "
+                f"this is {ort.__version__}"
+            )
+        self._ort = ort
+        self._device_type, self._device_id = _device(device, ort)
+        options = session_options(ort, threads, quiet=True)
+        providers: list[Any] = ["CPUExecutionProvider"]
+        if self._device_type == "cuda":
+            providers.insert(0, ("CUDAExecutionProvider", {"device_id": self._device_id}))
+        try:
+            self._step = ort.InferenceSession(
+                str(directory / portable["step_model"]), options, providers=providers
+            )
+            self._forward = ort.InferenceSession(
+                str(directory / portable["forward_model"]), options, providers=providers
+            )
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0]
+            raise ArtifactError(
+                f"{directory}: onnxruntime {ort.__version__} could not load the portable "
+                f"graphs: {first}"
+            ) from exc
+        self._layout = [TensorSlot(**slot) for slot in portable["layout"]]
+        self.names = [slot.name for slot in self._layout]
+        if self.names != list(manifest.trainable):
+            raise ArtifactError(
+                f"{directory}: the portable layout's tensors differ from the manifest's trainable"
+            )
+        self._size = sum(slot.size for slot in self._layout)
+        self.max_batch = int(portable.get("batch", 1))
+        self._config = config
+        self._directory = directory
+        self._forward_file = portable["forward_model"]
+        self._logits_name = manifest.logits_name
+        self._input_name = manifest.input.name
+        hyper = {
+            LR_NAME: config.lr,
+            LR_ALPHA_LAMBDA_NAME: config.lr_alpha_lambda,
+            MOMENTUM_NAME: config.momentum,
+            ENTROPY_MARGIN_NAME: config.e0,
+        }
+        graph_inputs = {i.name for i in self._step.get_inputs()}
+        # An input the method does not use (e0 outside EATA) is not in the graph at all.
+        self._hyper = {k: np.array(v, dtype=F32) for k, v in hyper.items() if k in graph_inputs}
+        source = _read_source(directory / portable["source_params"], self._size)
+        self._params = self._on_device(source)
+        self._velocity = self._on_device(np.zeros(self._size, dtype=F32))
+
+    # ------------------------------------------------------------------ the step
+
+    def infer(self, x: np.ndarray) -> np.ndarray:
+        rows = []
+        for i in range(x.shape[0]):  # the graphs are exported for batch 1
+            binding = self._forward.io_binding()
+            binding.bind_cpu_input(self._input_name, x[i : i + 1])
+            binding.bind_ortvalue_input(PARAMS_NAME, self._params)
+            binding.bind_output(self._logits_name, "cpu")
+            self._forward.run_with_iobinding(binding)
+            rows.append(binding.get_outputs()[0].numpy())
+        return np.concatenate(rows).astype(F32, copy=False)
+
+    def compute(
+        self, x: np.ndarray, weights: np.ndarray, eata_factor: np.ndarray | None
+    ) -> Candidate:
+        del eata_factor  # EATA's weight is computed inside the step graph
+        binding = self._step.io_binding()
+        binding.bind_cpu_input(self._input_name, x)
+        binding.bind_cpu_input(SAMPLE_WEIGHT_NAME, np.ascontiguousarray(weights, dtype=F32))
+        for name, value in self._hyper.items():
+            binding.bind_cpu_input(name, value)
+        binding.bind_ortvalue_input(PARAMS_NAME, self._params)
+        binding.bind_ortvalue_input(VELOCITY_NAME, self._velocity)
+        for name in (LOSS_NAME, self._logits_name, FINITE_NAME):
+            binding.bind_output(name, "cpu")
+        for name in (NEW_PARAMS_NAME, NEW_VELOCITY_NAME):
+            binding.bind_output(name, self._device_type, self._device_id)
+        self._step.run_with_iobinding(binding)
+        loss, logits, finite, new_params, new_velocity = binding.get_outputs()
+        return Candidate(
+            logits=np.asarray(logits.numpy(), dtype=F32),
+            loss=float(loss.numpy()),
+            finite=bool(finite.numpy()),
+            payload=(new_params, new_velocity),
+        )
+
+    def accept(self, candidate: Candidate) -> None:
+        self._params, self._velocity = candidate.payload  # two references: atomic, no copy
+
+    # ------------------------------------------------------------------ state
+
+    def tensors(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        return self._split(self._params.numpy()), self._split(self._velocity.numpy())
+
+    def load(self, values: dict[str, np.ndarray], velocity: dict[str, np.ndarray]) -> None:
+        params = self._on_device(self._join(values))
+        momentum = self._on_device(self._join(velocity))
+        self._params, self._velocity = params, momentum
+
+    def export_inference_model(self, path: str | os.PathLike[str]) -> None:
+        try:
+            import onnx
+            from onnx import numpy_helper
+        except ImportError as exc:
+            raise ImportError(
+                "export_inference_model on the onnx backend needs the onnx package "
+                "(pip install onnx): it rewrites forward_model.onnx with the adapted values"
+            ) from exc
+        model = onnx.load(str(self._directory / self._forward_file))
+        flat = self._params.numpy()
+        for index, init in enumerate(model.graph.initializer):
+            if init.name == PARAMS_NAME:
+                model.graph.initializer[index].CopyFrom(numpy_helper.from_array(flat, PARAMS_NAME))
+        inputs = [i for i in model.graph.input if i.name != PARAMS_NAME]
+        del model.graph.input[:]
+        model.graph.input.extend(inputs)
+        onnx.save_model(model, str(path))
+
+    # ------------------------------------------------------------------ helpers
+
+    def _on_device(self, array: np.ndarray) -> Any:
+        array = np.ascontiguousarray(array, dtype=F32)
+        return self._ort.OrtValue.ortvalue_from_numpy(array, self._device_type, self._device_id)
+
+    def _split(self, flat: np.ndarray) -> dict[str, np.ndarray]:
+        return {
+            s.name: np.array(flat[s.offset : s.offset + s.size], dtype=F32).reshape(s.shape)
+            for s in self._layout
+        }
+
+    def _join(self, tensors: dict[str, np.ndarray]) -> np.ndarray:
+        flat = np.empty(self._size, dtype=F32)
+        for s in self._layout:
+            flat[s.offset : s.offset + s.size] = np.asarray(tensors[s.name], dtype=F32).reshape(-1)
+        return flat
+
+
+def _read_source(path: Path, size: int) -> np.ndarray:
+    try:
+        source = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise ArtifactError(f"{path}: unreadable source parameters: {exc}") from exc
+    if source.dtype != np.float32 or source.shape != (size,):
+        raise ArtifactError(
+            f"{path}: source parameters of shape {source.shape} and dtype {source.dtype}, "
+            f"expected ({size},) float32"
+        )
+    return source
+
+
+def _version(text: str) -> tuple[int, int]:
+    parts = text.split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return (0, 0)
+
+
+def _device(device: str, ort: Any) -> tuple[str, int]:
+    if device == "cpu":
+        return "cpu", 0
+    if device == "cuda" or device.startswith("cuda:"):
+        index = device.partition(":")[2] or "0"
+        if not index.isdigit():
+            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            raise RuntimeError(
+                f"device={device!r} needs onnxruntime-gpu and an NVIDIA GPU; this onnxruntime "
+                f"{ort.__version__} offers {ort.get_available_providers()}. Install "
+                "'realm-tta[runtime-cuda]' (onnxruntime-gpu) instead of onnxruntime"
+            )
+        return "cuda", int(index)
+    raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")

@@ -1,0 +1,233 @@
+"""Issue 11: the portable step graph — export on hard cases, backend choice, bad input.
+
+The parity of both backends with the SDK over whole streams is in test_parity.py; the
+torch-free run on the newest onnxruntime in test_runtime_without_torch.py.
+"""
+
+from __future__ import annotations
+
+import onnxruntime as ort
+import pytest
+import torch
+from torch import nn
+
+from realm_export import export_realm_artifacts
+from realm_runtime import ArtifactError, RealmRuntime
+from realm_sdk import RealmAdapter, RealmConfig
+
+timm = pytest.importorskip("timm")
+
+
+def _steps_agree(directory, model, config, steps=12, shape=(1, 3, 32, 32), backend="onnx"):
+    """A few adapt steps on both sides agree in decisions, logits and parameters."""
+    rt = RealmRuntime(directory, threads=1, backend=backend, schedule="train")
+    adapter = RealmAdapter(model, config)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        x = torch.randn(shape, generator=gen) * 1.5
+        r = rt.adapt(x.numpy())
+        s = adapter.adapt_step(x)
+        assert r.updated == s.updated and r.reason == s.reason
+        assert abs(r.logits - s.logits.numpy()).max() < 1e-4
+    mine, ref = rt.trainable_parameters(), adapter.trainable_parameters()
+    assert max(abs(mine[n] - ref[n].numpy()).max() for n in ref) < 1e-5
+    return rt
+
+
+def test_resnet_d_exports_on_both_paths(tmp_path):
+    """ResNet-D: AvgPool2d(ceil_mode=True, count_include_pad=False) shortcuts, GroupNorm.
+
+    onnxruntime-training's AveragePoolGrad gave an empty gradient there (a Reshape error in
+    validation); both graphs now write average pooling as a convolution.
+    """
+    from timm.layers import GroupNorm
+
+    torch.manual_seed(0)
+    model = timm.create_model("resnet26d", pretrained=False, norm_layer=GroupNorm, num_classes=10)
+    config = RealmConfig.preset("imagenet", num_classes=10)
+    info = export_realm_artifacts(model, tmp_path / "a", config=config, input_shape=(1, 3, 64, 64))
+    assert info.validation.passed and info.portable_validation.passed
+    assert info.portable_error is None
+    print(info.validation.table(), info.portable_validation.table(), sep="\n")
+
+
+class _BatchStatsNet(nn.Module):
+    """BatchNorm without running statistics: normalises each batch by itself in eval mode."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8, track_running_stats=False)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.relu(self.bn(self.conv(x))).mean((2, 3)))
+
+
+def test_batchnorm_with_batch_statistics_is_exact(tmp_path):
+    """Exported in inference mode it would use running statistics silently; here it is exact."""
+    torch.manual_seed(0)
+    model = _BatchStatsNet().eval()
+    config = RealmConfig.preset("cifar", num_classes=5, diversity_margin=0.95)
+    info = export_realm_artifacts(model, tmp_path / "a", config=config, input_shape=(1, 3, 32, 32))
+    assert info.portable_error is None and info.portable_validation.passed
+    rt = _steps_agree(tmp_path / "a", model, config)
+    assert rt.state.updates > 0
+
+
+class _Volumetric(nn.Module):
+    """A 3-D CNN: max pooling over volumes after a norm layer.
+
+    The portable trace rewrites 2-d max-pooling backward only (a scatter at the indices);
+    ``max_pool3d_with_indices_backward`` has no ONNX translation, while onnxruntime-training
+    has a MaxPool gradient for any rank.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv3d(1, 8, 3, padding=1)
+        self.norm = nn.GroupNorm(2, 8)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pooled = nn.functional.max_pool3d(self.norm(self.conv(x)), 2)
+        return self.fc(pooled.mean((2, 3, 4)))
+
+
+def test_a_model_the_portable_export_cannot_handle_keeps_the_training_path(tmp_path, caplog):
+    torch.manual_seed(0)
+    model = _Volumetric().eval()
+    config = RealmConfig.preset("cifar", num_classes=5)
+    info = export_realm_artifacts(model, tmp_path / "a", config=config, input_shape=(1, 1, 8, 8, 8))
+    reason = info.portable_error
+    assert reason is not None and "max_pool3d_with_indices_backward" in reason, reason
+    assert "\n" not in reason  # one sentence
+    assert "no portable step graph" in caplog.text
+    assert info.validation.passed  # the training artifacts are written and validated
+    assert info.manifest.portable == {"error": reason}
+    assert not (tmp_path / "a" / "step_model.onnx").exists()
+    assert RealmRuntime(tmp_path / "a").backend == "ort-training"  # auto falls back
+    with pytest.raises(ArtifactError, match=r"no portable step graph.*max_pool3d"):
+        RealmRuntime(tmp_path / "a", backend="onnx")
+
+
+class _Upsampler(nn.Module):
+    """A transposed convolution after a norm layer (a decoder, a segmentation head)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.norm = nn.GroupNorm(2, 8)
+        self.up = nn.ConvTranspose2d(8, 4, 2, stride=2)
+        self.fc = nn.Linear(4, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.up(self.norm(self.conv(x))).mean((2, 3)))
+
+
+def test_training_graph_errors_are_named_not_raw(tmp_path):
+    """onnxruntime-training 1.19.2 has no ConvTransposeGrad kernel: one clear sentence."""
+    from realm_export import UnsupportedModelError
+
+    model = _Upsampler().eval()
+    config = RealmConfig.preset("cifar", num_classes=5)
+    with pytest.raises(UnsupportedModelError, match="ConvTransposeGrad") as caught:
+        export_realm_artifacts(model, tmp_path / "a", config=config, input_shape=(1, 3, 16, 16))
+    assert "\n" not in str(caught.value) and "onnxruntime_src" not in str(caught.value)
+    assert not (tmp_path / "a").exists() and not list(tmp_path.iterdir())
+
+
+def test_backend_choice_and_errors(digits_artifacts):
+    directory, _ = digits_artifacts
+    assert RealmRuntime(directory).backend == "onnx"  # auto: the portable graph
+    assert RealmRuntime(directory, backend="ort-training").backend == "ort-training"
+    with pytest.raises(ValueError, match="backend must be one of"):
+        RealmRuntime(directory, backend="tensorrt")
+    rt = RealmRuntime(directory, backend="onnx")
+    x = torch.randn(3, 1, 32, 32).numpy()
+    with pytest.raises(ValueError, match=r"at most 1 sample.*backend=.ort-training."):
+        rt.adapt(x)
+    assert rt.state.samples == 0  # refused before anything changed
+    assert rt.predict(x).shape == (3, 10)  # prediction takes any batch, one sample at a time
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        with pytest.raises(RuntimeError, match="onnxruntime-gpu"):
+            RealmRuntime(directory, backend="onnx", device="cuda")
+    with pytest.raises(ValueError, match="device must be"):
+        RealmRuntime(directory, backend="onnx", device="tpu")
+
+
+def test_portable_export_can_be_switched_off(tmp_path):
+    model = _BatchStatsNet().eval()
+    config = RealmConfig.preset("cifar", num_classes=5)
+    info = export_realm_artifacts(
+        model, tmp_path / "a", config=config, input_shape=(1, 3, 8, 8), portable=False
+    )
+    assert info.manifest.portable == {} and "step_model" not in info.files
+    assert RealmRuntime(tmp_path / "a").backend == "ort-training"
+    with pytest.raises(ArtifactError, match="no portable step graph"):
+        RealmRuntime(tmp_path / "a", backend="onnx")
+
+
+def test_inference_model_of_the_onnx_backend(digits_artifacts, digits_stream, tmp_path):
+    rt = RealmRuntime(digits_artifacts[0], backend="onnx", threads=1)
+    xs = digits_stream[0][:30]
+    for i in range(30):
+        rt.adapt(xs[i : i + 1])
+    assert rt.state.updates > 0
+    rt.export_inference_model(tmp_path / "adapted.onnx")
+    session = ort.InferenceSession(str(tmp_path / "adapted.onnx"))
+    assert [i.name for i in session.get_inputs()] == ["input"]  # parameters baked in
+    (logits,) = session.run(None, {"input": xs[:1]})
+    assert abs(logits - rt.predict(xs[:1])).max() < 1e-5
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(
+    "CUDAExecutionProvider" not in ort.get_available_providers(),
+    reason="needs onnxruntime-gpu (CUDAExecutionProvider) and an NVIDIA GPU",
+)
+def test_onnx_backend_on_cuda_keeps_state_on_the_gpu(digits_artifacts, digits_stream):
+    rt = RealmRuntime(digits_artifacts[0], backend="onnx", device="cuda")
+    cpu = RealmRuntime(digits_artifacts[0], backend="onnx", threads=1)
+    xs = digits_stream[0][:40]
+    for i in range(40):
+        a, b = rt.adapt(xs[i : i + 1]), cpu.adapt(xs[i : i + 1])
+        assert a.updated == b.updated
+    assert rt._backend._params.device_name() == "cuda"  # never copied to the host per step
+    mine, ref = rt.trainable_parameters(), cpu.trainable_parameters()
+    assert max(abs(mine[n] - ref[n]).max() for n in ref) < 1e-4
+
+
+def test_step_graph_reports_a_non_finite_step(digits_artifacts, digits_stream):
+    """realm.finite: true on a normal step, false when the loss or a gradient is not finite.
+
+    λ = 0 in the fed parameter vector makes t = H/λ infinite: the loss and the α, λ
+    gradients are NaN/inf while the logits stay finite, which only the flag can tell.
+    """
+    import numpy as np
+
+    from realm_runtime._manifest import load_manifest
+
+    directory = digits_artifacts[0]
+    manifest = load_manifest(directory)
+    session = ort.InferenceSession(str(directory / manifest.portable["step_model"]))
+    source = np.load(directory / manifest.portable["source_params"])
+    feeds = {
+        "input": digits_stream[0][:1],
+        "realm.sample_weight": np.ones(1, np.float32),
+        "realm.lr": np.array(0.005, np.float32),
+        "realm.lr_alpha_lambda": np.array(0.01, np.float32),
+        "realm.momentum": np.array(0.0, np.float32),
+        "realm.entropy_margin": np.array(1.0, np.float32),
+        "realm.params": source,
+        "realm.velocity": np.zeros_like(source),
+    }
+    names = [o.name for o in session.get_outputs()]
+    out = dict(zip(names, session.run(None, feeds), strict=True))
+    assert bool(out["realm.finite"]) and np.isfinite(out["realm.new_params"]).all()
+    broken = source.copy()
+    broken[-1] = 0.0  # λ, the last slot of the layout
+    assert manifest.portable["layout"][-1]["name"] == "realm.lambda"
+    out = dict(zip(names, session.run(None, {**feeds, "realm.params": broken}), strict=True))
+    assert np.isfinite(out["logits"]).all()
+    assert not bool(out["realm.finite"])
