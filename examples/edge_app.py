@@ -1,6 +1,8 @@
 """What an app on a device does with realm-tta: load artifacts, adapt on a live stream.
 
-Runs without torch (numpy + onnxruntime-training only). It takes images one at a time,
+Runs without torch (numpy + onnxruntime: ``pip install 'realm-tta[runtime]'``, any current
+onnxruntime; ``--backend ort-training`` uses the training artifacts instead, on
+onnxruntime-training 1.19.2). It takes images one at a time,
 shows the running top-1 and the adaptation counters, checkpoints the adaptation state every
 N samples (atomically), and on restart resumes from the checkpoint where it stopped.
 
@@ -38,6 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="stop after N samples")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads")
+    parser.add_argument(
+        "--backend",
+        default="auto",
+        choices=("auto", "onnx", "ort-training"),
+        help="auto: the portable step graph where the artifacts have one",
+    )
     parser.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint")
     args = parser.parse_args(argv)
 
@@ -49,7 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         images = np.ascontiguousarray(data["images"], dtype=np.float32)
         labels = data["labels"] if "labels" in data.files else None
 
-    rt = RealmRuntime(args.artifacts, device=args.device, threads=args.threads)
+    rt = RealmRuntime(
+        args.artifacts, device=args.device, threads=args.threads, backend=args.backend
+    )
+    print(f"adapting on the {rt.backend} backend ({args.device})")
     checkpoint = Path(args.checkpoint)
     start_at = 0
     if checkpoint.is_file() and not args.fresh:

@@ -231,3 +231,30 @@ def test_step_graph_reports_a_non_finite_step(digits_artifacts, digits_stream):
     out = dict(zip(names, session.run(None, {**feeds, "realm.params": broken}), strict=True))
     assert np.isfinite(out["logits"]).all()
     assert not bool(out["realm.finite"])
+
+
+def test_export_without_the_training_build(tmp_path):
+    """Where onnxruntime-training is missing (Python 3.12+), the portable graph alone."""
+    torch.manual_seed(0)
+    model = _BatchStatsNet().eval()
+    config = RealmConfig.preset("cifar", num_classes=5, diversity_margin=0.95)
+    info = export_realm_artifacts(
+        model, tmp_path / "a", config=config, input_shape=(1, 3, 16, 16), training=False
+    )
+    assert info.validation is None and info.portable_validation.passed
+    names = set(info.manifest.files)
+    assert {"step_model.onnx", "forward_model.onnx", "source_params.npy"} <= names
+    assert not names & {"training_model.onnx", "eval_model.onnx", "checkpoint"}
+    assert RealmRuntime(tmp_path / "a").backend == "onnx"
+    with pytest.raises(ArtifactError, match="no training graphs"):
+        RealmRuntime(tmp_path / "a", backend="ort-training")
+    _steps_agree(tmp_path / "a", model, config, shape=(1, 3, 16, 16))
+    with pytest.raises(ValueError, match="nothing to export"):
+        export_realm_artifacts(
+            model,
+            tmp_path / "b",
+            config=config,
+            input_shape=(1, 3, 8, 8),
+            training=False,
+            portable=False,
+        )

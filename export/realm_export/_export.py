@@ -88,6 +88,7 @@ def export_realm_artifacts(
     model_info: dict[str, Any] | None = None,
     web: bool = True,
     portable: bool = True,
+    training: bool | None = None,
     progress: Progress | None = None,
 ) -> ExportInfo:
     """Export ``model`` as ONNX Runtime on-device training artifacts whose loss is REALM's.
@@ -119,6 +120,9 @@ def export_realm_artifacts(
             ≥ 1.19), validated like the training graph. Where it cannot be built or does not
             validate, the reason is logged, kept in the manifest and in
             :attr:`ExportInfo.portable_error`, and the training artifacts are still written.
+        training: write the ONNX Runtime training artifacts (and the web graphs built on
+            them). None: where onnxruntime-training is installed (Python 3.11); elsewhere
+            the portable graph alone is written, and its failure is then an error.
         progress: called with a short label as each stage starts.
 
     Returns:
@@ -138,6 +142,10 @@ def export_realm_artifacts(
         raise TypeError(f"config must be a RealmConfig, got {type(config).__name__}")
     if out_dir.exists() and not overwrite:
         raise FileExistsError(f"{out_dir} exists; pass overwrite=True to replace it")
+
+    training = _training_wanted(training)
+    if not training and not portable:
+        raise ValueError("nothing to export: training=False and portable=False")
 
     notify("selecting parameters")
     source = copy.deepcopy(model).eval()
@@ -173,11 +181,12 @@ def export_realm_artifacts(
     tmp = out_dir.parent / f".{out_dir.name}.partial-{uuid.uuid4().hex[:8]}"
     tmp.mkdir(parents=True)
     try:
-        notify("generating training artifacts")
-        _generate(with_loss, requires_grad, tmp)
+        if training:
+            notify("generating training artifacts")
+            _generate(with_loss, requires_grad, tmp)
         onnx.save(forward, str(tmp / INFERENCE_MODEL))
         web_section: dict[str, Any] = {}
-        if web:
+        if web and training:
             notify("writing the web client's graphs")
             web_section = write_web_graphs(tmp, requires_grad, config)
 
@@ -198,9 +207,14 @@ def export_realm_artifacts(
                 atol=atol,
                 grad_rtol=grad_rtol,
             )
+            if not training and "error" in portable_section:
+                raise UnsupportedModelError(
+                    "no training artifacts (onnxruntime-training is not installed) and no "
+                    f"portable step graph: {portable_section['error']}"
+                )
 
         report = None
-        if validate:
+        if validate and training:
             notify("validating against the PyTorch reference")
             inputs = validation_batch(
                 shape, validation_inputs, seed=seed + 1, extra_batch=dynamic_batch
@@ -242,13 +256,13 @@ def export_realm_artifacts(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    files = {
-        "training_model": out_dir / TRAINING_MODEL,
-        "eval_model": out_dir / EVAL_MODEL,
-        "checkpoint": out_dir / CHECKPOINT,
-        "inference_model": out_dir / INFERENCE_MODEL,
-        "manifest": out_dir / MANIFEST_NAME,
-    }
+    files = {"inference_model": out_dir / INFERENCE_MODEL, "manifest": out_dir / MANIFEST_NAME}
+    if training:
+        files |= {
+            "training_model": out_dir / TRAINING_MODEL,
+            "eval_model": out_dir / EVAL_MODEL,
+            "checkpoint": out_dir / CHECKPOINT,
+        }
     if "step_model" in portable_section:
         for role in ("step_model", "forward_model", "source_params"):
             files[role] = out_dir / portable_section[role]
@@ -337,6 +351,28 @@ def _write_portable(
         "seconds": round(time.perf_counter() - started, 2),
     }
     return section, report
+
+
+def _training_wanted(training: bool | None) -> bool:
+    """Whether to build training artifacts: asked for, or onnxruntime-training is installed."""
+    import importlib.util
+
+    available = importlib.util.find_spec("onnxruntime") is not None and (
+        importlib.util.find_spec("onnxruntime.training") is not None
+    )
+    if training is None:
+        if not available:
+            log.info(
+                "onnxruntime-training is not installed (it exists for Python 3.11 only): "
+                "writing the portable step graph without training artifacts"
+            )
+        return available
+    if training and not available:
+        raise ImportError(
+            "training=True needs onnxruntime-training 1.19.2 (Python 3.11): pip install "
+            "'realm-tta[runtime-training]', or export the portable graph alone"
+        )
+    return training
 
 
 def validation_batch(

@@ -70,19 +70,12 @@ class PortableBackend(StepBackend):
         providers: list[Any] = ["CPUExecutionProvider"]
         if self._device_type == "cuda":
             providers.insert(0, ("CUDAExecutionProvider", {"device_id": self._device_id}))
-        try:
-            self._step = ort.InferenceSession(
-                str(directory / portable["step_model"]), options, providers=providers
-            )
-            self._forward = ort.InferenceSession(
-                str(directory / portable["forward_model"]), options, providers=providers
-            )
-        except Exception as exc:
-            first = str(exc).strip().splitlines()[0]
-            raise ArtifactError(
-                f"{directory}: onnxruntime {ort.__version__} could not load the portable "
-                f"graphs: {first}"
-            ) from exc
+        self._options, self._providers = options, providers
+        self._step = self._session(directory / portable["step_model"])
+        # The forward graph holds a second copy of the weights (and of ORT's pre-packed
+        # kernels' buffers): made on first use, so an app that only adapts with the "train"
+        # schedule never pays for it.
+        self._forward: Any = None
         self._layout = [TensorSlot(**slot) for slot in portable["layout"]]
         self.names = [slot.name for slot in self._layout]
         if self.names != list(manifest.trainable):
@@ -114,6 +107,8 @@ class PortableBackend(StepBackend):
     def infer(self, x: np.ndarray) -> np.ndarray:
         rows = []
         for i in range(x.shape[0]):  # the graphs are exported for batch 1
+            if self._forward is None:
+                self._forward = self._session(self._directory / self._forward_file)
             binding = self._forward.io_binding()
             binding.bind_cpu_input(self._input_name, x[i : i + 1])
             binding.bind_ortvalue_input(PARAMS_NAME, self._params)
@@ -179,6 +174,16 @@ class PortableBackend(StepBackend):
         onnx.save_model(model, str(path))
 
     # ------------------------------------------------------------------ helpers
+
+    def _session(self, path: Path) -> Any:
+        try:
+            return self._ort.InferenceSession(str(path), self._options, providers=self._providers)
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0]
+            raise ArtifactError(
+                f"{path}: onnxruntime {self._ort.__version__} could not load the portable "
+                f"graph: {first}"
+            ) from exc
 
     def _on_device(self, array: np.ndarray) -> Any:
         array = np.ascontiguousarray(array, dtype=F32)

@@ -40,6 +40,11 @@ class TrainingBackend(StepBackend):
         device: str,
         threads: int | None,
     ) -> None:
+        if TRAINING_MODEL not in manifest.files:
+            raise ArtifactError(
+                f"{directory}: these artifacts have no training graphs (exported where "
+                "onnxruntime-training was not installed); use backend='onnx'"
+            )
         ort = onnxruntime_module()
         check_training_version(manifest, ort.__version__)
         api = training_api()
