@@ -14,7 +14,7 @@ venv: $(STAMP)
 
 # Re-installs when pyproject.toml changes; reuses the venv otherwise.
 $(STAMP): pyproject.toml
-	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: onnxruntime-training 1.19.2 needs Python 3.11 (set PYTHON=...)"; exit 1; }
+	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: the dev environment needs Python 3.11 (onnxruntime-training 1.19.2 builds the training artifacts; set PYTHON=...)"; exit 1; }
 	@test -x $(BIN)/python || { echo "creating $(VENV) with $$($(PYTHON) --version)"; $(PYTHON) -m venv $(VENV); }
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	@touch $(STAMP)
@@ -66,4 +66,4 @@ web: $(STAMP) web-deps
 	$(BIN)/python $(WEB)/build_site.py --out build/web --serve
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache $(WEB)/node_modules
+	rm -rf $(VENV) .venv-runtime build dist *.egg-info .pytest_cache .ruff_cache $(WEB)/node_modules

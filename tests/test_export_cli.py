@@ -61,9 +61,12 @@ def test_export_user_model_with_weights(user_model, tmp_path, capsys):
     )
     printed = capsys.readouterr()
     assert code == 0, printed.err
-    assert "validation against the PyTorch reference" in printed.out
+    assert "validation against the PyTorch reference (training artifacts)" in printed.out
+    assert "validation against the PyTorch reference (portable step graph)" in printed.out
     assert "logits" in printed.out and "yes" in printed.out
     assert "generating training artifacts" in printed.err  # progress
+    assert "building the portable step graph" in printed.err
+    assert "step_model.onnx" in printed.out  # the files table
     manifest = json.loads((out / "realm.json").read_text())
     assert manifest["model"]["weights"].endswith("w.pt")
     # the exported checkpoint carries the loaded weights, not the factory's init

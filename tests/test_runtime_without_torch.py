@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -127,6 +128,9 @@ def test_runtime_on_newest_onnxruntime_without_torch_or_training(
             str(tmp_path),
         ],
         cwd=tmp_path,
+        # This checkout's realm_runtime ahead of the copy installed when the venv was made
+        # (it is rebuilt only when pyproject.toml changes).
+        env={**os.environ, "PYTHONPATH": str(ROOT / "runtime")},
     )
     there = json.loads(out.strip().splitlines()[-1])
     assert there["torch_loaded"] is False
@@ -153,3 +157,28 @@ def test_runtime_on_newest_onnxruntime_without_torch_or_training(
         f"{there['import_s'] * 1e3:.0f} ms, peak RSS {there['peak_rss_mb']:.0f} MB",
         file=sys.stderr,
     )
+
+
+def test_speed_bench_times_the_newest_onnxruntime_too(runtime_python, tmp_path):
+    """`realm bench speed --runtime-python`: a row for the onnx backend on the newest ORT."""
+    from realm_sdk._bench import bench_model
+    from realm_sdk._flops import machine_peak
+
+    rows = bench_model(
+        "digits",
+        threads=1,
+        samples=3,
+        warmup=1,
+        work_dir=tmp_path,
+        methods=(),
+        peak=machine_peak(1, n=256, repeats=2),
+        torch_rss=False,
+        runtime_python=str(runtime_python),
+    )
+    assert [r.backend for r in rows][:2] == ["onnx", "ort-training"]
+    external = rows[2]
+    assert external.backend.startswith("onnx@ORT 1.") and "py 3." in external.backend
+    assert external.torch_step_ms == rows[0].torch_step_ms  # the same torch figures
+    for value in (external.runtime_predict_ms, external.runtime_step_ms):
+        assert 0 < value < 10_000
+    assert 10 < external.runtime_peak_rss_mb < 2_000

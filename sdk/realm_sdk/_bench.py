@@ -264,6 +264,7 @@ def bench_model(
     peak: MachinePeak | None = None,
     torch_rss: bool = True,
     backends: Sequence[str] = ("onnx", "ort-training"),
+    runtime_python: str | None = None,
 ) -> list[SpeedRow]:
     """Time one model: torch reference and RealmRuntime, predict and REALM adapt, batch 1.
 
@@ -284,6 +285,9 @@ def bench_model(
         peak: the machine's peak at ``threads`` (measured here when None).
         torch_rss: measure the torch-only process's peak RSS (a fresh torch import: seconds).
         backends: the runtime backends to time, each beside the same torch figures.
+        runtime_python: another interpreter (e.g. ``.venv-runtime/bin/python``: the newest
+            onnxruntime, no torch) that also times the onnx backend, in a process of its own;
+            its row's backend reads ``onnx@ORT <version>``.
 
     Returns:
         One row per backend, each with one :class:`MethodRow` per method in ``methods``.
@@ -355,6 +359,11 @@ def bench_model(
                 name, Path(tmp) / "weights.pt", preset, xs, threads, image_size
             )
         runtime_mb = {b: runtime_only_peak_rss(artifacts, xs, threads, b) for b in backends}
+        if runtime_python is not None:
+            label, external = _external_timed(runtime_python, dirs, configs, xs, warmup, threads)
+            runtime[label] = external
+            runtime_mb[label] = external["peak_rss_mb"]
+            backends = [*backends, label]
 
     rows = []
     for backend in backends:
@@ -400,6 +409,96 @@ def bench_model(
             )
         )
     return rows
+
+
+_EXTERNAL = textwrap.dedent("""
+    import json, sys, time
+    import numpy as np, onnxruntime
+    from realm_runtime import RealmRuntime
+
+    spec = json.loads(sys.argv[1])
+    xs, warmup, threads = np.load(spec["xs"]), spec["warmup"], spec["threads"]
+
+    def timed(fn):
+        for x in xs[:warmup]:
+            fn(x[None])
+        out = []
+        for x in xs[warmup:]:
+            start = time.perf_counter()
+            fn(x[None])
+            out.append((time.perf_counter() - start) * 1e3)
+        return out
+
+    def run(directory, overrides):
+        rt = RealmRuntime(directory, threads=threads, backend="onnx", overrides=overrides)
+        times = timed(rt.adapt)
+        return [times, rt.state.updates / max(rt.state.samples, 1)]
+
+    rt = RealmRuntime(spec["dirs"]["realm"], threads=threads, backend="onnx")
+    result = {"ort": onnxruntime.__version__, "python": sys.version.split()[0],
+              "predict": timed(rt.predict), "adapt": {}, "step": {}}
+    del rt
+    for method, directory in spec["dirs"].items():
+        result["adapt"][method] = run(directory, {})
+        result["step"][method] = (result["adapt"][method] if method == "tent"
+                                  else run(directory, spec["forced"][method]))
+    with open("/proc/self/status") as status:
+        hwm = next(l for l in status if l.startswith("VmHWM:"))
+    result["peak_rss_mb"] = int(hwm.split()[1]) / 1024
+    result["torch"] = "torch" in sys.modules
+    print(json.dumps(result))
+""")
+
+
+def _external_timed(
+    python: str,
+    dirs: dict[str, Path],
+    configs: dict[str, RealmConfig],
+    xs: np.ndarray,
+    warmup: int,
+    threads: int,
+) -> tuple[str, dict[str, Any]]:
+    """The onnx backend timed by another interpreter, this checkout's realm_runtime on its path.
+
+    Returns:
+        ``(row label, {"predict": ms array, "adapt"/"step": {method: (ms array, rate)},
+        "peak_rss_mb": float})``.
+    """
+    import realm_runtime
+
+    source = str(Path(realm_runtime.__file__).resolve().parents[1])
+    with tempfile.NamedTemporaryFile(suffix=".npy", delete=False) as handle:
+        np.save(handle, xs)
+    spec = {
+        "dirs": {m: str(d) for m, d in dirs.items()},
+        "forced": {m: forced_overrides(cfg) for m, cfg in configs.items()},
+        "xs": handle.name,
+        "warmup": warmup,
+        "threads": threads,
+    }
+    try:
+        out = subprocess.run(
+            [python, "-c", _EXTERNAL, json.dumps(spec)],
+            capture_output=True,
+            text=True,
+            timeout=3600,
+            check=False,
+            env={**os.environ, "PYTHONPATH": source},
+        )
+    finally:
+        Path(handle.name).unlink(missing_ok=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{python} could not time the runtime:\n{out.stderr[-2000:]}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if result["torch"]:
+        raise RuntimeError(f"{python} imported torch while timing the runtime")
+    as_arrays = {
+        "predict": np.array(result["predict"]),
+        "adapt": {m: (np.array(t), r) for m, (t, r) in result["adapt"].items()},
+        "step": {m: (np.array(t), r) for m, (t, r) in result["step"].items()},
+        "peak_rss_mb": float(result["peak_rss_mb"]),
+    }
+    return f"onnx@ORT {result['ort']} (py {result['python']})", as_arrays
 
 
 _TORCH_ONLY = textwrap.dedent("""

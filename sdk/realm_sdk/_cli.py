@@ -132,6 +132,7 @@ def _cmd_bench_speed(args: argparse.Namespace) -> int:
                 peak=peak,
                 torch_rss=not quick,
                 backends=args.backends,
+                runtime_python=args.runtime_python,
             )
         )
     table = format_speed(rows)
@@ -405,6 +406,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=["onnx", "ort-training"],
         choices=("onnx", "ort-training"),
         help="runtime backends to time beside torch (default: both)",
+    )
+    speed.add_argument(
+        "--runtime-python",
+        default=None,
+        help="also time the onnx backend under this interpreter, e.g. .venv-runtime/bin/python "
+        "(the newest onnxruntime, no torch; made by the test suite)",
     )
     speed.add_argument("--json", default=None, help="also write every figure to this file")
     speed.set_defaults(func=_cmd_bench_speed)
