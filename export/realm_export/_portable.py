@@ -72,7 +72,7 @@ from realm_sdk import RealmConfig, eata_loss, entropy, robust_loss
 
 from ._graph import INPUT_NAME, LOGITS_NAME
 from ._rewrite import UnsupportedModelError
-from ._trace import count_ops, trace
+from ._trace import count_ops, max_pool_translation, trace
 
 log = logging.getLogger(__name__)
 
@@ -273,6 +273,9 @@ def to_onnx(
                 output_names=list(output_names),
                 optimize=True,
                 external_data=False,
+                custom_translation_table={
+                    torch.ops.aten.max_pool2d_with_indices.default: max_pool_translation
+                },
                 artifacts_dir=scratch,
             )
             assert program is not None
