@@ -1,7 +1,9 @@
 """The numpy half of one online step (SPEC §3): S_div, sample weights, SGD, projection, EMA.
 
-The ONNX training graph computes logits, the loss and its gradients; everything that decides
-*whether* and *how* to step lives here, in float32 like the PyTorch reference.
+Everything that decides *whether* to step lives here, in float32 like the PyTorch
+reference, for both backends. *How* to step: the ort-training backend takes the SGD with
+momentum and the projection from here (the training graph gives gradients only); the
+portable step graph has the same update inside it.
 """
 
 from __future__ import annotations
