@@ -258,3 +258,26 @@ def test_export_without_the_training_build(tmp_path):
             training=False,
             portable=False,
         )
+
+
+@pytest.mark.parametrize("backend", ["onnx", "ort-training"])
+def test_session_config_reaches_onnx_runtime(backend, digits_artifacts, digits_stream):
+    """``session_config`` (e.g. pre-packing off, to save memory) changes nothing but cost."""
+    import numpy as np
+
+    plain = RealmRuntime(digits_artifacts[0], threads=1, backend=backend, schedule="train")
+    lean = RealmRuntime(
+        digits_artifacts[0],
+        threads=1,
+        backend=backend,
+        schedule="train",
+        session_config={"session.disable_prepacking": "1"},
+    )
+    xs = digits_stream[0][:30]
+    for i in range(30):
+        a, b = plain.adapt(xs[i : i + 1]), lean.adapt(xs[i : i + 1])
+        assert a.updated == b.updated
+        np.testing.assert_allclose(a.logits, b.logits, rtol=0, atol=1e-5)
+    assert plain.state.updates == lean.state.updates > 0
+    with pytest.raises(ValueError, match="session_config must map str to str"):
+        RealmRuntime(digits_artifacts[0], session_config={"session.disable_prepacking": 1})

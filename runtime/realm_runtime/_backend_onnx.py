@@ -50,6 +50,7 @@ class PortableBackend(StepBackend):
         config: RealmConfig,
         device: str,
         threads: int | None,
+        session_config: dict[str, str] | None = None,
     ) -> None:
         portable = manifest.portable
         if not portable.get("step_model"):
@@ -66,7 +67,7 @@ class PortableBackend(StepBackend):
             )
         self._ort = ort
         self._device_type, self._device_id = _device(device, ort)
-        options = session_options(ort, threads, quiet=True)
+        options = session_options(ort, threads, quiet=True, config=session_config)
         providers: list[Any] = ["CPUExecutionProvider"]
         if self._device_type == "cuda":
             providers.insert(0, ("CUDAExecutionProvider", {"device_id": self._device_id}))

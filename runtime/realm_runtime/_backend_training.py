@@ -39,6 +39,7 @@ class TrainingBackend(StepBackend):
         config: RealmConfig,
         device: str,
         threads: int | None,
+        session_config: dict[str, str] | None = None,
     ) -> None:
         if TRAINING_MODEL not in manifest.files:
             raise ArtifactError(
@@ -56,7 +57,7 @@ class TrainingBackend(StepBackend):
                 "(CUDA 11.8, cuDNN 8; the nvidia-*-cu11 wheels), or use backend='onnx' with "
                 "onnxruntime-gpu"
             )
-        options = session_options(ort, threads)
+        options = session_options(ort, threads, config=session_config)
         try:
             self._state = api.CheckpointState.load_checkpoint(str(directory / CHECKPOINT))
             self._module = api.Module(

@@ -66,13 +66,20 @@ def training_api() -> ModuleType:
         ) from exc
 
 
-def session_options(ort: ModuleType, threads: int | None, *, quiet: bool = False) -> Any:
+def session_options(
+    ort: ModuleType,
+    threads: int | None,
+    *,
+    quiet: bool = False,
+    config: dict[str, str] | None = None,
+) -> Any:
     """``SessionOptions`` with ``threads`` intra-op threads (None: ORT's default, all cores).
 
     Args:
         ort: the onnxruntime module.
         threads: intra-op threads; inter-op stays at 1 (one sample, one graph at a time).
         quiet: log errors only (graph inputs with default values are meant, not a warning).
+        config: session configuration entries (``add_session_config_entry``).
     """
     options = ort.SessionOptions()
     if threads is not None:
@@ -80,4 +87,6 @@ def session_options(ort: ModuleType, threads: int | None, *, quiet: bool = False
         options.inter_op_num_threads = 1
     if quiet:
         options.log_severity_level = 3
+    for key, value in (config or {}).items():
+        options.add_session_config_entry(key, value)
     return options

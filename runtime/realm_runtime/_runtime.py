@@ -103,6 +103,10 @@ class RealmRuntime:
             the runtime applies (``lr``, ``lr_alpha_lambda``, ``momentum``,
             ``diversity_margin``, ``ema_beta``, ``entropy_margin``, ``episodic``).
         backend: ``"auto"``, ``"onnx"`` or ``"ort-training"``.
+        session_config: ONNX Runtime session configuration entries for the backend's
+            sessions, e.g. ``{"session.disable_prepacking": "1"}``: vit_base's step session
+            then peaks at 1141 MB instead of 1596, for a step ~8 % slower (measured on
+            2 cores; docs/BENCHMARKS.md).
 
     Raises:
         ArtifactError: missing, tampered, truncated or incompatible artifacts, or a backend
@@ -118,6 +122,7 @@ class RealmRuntime:
         schedule: Schedule = "auto",
         overrides: dict[str, Any] | None = None,
         backend: BackendName = "auto",
+        session_config: dict[str, str] | None = None,
     ) -> None:
         if schedule not in ("auto", "train", "infer-first"):
             raise ValueError(f"schedule must be 'auto', 'train' or 'infer-first', got {schedule!r}")
@@ -138,8 +143,12 @@ class RealmRuntime:
         self.config = RealmConfig.from_dict({**self.manifest.config, **(overrides or {})})
         self.device = device
         self.schedule: Schedule = schedule
+        if session_config is not None and not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in session_config.items()
+        ):
+            raise ValueError(f"session_config must map str to str, got {session_config!r}")
         self._backend: StepBackend = open_backend(
-            backend, self.directory, self.manifest, self.config, device, threads
+            backend, self.directory, self.manifest, self.config, device, threads, session_config
         )
         self.backend: str = self._backend.name
         self._all_trainable = list(self._backend.names)
@@ -464,6 +473,7 @@ def open_backend(
     config: RealmConfig,
     device: str,
     threads: int | None,
+    session_config: dict[str, str] | None = None,
 ) -> StepBackend:
     """The backend asked for; ``"auto"``: the portable graph where the artifacts have one.
 
@@ -475,7 +485,7 @@ def open_backend(
     if backend == "onnx":
         from ._backend_onnx import PortableBackend
 
-        return PortableBackend(directory, manifest, config, device, threads)
+        return PortableBackend(directory, manifest, config, device, threads, session_config)
     from ._backend_training import TrainingBackend
 
-    return TrainingBackend(directory, manifest, config, device, threads)
+    return TrainingBackend(directory, manifest, config, device, threads, session_config)
