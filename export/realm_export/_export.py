@@ -7,7 +7,6 @@ import copy
 import dataclasses
 import logging
 import os
-import re
 import shutil
 import sys
 import time
@@ -49,7 +48,13 @@ from ._graph import (
 )
 from ._portable import PortableGraphs, build_portable_graphs, save_proto
 from ._rewrite import UnsupportedModelError
-from ._validate import ValidationError, ValidationReport, validate_artifacts, validate_portable
+from ._validate import (
+    ValidationError,
+    ValidationReport,
+    training_graph_error,
+    validate_artifacts,
+    validate_portable,
+)
 from ._web import write_web_graphs
 
 log = logging.getLogger(__name__)
@@ -207,10 +212,15 @@ def export_realm_artifacts(
                 atol=atol,
                 grad_rtol=grad_rtol,
             )
-            if not training and "error" in portable_section:
-                raise UnsupportedModelError(
-                    "no training artifacts (onnxruntime-training is not installed) and no "
-                    f"portable step graph: {portable_section['error']}"
+            if "error" in portable_section:
+                if not training:
+                    raise UnsupportedModelError(
+                        "no training artifacts (onnxruntime-training is not installed) and no "
+                        f"portable step graph: {portable_section['error']}"
+                    )
+                log.warning(
+                    "no portable step graph (the training artifacts are still written): %s",
+                    portable_section["error"],
                 )
 
         report = None
@@ -301,9 +311,7 @@ def _write_portable(
     try:
         graphs: PortableGraphs = build_portable_graphs(model, config, trainable, example)
     except UnsupportedModelError as exc:
-        reason = str(exc)
-        log.warning("no portable step graph (the training artifacts are still written): %s", reason)
-        return {"error": reason}, None
+        return {"error": str(exc)}, None
     names = {
         "step_model": STEP_MODEL,
         "forward_model": FORWARD_MODEL,
@@ -331,9 +339,6 @@ def _write_portable(
                 (directory / name).unlink(missing_ok=True)
             reason = (
                 "the portable step graph disagrees with the PyTorch reference:\n" + report.table()
-            )
-            log.warning(
-                "no portable step graph (the training artifacts are still written): %s", reason
             )
             return {"error": reason, "validation": report.to_dict()}, report
     opset = max(o.version for o in graphs.step.opset_import if o.domain in ("", "ai.onnx"))
@@ -448,21 +453,9 @@ def _generate(proto: onnx.ModelProto, requires_grad: list[str], directory: Path)
                 artifact_directory=str(directory),
             )
     except Exception as exc:
-        raise UnsupportedModelError(_explain_ort_error(str(exc))) from exc
-
-
-def _explain_ort_error(message: str) -> str:
-    """A readable reason from an onnxruntime-training graph-building error."""
-    missing = re.search(r"has not been registered: (\w+) for node (\S+)", message)
-    if missing:
-        op, node = missing.groups()
-        return (
-            f"the ONNX op {op} (node {node}) has no gradient in onnxruntime-training 1.19.2, and "
-            "it lies between the adapted norm parameters and the loss: replace it in the model "
-            "(or freeze the norm layers before it with RealmConfig.frozen)"
-        )
-    first = message.strip().splitlines()[0] if message.strip() else "unknown error"
-    return f"onnxruntime-training could not build the gradient graph: {first[-400:]}"
+        raise UnsupportedModelError(
+            training_graph_error(str(exc), "build the gradient graph")
+        ) from exc
 
 
 def _preprocessing(model: nn.Module, given: dict[str, Any] | None) -> dict[str, Any]:

@@ -41,7 +41,6 @@ import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
@@ -145,10 +144,12 @@ def build_portable_graphs(
             for part, shape in zip(torch.split(flat, sizes), shapes, strict=True)
         ]
 
-    def per_sample_loss(h: Tensor, params: list[Tensor]) -> Tensor:
+    def per_sample_loss(h: Tensor, params: list[Tensor], e0: Tensor) -> Tensor:
         if config.method == "realm":
             alpha, lam = params[n_norm], params[n_norm + 1]
             return robust_loss(h, alpha, lam, scale_by_lambda=config.loss_scale == "lambda")
+        if config.method == "eata":  # e0 is an input: the runtime may override it
+            return eata_loss(h, e0)  # type: ignore[arg-type]
         return h
 
     def step(
@@ -163,11 +164,7 @@ def build_portable_graphs(
     ) -> tuple[Tensor, ...]:
         params = unflatten(flat)
         logits = functional_call(model, dict(zip(norm_names, params[:n_norm], strict=True)), (x,))
-        h = entropy(logits)
-        per_sample = per_sample_loss(h, params)
-        if config.method == "eata":  # e0 is an input: the runtime may override it
-            per_sample = eata_loss(h, e0)  # type: ignore[arg-type]
-        loss = (per_sample * weight).sum()
+        loss = (per_sample_loss(entropy(logits), params, e0) * weight).sum()
         (grad,) = torch.autograd.grad(loss, [flat])
         # g·0 is 0 for every finite g and NaN otherwise: a finiteness test that cannot
         # overflow, in two nodes over the whole parameter vector.
@@ -445,12 +442,3 @@ def save_proto(proto: onnx.ModelProto, path: str | os.PathLike[str]) -> Path:
     path = Path(path)
     onnx.save_model(proto, str(path), save_as_external_data=False)
     return path
-
-
-def describe(graphs: PortableGraphs) -> dict[str, Any]:
-    """Graph sizes for the manifest and the export report."""
-    return {
-        "step_nodes": graphs.step_nodes,
-        "forward_nodes": graphs.forward_nodes,
-        "trainable": len(graphs.layout),
-    }

@@ -600,8 +600,3 @@ def count_ops(gm: fx.GraphModule) -> dict[str, int]:
             key = str(node.target)
             counts[key] = counts.get(key, 0) + 1
     return counts
-
-
-def flat_size(shape: Sequence[int]) -> int:
-    """Number of elements of a shape."""
-    return math.prod(shape)

@@ -18,6 +18,8 @@ from realm_runtime._manifest import (
     CHECKPOINT,
     EVAL_MODEL,
     LAMBDA_NAME,
+    LOSS_NAME,
+    SAMPLE_WEIGHT_NAME,
     TRAINING_MODEL,
 )
 from realm_sdk import RealmAdapter, RealmConfig, entropy, robust_loss
@@ -53,6 +55,31 @@ class ValidationReport:
     loss_max_abs: float = 0.0
     grad_max_rel: dict[str, float] = field(default_factory=dict)  # per trainable tensor
     grad_max_abs: dict[str, float] = field(default_factory=dict)
+
+    def add(
+        self,
+        logits: np.ndarray,
+        loss: float,
+        grads: dict[str, np.ndarray],
+        reference: tuple[np.ndarray, float, dict[str, np.ndarray]],
+    ) -> None:
+        """Fold one input's ORT logits, loss and gradients, against torch's, into the maxima.
+
+        Args:
+            logits: ORT's logits.
+            loss: ORT's loss.
+            grads: ORT's gradient of every trainable tensor, shaped like torch's.
+            reference: torch's ``(logits, loss, {name: grad})``.
+        """
+        logits_t, loss_t, grads_t = reference
+        self.logits_max_abs = max(self.logits_max_abs, float(np.abs(logits - logits_t).max()))
+        self.loss_max_abs = max(self.loss_max_abs, abs(float(loss) - loss_t))
+        global_scale = max(float(np.abs(g).max()) for g in grads_t.values())
+        for name, g_t in grads_t.items():
+            diff = float(np.abs(grads[name] - g_t).max())
+            scale = max(float(np.abs(g_t).max()), 1e-2 * global_scale, 1e-30)
+            self.grad_max_abs[name] = max(self.grad_max_abs.get(name, 0.0), diff)
+            self.grad_max_rel[name] = max(self.grad_max_rel.get(name, 0.0), diff / scale)
 
     @property
     def worst_grad(self) -> tuple[str, float]:
@@ -109,8 +136,21 @@ class ValidationReport:
         return "\n".join(lines)
 
 
-def training_graph_error(message: str) -> str:
-    """One sentence from onnxruntime-training's error when it loads or runs the graph."""
+def training_graph_error(message: str, doing: str = "run the training graph") -> str:
+    """One sentence from onnxruntime-training's error while it builds, loads or runs a graph.
+
+    Args:
+        message: ORT's exception text (long, with C++ source locations).
+        doing: what was being done, for the fallback sentence.
+    """
+    missing = re.search(r"has not been registered: (\w+) for node (\S+)", message)
+    if missing:
+        op, node = missing.groups()
+        return (
+            f"the ONNX op {op} (node {node}) has no gradient in onnxruntime-training 1.19.2, and "
+            "it lies between the adapted norm parameters and the loss: replace it in the model "
+            "(or freeze the norm layers before it with RealmConfig.frozen)"
+        )
     kernel = re.search(
         r"Could not find an implementation for (\w+)\(\d+\) node with name '([^']*)'", message
     )
@@ -130,7 +170,7 @@ def training_graph_error(message: str) -> str:
             f"node {node.group(2)}: {detail}"
         )
     first = message.strip().splitlines()[0] if message.strip() else "unknown error"
-    return f"onnxruntime-training 1.19.2 could not run the training graph: {first[-300:]}"
+    return f"onnxruntime-training 1.19.2 could not {doing}: {first[-400:]}"
 
 
 def sample_weights(batch: int) -> np.ndarray:
@@ -221,17 +261,8 @@ def validate_artifacts(
         logits_t, loss_t, grads_t, names = torch_reference(
             model, config, torch.from_numpy(x), weights
         )
-        report.logits_max_abs = max(
-            report.logits_max_abs, float(np.abs(logits_ort - logits_t).max())
-        )
-        report.loss_max_abs = max(report.loss_max_abs, abs(float(loss_ort) - loss_t))
-        global_scale = max(float(np.abs(g).max()) for g in grads_t.values())
-        for name in names:
-            g_ort = np.asarray(state.parameters[name].grad).reshape(grads_t[name].shape)
-            diff = float(np.abs(g_ort - grads_t[name]).max())
-            scale = max(float(np.abs(grads_t[name]).max()), 1e-2 * global_scale, 1e-30)
-            report.grad_max_abs[name] = max(report.grad_max_abs.get(name, 0.0), diff)
-            report.grad_max_rel[name] = max(report.grad_max_rel.get(name, 0.0), diff / scale)
+        grads = {n: np.asarray(state.parameters[n].grad).reshape(grads_t[n].shape) for n in names}
+        report.add(logits_ort, float(loss_ort), grads, (logits_t, loss_t, grads_t))
     del module
     return report
 
@@ -267,12 +298,16 @@ def validate_portable(
 
     from realm_runtime._portable_io import (
         ENTROPY_MARGIN_NAME,
+        FINITE_NAME,
         LR_ALPHA_LAMBDA_NAME,
         LR_NAME,
         MOMENTUM_NAME,
+        NEW_VELOCITY_NAME,
         PARAMS_NAME,
         VELOCITY_NAME,
     )
+
+    from ._graph import INPUT_NAME, LOGITS_NAME
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
@@ -290,8 +325,8 @@ def validate_portable(
             weights = weights * np.exp(-(h.numpy() - config.e0)).astype(np.float32)
         logits_t, loss_t, grads_t, _ = torch_reference(model, config, torch.from_numpy(x), weights)
         feeds = {
-            "input": x,
-            "realm.sample_weight": sample_weights(1),
+            INPUT_NAME: x,
+            SAMPLE_WEIGHT_NAME: sample_weights(1),
             LR_NAME: np.array(1.0, np.float32),
             LR_ALPHA_LAMBDA_NAME: np.array(1.0, np.float32),
             MOMENTUM_NAME: np.array(0.0, np.float32),
@@ -306,23 +341,17 @@ def validate_portable(
                 strict=True,
             )
         )
-        (logits_fwd,) = forward.run(None, {"input": x, PARAMS_NAME: source})
+        (logits_fwd,) = forward.run(None, {INPUT_NAME: x, PARAMS_NAME: source})
+        grad = out[NEW_VELOCITY_NAME]
+        grads = {
+            slot.name: grad[slot.offset : slot.offset + slot.size].reshape(grads_t[slot.name].shape)
+            for slot in layout
+        }
+        report.add(out[LOGITS_NAME], float(out[LOSS_NAME]), grads, (logits_t, loss_t, grads_t))
+        # The forward graph's logits, held to the same tolerance.
         report.logits_max_abs = max(
-            report.logits_max_abs,
-            float(np.abs(out["logits"] - logits_t).max()),
-            float(np.abs(logits_fwd - logits_t).max()),
+            report.logits_max_abs, float(np.abs(logits_fwd - logits_t).max())
         )
-        report.loss_max_abs = max(report.loss_max_abs, abs(float(out["realm.loss"]) - loss_t))
-        if not bool(out["realm.finite"]):
+        if not bool(out[FINITE_NAME]):
             report.loss_max_abs = float("inf")  # a finite step reported as non-finite
-        grad = out["realm.new_velocity"]
-        global_scale = max(float(np.abs(g).max()) for g in grads_t.values())
-        for slot in layout:
-            g_onnx = grad[slot.offset : slot.offset + slot.size].reshape(grads_t[slot.name].shape)
-            diff = float(np.abs(g_onnx - grads_t[slot.name]).max())
-            scale = max(float(np.abs(grads_t[slot.name]).max()), 1e-2 * global_scale, 1e-30)
-            report.grad_max_abs[slot.name] = max(report.grad_max_abs.get(slot.name, 0.0), diff)
-            report.grad_max_rel[slot.name] = max(
-                report.grad_max_rel.get(slot.name, 0.0), diff / scale
-            )
     return report

@@ -19,6 +19,21 @@ BackendName = Literal["auto", "onnx", "ort-training"]
 BACKENDS: tuple[str, ...] = ("auto", "onnx", "ort-training")
 
 
+def parse_device(device: object) -> tuple[str, int]:
+    """``"cpu"``, ``"cuda"`` or ``"cuda:N"`` → ``(device type, index)``.
+
+    Raises:
+        ValueError: any other value, naming the accepted ones.
+    """
+    if device == "cpu":
+        return "cpu", 0
+    if isinstance(device, str) and (device == "cuda" or device.startswith("cuda:")):
+        index = device.partition(":")[2] or "0"
+        if index.isdigit():
+            return "cuda", int(index)
+    raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+
+
 @dataclass(frozen=True)
 class Candidate:
     """A computed but not yet applied step: pre-update logits, loss, and the new state.

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ._backend import Candidate, StepBackend
+from ._backend import Candidate, StepBackend, parse_device
 from ._config import RealmConfig
 from ._manifest import LOSS_NAME, SAMPLE_WEIGHT_NAME, ArtifactError, Manifest
 from ._ort import onnxruntime_module, session_options
@@ -97,7 +97,7 @@ class PortableBackend(StepBackend):
             ENTROPY_MARGIN_NAME: config.e0,
         }
         graph_inputs = {i.name for i in self._step.get_inputs()}
-        # An input the method does not use (e0 outside EATA) is not in the graph at all.
+        # Bind only what the graph declares, so a graph without one of these still loads.
         self._hyper = {k: np.array(v, dtype=F32) for k, v in hyper.items() if k in graph_inputs}
         source = _read_source(directory / portable["source_params"], self._size)
         self._params = self._on_device(source)
@@ -106,10 +106,10 @@ class PortableBackend(StepBackend):
     # ------------------------------------------------------------------ the step
 
     def infer(self, x: np.ndarray) -> np.ndarray:
+        if self._forward is None:
+            self._forward = self._session(self._directory / self._forward_file)
         rows = []
         for i in range(x.shape[0]):  # the graphs are exported for batch 1
-            if self._forward is None:
-                self._forward = self._session(self._directory / self._forward_file)
             binding = self._forward.io_binding()
             binding.bind_cpu_input(self._input_name, x[i : i + 1])
             binding.bind_ortvalue_input(PARAMS_NAME, self._params)
@@ -225,17 +225,11 @@ def _version(text: str) -> tuple[int, int]:
 
 
 def _device(device: str, ort: Any) -> tuple[str, int]:
-    if device == "cpu":
-        return "cpu", 0
-    if device == "cuda" or device.startswith("cuda:"):
-        index = device.partition(":")[2] or "0"
-        if not index.isdigit():
-            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
-        if "CUDAExecutionProvider" not in ort.get_available_providers():
-            raise RuntimeError(
-                f"device={device!r} needs onnxruntime-gpu and an NVIDIA GPU; this onnxruntime "
-                f"{ort.__version__} offers {ort.get_available_providers()}. Install "
-                "'realm-tta[runtime-cuda]' (onnxruntime-gpu) instead of onnxruntime"
-            )
-        return "cuda", int(index)
-    raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    kind, index = parse_device(device)
+    if kind == "cuda" and "CUDAExecutionProvider" not in ort.get_available_providers():
+        raise RuntimeError(
+            f"device={device!r} needs onnxruntime-gpu and an NVIDIA GPU; this onnxruntime "
+            f"{ort.__version__} offers {ort.get_available_providers()}. Install "
+            "'realm-tta[runtime-cuda]' (onnxruntime-gpu) instead of onnxruntime"
+        )
+    return kind, index

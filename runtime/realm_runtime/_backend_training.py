@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._backend import Candidate, StepBackend
+from ._backend import Candidate, StepBackend, parse_device
 from ._config import RealmConfig
 from ._manifest import (
     ALPHA_NAME,
@@ -46,10 +46,11 @@ class TrainingBackend(StepBackend):
                 f"{directory}: these artifacts have no training graphs (exported where "
                 "onnxruntime-training was not installed); use backend='onnx'"
             )
+        kind, _ = parse_device(device)
         ort = onnxruntime_module()
         check_training_version(manifest, ort.__version__)
         api = training_api()
-        if device != "cpu" and "CUDAExecutionProvider" not in ort.get_available_providers():
+        if kind == "cuda" and "CUDAExecutionProvider" not in ort.get_available_providers():
             raise RuntimeError(
                 f"device={device!r} on the ort-training backend needs the CUDA build of "
                 f"onnxruntime-training and an NVIDIA GPU; this onnxruntime {ort.__version__} "

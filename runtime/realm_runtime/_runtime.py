@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._backend import BACKENDS, BackendName, Candidate, StepBackend
+from ._backend import BACKENDS, BackendName, Candidate, StepBackend, parse_device
 from ._checkpoint import (
     COUNTERS,
     check_state_header,
@@ -130,8 +130,7 @@ class RealmRuntime:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
-        if not isinstance(device, str):
-            raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+        parse_device(device)  # a ValueError naming the accepted values, before any loading
         self.directory = Path(artifact_dir)
         self.manifest: Manifest = load_manifest(self.directory)
         baked = sorted(set(overrides or {}) & _GRAPH_FIELDS)
@@ -156,8 +155,7 @@ class RealmRuntime:
         self._source, _ = self._backend.tensors()
         spec = self.manifest.input
         self._sample_shape = tuple(int(d) for d in spec.shape[1:])
-        static = spec.shape[0] if isinstance(spec.shape[0], int) else None
-        self._static_batch = static
+        self._static_batch = spec.shape[0] if isinstance(spec.shape[0], int) else None
         self._lock = threading.RLock()
         self._timing = {"train": 0.0, "infer": 0.0}  # EMA of seconds per call
         self._timed = {"train": 0, "infer": 0}  # calls of each graph so far
