@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 WEB    := examples/web
 WEB_STAMP := $(WEB)/node_modules/.realm-tta-installed
 
-.PHONY: venv demo test test-all parity lint format clean web web-deps browser
+.PHONY: venv demo test test-all parity parity-current lint format clean web web-deps browser
 
 venv: $(STAMP)
 
@@ -32,6 +32,16 @@ test-all: $(STAMP) web-deps browser
 parity: $(STAMP)
 	$(BIN)/realm parity --out docs/parity-fast
 	$(BIN)/realm parity --slow --out docs/parity-slow
+
+# The fast tier on the portable graph under the newest plain onnxruntime from PyPI (a venv of
+# its own: torch and onnxruntime cannot share one with the training build). Kernels change
+# between ONNX Runtime versions; this is where that shows (docs/parity-current-ort.md).
+VENV_CURRENT := .venv-current
+parity-current:
+	@test -x $(VENV_CURRENT)/bin/python || $(PYTHON) -m venv $(VENV_CURRENT)
+	$(VENV_CURRENT)/bin/python -m pip install --quiet --disable-pip-version-check -e '.[sdk,bench]' \
+		onnx==1.17.0 onnxscript==0.7.2 onnx-ir==1.1.0 onnxruntime
+	$(VENV_CURRENT)/bin/realm parity --backend onnx --out docs/parity-current-ort
 
 lint: $(STAMP)
 	$(BIN)/python -m ruff check .
@@ -66,4 +76,4 @@ web: $(STAMP) web-deps
 	$(BIN)/python $(WEB)/build_site.py --out build/web --serve
 
 clean:
-	rm -rf $(VENV) .venv-runtime build dist *.egg-info .pytest_cache .ruff_cache $(WEB)/node_modules
+	rm -rf $(VENV) .venv-runtime $(VENV_CURRENT) build dist *.egg-info .pytest_cache .ruff_cache $(WEB)/node_modules

@@ -9,6 +9,7 @@ update in the graph) and on ``ort-training`` (ORT's own gradient builder, numpy 
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -18,9 +19,11 @@ from realm_sdk._parity import (
     BACKENDS,
     CASES,
     MODEL_FACTORIES,
+    OVERFLOW_INPUT,
     TIE_MARGIN,
     ParityCase,
     format_reports,
+    judge_step,
     make_stream,
     run_case,
 )
@@ -47,6 +50,8 @@ def _check_one(case: ParityCase, report) -> None:
     assert report.min_margin >= TIE_MARGIN
     assert report.cos_error * 10 <= TIE_MARGIN
     assert report.near_ties_resynced <= max(1, case.steps // 10)
+    # Only the stream's 3e38 samples (every 13th step) may overflow on one side alone.
+    assert report.overflow_resynced <= case.steps // 13
     if case.method != "tent":  # both S_div branches ran
         assert report.skipped_diversity > 0
     if case.steps > 13:  # the stream's overflowing inputs reached the guard on both sides
@@ -128,6 +133,33 @@ def test_save_restore_continue_is_identical_on_each_side(side, tmp_path):
     assert (sa.alpha, sa.lam, sa.updates, sa.samples) == (sb.alpha, sb.lam, sb.updates, sb.samples)
     np.testing.assert_array_equal(sa.ema, sb.ema)
     assert sa.updates > 0 and sa.alpha_momentum != 0
+
+
+def _step(reason: str, selected: bool) -> SimpleNamespace:
+    return SimpleNamespace(
+        reason=reason, selected=np.array([selected]), updated=reason == "updated"
+    )
+
+
+@pytest.mark.parametrize(
+    ("runtime", "sdk", "margin", "input_max", "verdict"),
+    [
+        (("updated", True), ("updated", True), 1.0, 1.0, "same"),
+        (("updated", True), ("diversity", False), 1.0, 1.0, "mismatch"),
+        (("updated", True), ("diversity", False), TIE_MARGIN / 2, 1.0, "near-tie"),
+        # Both sides refused the step as non-finite: their selections are not compared.
+        (("nonfinite", True), ("nonfinite", False), 1.0, OVERFLOW_INPUT, "same"),
+        # One side overflowed on an extreme input (ORT ≥ 1.20's LayerNorm: finite 0, torch NaN).
+        (("updated", True), ("nonfinite", False), 1.0, 3e38, "overflow"),
+        (("diversity", False), ("nonfinite", False), 1.0, 3e38, "overflow"),
+        # The same difference on an ordinary input is a mismatch.
+        (("updated", True), ("nonfinite", False), 1.0, 10.0, "mismatch"),
+        # Same decision, different reason (a skip for S_div vs. a non-finite skip): counters differ.
+        (("diversity", False), ("nonfinite", False), 1.0, 10.0, "mismatch"),
+    ],
+)
+def test_judge_step(runtime, sdk, margin, input_max, verdict):
+    assert judge_step(_step(*runtime), _step(*sdk), margin, input_max) == verdict
 
 
 def test_parity_cli_writes_the_table(tmp_path, capsys):

@@ -442,17 +442,20 @@ def test_runtime_side_settings_can_be_overridden(digits_artifacts, digits_stream
 
 
 def test_auto_schedule_recovers_from_a_slow_measurement(digits_artifacts, digits_stream):
-    """A forward-only call that once looked slow (a stall, a cold cache) must not pin the
-    `auto` schedule to the training path: the path not taken is re-timed now and then."""
-    from realm_runtime._runtime import REPROBE_EVERY
+    """Forward-only calls that looked slow (a stall, a cold cache) must not pin the `auto`
+    schedule to the training path: the path not taken is re-timed now and then."""
+    from realm_runtime._runtime import REPROBE_EVERY, TIMING_WINDOW
 
     rt = RealmRuntime(digits_artifacts[0], schedule="auto", threads=1)
     x = digits_stream[0]
     for i in range(4):  # each graph's first call is set-up and is not timed
         rt.adapt(np.ascontiguousarray(x[i : i + 1]))
-    assert rt._timing["train"] > 0 and rt._timing["infer"] > 0
-    rt._timing["infer"] = 10.0  # a forward that took 10 s: training first looks cheaper
+    assert rt._cost("train") > 0 and rt._cost("infer") > 0
+    cost, choice = rt._cost("infer"), rt._train_first(1)
+    rt._recent["infer"].append(10.0)  # one forward that took 10 s changes nothing
+    assert rt._cost("infer") == cost and rt._train_first(1) == choice
+    rt._recent["infer"].extend([10.0] * TIMING_WINDOW)  # a whole window of them does
     assert rt._train_first(1)
     for i in range(4, 4 + 2 * REPROBE_EVERY):
         rt.adapt(np.ascontiguousarray(x[i % len(x) : i % len(x) + 1]))
-    assert rt._timing["infer"] < 10.0 * 0.9  # re-timed at least once
+    assert rt._cost("infer") < 10.0  # re-timed at least once

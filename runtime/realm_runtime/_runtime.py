@@ -6,6 +6,7 @@ import os
 import tempfile
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -28,6 +29,9 @@ from ._step import F32, Selection, ema_update, select, softmax
 Schedule = Literal["auto", "train", "infer-first"]
 # Fields baked into the exported graph or its trainable set: not overridable at run time.
 REPROBE_EVERY = 100  # auto schedule: samples between re-timings of the path not taken
+# auto schedule: a graph's cost is the fastest of its last few timed calls (noise and stalls
+# only ever add time, and one slow call must not pin the choice)
+TIMING_WINDOW = 8
 
 _GRAPH_FIELDS = frozenset(
     {
@@ -157,7 +161,10 @@ class RealmRuntime:
         self._sample_shape = tuple(int(d) for d in spec.shape[1:])
         self._static_batch = spec.shape[0] if isinstance(spec.shape[0], int) else None
         self._lock = threading.RLock()
-        self._timing = {"train": 0.0, "infer": 0.0}  # EMA of seconds per call
+        self._recent: dict[str, deque[float]] = {  # seconds of the last timed calls
+            "train": deque(maxlen=TIMING_WINDOW),
+            "infer": deque(maxlen=TIMING_WINDOW),
+        }
         self._timed = {"train": 0, "infer": 0}  # calls of each graph so far
         self._rate = 1.0  # EMA of the share of samples that update
         self._calls = 0
@@ -384,8 +391,11 @@ class RealmRuntime:
         self._timed[kind] += 1
         if self._timed[kind] == 1:
             return  # a graph's first call includes ORT's lazy set-up: not its cost per sample
-        old = self._timing[kind]
-        self._timing[kind] = seconds if old == 0.0 else 0.9 * old + 0.1 * seconds
+        self._recent[kind].append(seconds)
+
+    def _cost(self, kind: str) -> float:
+        """Seconds per call of a graph: the fastest recent call (0.0 before any)."""
+        return min(self._recent[kind], default=0.0)
 
     def _train_first(self, batch: int) -> bool:
         """Schedule choice: one training call (a), or inference first (b) (SPEC §3, Cost)."""
@@ -393,7 +403,7 @@ class RealmRuntime:
             return False  # B > 1: the loss weights depend on the decisions, so decide first
         if self.schedule == "train":
             return True
-        t_train, t_infer = self._timing["train"], self._timing["infer"]
+        t_train, t_infer = self._cost("train"), self._cost("infer")
         if t_train == 0.0:  # measure (a) first (its first call is set-up, then one timed)...
             return True
         if t_infer == 0.0:  # ... then (b)

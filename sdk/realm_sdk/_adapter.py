@@ -117,6 +117,11 @@ class RealmAdapter:
     # ------------------------------------------------------------------ public API
 
     @property
+    def device(self) -> torch.device:
+        """The device of the adapted parameters: inputs must be on it."""
+        return self._device
+
+    @property
     def trainable_names(self) -> list[str]:
         """Adapted parameter names, in ``model.named_parameters()`` order."""
         return list(self._names)

@@ -185,21 +185,36 @@ class SpeedRow(_AdaptRatios):
         }
 
 
-def _timed(fn: Callable[[np.ndarray], object], xs: np.ndarray, warmup: int) -> np.ndarray:
-    """Milliseconds of ``fn`` on each sample of ``xs[warmup:]``, after untimed ``xs[:warmup]``.
+def _interleaved(
+    sides: dict[str, Callable[[np.ndarray], object]],
+    xs: np.ndarray,
+    warmup: int,
+    rounds: int = 6,
+) -> dict[str, np.ndarray]:
+    """Milliseconds of each side on each sample of ``xs[warmup:]``, the sides taking turns.
 
-    Warm-up samples are not timed samples again: a sample seen twice in a row predicts what
-    the EMA holds (|cos| = 1), and S_div would skip it even with d = 1.
+    Every side first runs the untimed ``xs[:warmup]``, then each sees every timed sample once,
+    in order, but the sides alternate in ``rounds`` blocks (the order reversed every other
+    block): on a shared machine a noisy moment then falls on all of them alike, and the ratio
+    of their medians holds still where back-to-back blocks of one side each did not (the
+    resnet50_gn step ratio moved 0.78–0.90 between such runs). Warm-up samples are not timed
+    samples again: a sample seen twice in a row predicts what the EMA holds (|cos| = 1), and
+    S_div would skip it even with d = 1.
     """
-    for x in xs[:warmup]:
-        fn(x[None])
+    for fn in sides.values():
+        for x in xs[:warmup]:
+            fn(x[None])
     timed = xs[warmup:]
-    out = np.empty(len(timed))
-    for i, x in enumerate(timed):
-        start = time.perf_counter()
-        fn(x[None])
-        out[i] = time.perf_counter() - start
-    return out * 1e3
+    out = {name: np.empty(len(timed)) for name in sides}
+    order = list(sides)
+    for block, idx in enumerate(np.array_split(np.arange(len(timed)), rounds)):
+        for name in order if block % 2 == 0 else order[::-1]:
+            fn = sides[name]
+            for i in idx:
+                start = time.perf_counter()
+                fn(timed[i][None])
+                out[name][i] = time.perf_counter() - start
+    return {name: t * 1e3 for name, t in out.items()}
 
 
 def forced_overrides(config: RealmConfig) -> dict[str, float]:
@@ -215,29 +230,52 @@ def forced_overrides(config: RealmConfig) -> dict[str, float]:
     return out
 
 
-def _torch_timed(
-    model: nn.Module, config: RealmConfig, xs: np.ndarray, warmup: int
-) -> tuple[np.ndarray, float]:
-    adapter = RealmAdapter(copy.deepcopy(model), config)
-    times = _timed(lambda x: adapter.adapt(torch.from_numpy(x)), xs, warmup)
-    state = adapter.state
-    return times, state.updates / max(state.samples, 1)
-
-
-def _runtime_timed(
+def _predict_sides(
+    model: nn.Module,
+    config: RealmConfig,
     artifacts: Path,
-    backend: str,
+    backends: Sequence[str],
     threads: int,
-    overrides: dict[str, Any],
     xs: np.ndarray,
     warmup: int,
-) -> tuple[np.ndarray, float]:
+) -> dict[str, np.ndarray]:
+    """Interleaved predict times of torch (key ``"torch"``) and each backend."""
     from realm_runtime import RealmRuntime
 
-    rt = RealmRuntime(artifacts, threads=threads, overrides=overrides, backend=backend)  # type: ignore[arg-type]
-    times = _timed(rt.adapt, xs, warmup)
-    state = rt.state
-    return times, state.updates / max(state.samples, 1)
+    adapter = RealmAdapter(copy.deepcopy(model), config)
+    sides: dict[str, Callable[[np.ndarray], object]] = {
+        "torch": lambda x: adapter.predict(torch.from_numpy(x))
+    }
+    for b in backends:
+        sides[b] = RealmRuntime(artifacts, threads=threads, backend=b).predict  # type: ignore[arg-type]
+    return _interleaved(sides, xs, warmup)
+
+
+def _adapt_sides(
+    model: nn.Module,
+    config: RealmConfig,
+    overrides: dict[str, Any],
+    artifacts: Path,
+    backends: Sequence[str],
+    threads: int,
+    xs: np.ndarray,
+    warmup: int,
+) -> dict[str, tuple[np.ndarray, float]]:
+    """Interleaved adapt times and update rates of torch (key ``"torch"``) and each backend."""
+    from realm_runtime import RealmRuntime
+
+    adapter = RealmAdapter(copy.deepcopy(model), config.with_overrides(**overrides))
+    runtimes = {
+        b: RealmRuntime(artifacts, threads=threads, overrides=overrides, backend=b)  # type: ignore[arg-type]
+        for b in backends
+    }
+    sides: dict[str, Callable[[np.ndarray], object]] = {
+        "torch": lambda x: adapter.adapt(torch.from_numpy(x))
+    }
+    sides |= {b: rt.adapt for b, rt in runtimes.items()}
+    times = _interleaved(sides, xs, warmup)
+    states = {"torch": adapter.state} | {b: rt.state for b, rt in runtimes.items()}
+    return {k: (times[k], st.updates / max(st.samples, 1)) for k, st in states.items()}
 
 
 def _counted_flops(model: nn.Module, config: RealmConfig, x: torch.Tensor) -> tuple[float, float]:
@@ -296,7 +334,6 @@ def bench_model(
         ValueError: an unknown model or method.
     """
     from realm_export import export_realm_artifacts
-    from realm_runtime import RealmRuntime
 
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
@@ -323,34 +360,33 @@ def bench_model(
             m: _counted_flops(model, cfg, torch.from_numpy(xs[0][None]))
             for m, cfg in configs.items()
         }
-        adapter = RealmAdapter(copy.deepcopy(model), config)
-        t_pred = _timed(lambda x: adapter.predict(torch.from_numpy(x)), xs, warmup)
+        # Torch and every in-process backend take turns on the same samples (_interleaved).
+        predict = _predict_sides(model, config, artifacts, backends, threads, xs, warmup)
+        t_pred = predict["torch"]
         # Per method: (adapt times, update rate), then the same with the filters forced open.
-        t_adapt: dict[str, tuple[np.ndarray, float]] = {}
-        t_step: dict[str, tuple[np.ndarray, float]] = {}
-        for m, cfg in configs.items():
-            t_adapt[m] = _torch_timed(model, cfg, xs, warmup)
-            # Tent has no filter: every sample updates, and its adapt is its step.
-            forced = cfg.with_overrides(**forced_overrides(cfg))
-            t_step[m] = t_adapt[m] if m == "tent" else _torch_timed(model, forced, xs, warmup)
-
-        runtime: dict[str, dict[str, Any]] = {}
-        for backend in backends:
-            rt = RealmRuntime(artifacts, threads=threads, backend=backend)  # type: ignore[arg-type]
-            r_pred = _timed(rt.predict, xs, warmup)
-            del rt
-            r_adapt: dict[str, tuple[np.ndarray, float]] = {}
-            r_step: dict[str, tuple[np.ndarray, float]] = {}
-            for m, cfg in configs.items():
-                r_adapt[m] = _runtime_timed(dirs[m], backend, threads, {}, xs, warmup)
-                r_step[m] = (
-                    r_adapt[m]
-                    if m == "tent"
-                    else _runtime_timed(
-                        dirs[m], backend, threads, forced_overrides(cfg), xs, warmup
-                    )
-                )
-            runtime[backend] = {"predict": r_pred, "adapt": r_adapt, "step": r_step}
+        adapt = {
+            m: _adapt_sides(model, cfg, {}, dirs[m], backends, threads, xs, warmup)
+            for m, cfg in configs.items()
+        }
+        # Tent has no filter: every sample updates, and its adapt is its step.
+        step = {
+            m: adapt[m]
+            if m == "tent"
+            else _adapt_sides(
+                model, cfg, forced_overrides(cfg), dirs[m], backends, threads, xs, warmup
+            )
+            for m, cfg in configs.items()
+        }
+        t_adapt = {m: adapt[m]["torch"] for m in configs}
+        t_step = {m: step[m]["torch"] for m in configs}
+        runtime: dict[str, dict[str, Any]] = {
+            b: {
+                "predict": predict[b],
+                "adapt": {m: adapt[m][b] for m in configs},
+                "step": {m: step[m][b] for m in configs},
+            }
+            for b in backends
+        }
 
         torch_mb = None
         if torch_rss:

@@ -336,7 +336,12 @@ def _cmd_parity(args: argparse.Namespace) -> int:
         total = case.steps * len(backends)
         bar = None if args.no_progress else _tqdm_factory()(case.name, total)
         done = run_case(
-            case, device=args.device, threads=args.threads, on_step=bar, backends=backends
+            case,
+            device=args.device,
+            threads=args.threads,
+            on_step=bar,
+            backends=backends,
+            reference_device=args.reference_device,
         )
         reports.extend(done)
         verdict = ", ".join(f"{r.backend} {'pass' if r.passed else 'FAIL'}" for r in done)
@@ -484,7 +489,15 @@ def build_parser() -> argparse.ArgumentParser:
     tier = parity.add_mutually_exclusive_group()
     tier.add_argument("--slow", action="store_true", help="the slow tier (224-px models)")
     tier.add_argument("--all", action="store_true", help="both tiers")
-    parity.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parity.add_argument(
+        "--device", default="cpu", choices=("cpu", "cuda"), help="the runtime's execution provider"
+    )
+    parity.add_argument(
+        "--reference-device",
+        default="cpu",
+        choices=("cpu", "cuda"),
+        help="the torch device the SDK reference runs on (cuda: full float32, TF32 off)",
+    )
     parity.add_argument("--threads", type=int, default=1)
     parity.add_argument(
         "--backend",

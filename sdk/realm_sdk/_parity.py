@@ -17,16 +17,26 @@ step is counted in ``near_ties_resynced``, not as a mismatch. Every other decisi
 agree, and the report carries the smallest margin among them and the largest |cos|
 difference measured between the sides, so the rule's margin is checked against the float
 error it guards against.
+
+Overflow ties. The streams hold samples of 3e38 to exercise the non-finite guard. Such an
+input overflows float32 inside any network, but whether the overflow ends in NaN or in a
+finite value (x / √inf = 0) depends on each kernel's order of operations: torch's and ONNX
+Runtime 1.19.2's LayerNorm give NaN there, ONNX Runtime 1.32's gives 0, so a ConvNeXt adapts
+on it on one side and is refused on the other. A step whose input reaches
+:data:`OVERFLOW_INPUT` and that one side alone found non-finite is resynced like a near-tie
+and counted in ``overflow_resynced``. When both sides found a step non-finite, neither
+updates and their S_div selections (computed from NaN or overflowed logits) are not compared.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +79,8 @@ QUANTITIES = tuple(TOLERANCES)
 # portable graph, AMD Zen 5 with AVX-512), and below the gaps between the streams' samples
 # (the rule acts on a few steps at most; the tests bound how many).
 TIE_MARGIN = 1e-4
+# An input this large overflows float32 in the first layers (see "Overflow ties" above).
+OVERFLOW_INPUT = 1e30
 BACKENDS = ("onnx", "ort-training")
 
 
@@ -299,8 +311,9 @@ class ParityReport:
     method: str
     steps: int
     batch: int
-    device: str
+    device: str  # the runtime's execution provider
     backend: str = "ort-training"  # the runtime backend compared with the SDK
+    reference_device: str = "cpu"  # the torch device the SDK ran on
     not_applicable: str = ""  # why this backend cannot run the case (then nothing ran)
     max_abs: dict[str, float] = field(default_factory=dict)  # quantity -> worst over the run
     decision_mismatches: int = 0  # steps whose S_div/update decision differed
@@ -313,6 +326,8 @@ class ParityReport:
     near_ties_resynced: int = 0  # near-ties decided differently: runtime given the SDK state
     min_margin: float = math.inf  # smallest |score − threshold| among compared decisions
     cos_error: float = 0.0  # largest |cos(p, m)| difference between the sides
+    first_mismatch: int | None = None  # the first step whose decision differed (0-based)
+    overflow_resynced: int = 0  # steps on a ≥ OVERFLOW_INPUT input only one side found non-finite
     alpha_at_bound: bool = False  # α reached α_min or α_max at some step
     lambda_at_bound: bool = False  # λ reached λ_min at some step
     tolerance: dict[str, float] = field(default_factory=lambda: dict(TOLERANCES))
@@ -367,8 +382,19 @@ def run_case(
     threads: int | None = 1,
     on_step: Callable[[int], None] | None = None,
     backends: Sequence[str] = BACKENDS,
+    reference_device: str = "cpu",
 ) -> list[ParityReport]:
     """Export the case's model once; run its stream through each backend and the SDK.
+
+    Args:
+        case: what to compare.
+        device: the runtime's execution provider (``"cpu"`` or ``"cuda"``).
+        work_dir: where the temporary artifacts go (default: the system's temp folder).
+        threads: the runtime's intra-op threads (``None``: ONNX Runtime's default).
+        on_step: called with the number of steps done, over all backends.
+        backends: the runtime backends to compare, each against a fresh SDK run.
+        reference_device: the torch device the SDK runs on; ``"cuda"`` compares a runtime
+            on the CPU with a CUDA reference (cuDNN/cuBLAS kernels instead of ATen's CPU ones).
 
     Returns:
         One report per backend, in the order of ``backends``.
@@ -401,6 +427,7 @@ def run_case(
                 case.batch,
                 device,
                 backend,
+                reference_device=reference_device,
                 tolerance={**TOLERANCES, **case.tolerance},
             )
             if backend == "onnx" and case.batch > 1:
@@ -416,6 +443,24 @@ def run_case(
     return reports
 
 
+@contextlib.contextmanager
+def _full_float32(device: torch.device) -> Iterator[None]:
+    """On CUDA, run convolutions and matmuls in full float32 for the duration.
+
+    cuDNN's TF32 default (a 10-bit mantissa) would put the reference ~1e-3 away from any
+    float32 runtime.
+    """
+    if device.type != "cuda":
+        yield
+        return
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
 def _offset(on_step: Callable[[int], None], base: int) -> Callable[[int], None]:
     return lambda done: on_step(base + done)
 
@@ -423,7 +468,8 @@ def _offset(on_step: Callable[[int], None], base: int) -> Callable[[int], None]:
 def _margins(adapter: RealmAdapter, x: np.ndarray) -> tuple[float, np.ndarray | None]:
     """Smallest distance of this step's decisions from their thresholds, on the SDK side."""
     cfg = adapter.config
-    logits = adapter.predict(torch.from_numpy(x)).numpy().astype(np.float64)
+    x_ref = torch.from_numpy(x).to(adapter.device)
+    logits = adapter.predict(x_ref).detach().cpu().numpy().astype(np.float64)
     margin = math.inf
     if cfg.method == "eata":
         shifted = logits - logits.max(axis=1, keepdims=True)
@@ -461,14 +507,15 @@ def _run_stream(
 
     worst = dict.fromkeys(QUANTITIES, 0.0)
     rt = RealmRuntime(artifacts, device=device, threads=threads, backend=report.backend)  # type: ignore[arg-type]
-    adapter = RealmAdapter(copy.deepcopy(model), config)
-    with tempfile.TemporaryDirectory() as scratch:
+    ref = torch.device(report.reference_device)
+    adapter = RealmAdapter(copy.deepcopy(model).to(ref), config)
+    with tempfile.TemporaryDirectory() as scratch, _full_float32(ref):
         sync = Path(scratch) / "sdk-state.npz"
         for step, x in enumerate(make_stream(case, shape)):
             margin, cos_sdk = _margins(adapter, x)
             ema_rt = rt.state.ema
             r = rt.adapt(np.ascontiguousarray(x))
-            s = adapter.adapt_step(torch.from_numpy(x))
+            s = adapter.adapt_step(torch.from_numpy(x).to(ref))
             if cos_sdk is not None and ema_rt is not None and np.isfinite(r.logits).all():
                 finite = np.isfinite(cos_sdk)
                 if finite.any():
@@ -476,19 +523,24 @@ def _run_stream(
                     report.cos_error = max(
                         report.cos_error, float(np.abs(cos_rt - cos_sdk)[finite].max())
                     )
-            same = r.selected.tolist() == s.selected.tolist() and r.updated == s.updated
-            if margin < TIE_MARGIN:
+            verdict = judge_step(r, s, margin, float(np.abs(x).max()))
+            if verdict == "near-tie" or (verdict == "same" and margin < TIE_MARGIN):
                 report.near_ties += 1
-                if not same:  # both branches are right: continue from the SDK's
-                    report.near_ties_resynced += 1
-                    adapter.save(sync)
-                    rt.restore(sync)
-            else:
+            elif verdict != "overflow":
                 report.min_margin = min(report.min_margin, margin)
-                if not same:
-                    report.decision_mismatches += 1
+            if verdict in ("near-tie", "overflow"):  # both branches are right: go on from the SDK's
+                if verdict == "overflow":
+                    report.overflow_resynced += 1
+                else:
+                    report.near_ties_resynced += 1
+                adapter.save(sync)
+                rt.restore(sync)
+            elif verdict == "mismatch":
+                report.decision_mismatches += 1
+                if report.first_mismatch is None:
+                    report.first_mismatch = step
             if np.isfinite(r.logits).all() and torch.isfinite(s.logits).all():
-                worst["logits"] = max(worst["logits"], _diff(r.logits, s.logits.numpy()))
+                worst["logits"] = max(worst["logits"], _diff(r.logits, s.logits.cpu().numpy()))
             _compare_state(rt, adapter, worst, report)
             if on_step is not None:
                 on_step(step + 1)
@@ -500,6 +552,32 @@ def _run_stream(
     report.skipped_nonfinite = st.skipped_nonfinite
 
 
+def judge_step(runtime: Any, sdk: Any, margin: float, input_max: float) -> str:
+    """Compare one step's decisions on both sides (module docstring: near-ties, overflow ties).
+
+    Args:
+        runtime: the runtime's ``AdaptResult`` (``reason``, ``selected``, ``updated``).
+        sdk: the SDK's ``StepResult``, same fields.
+        margin: the smallest distance of the step's decisions from their thresholds (SDK).
+        input_max: the largest absolute input value of the step.
+
+    Returns:
+        ``"same"``; ``"near-tie"`` or ``"overflow"`` for a difference that either branch may
+        take (the caller resyncs); ``"mismatch"`` for any other difference.
+    """
+    nonfinite = (runtime.reason == "nonfinite", sdk.reason == "nonfinite")
+    # Both non-finite: neither updates, and selections made from NaN logits mean nothing.
+    same = runtime.reason == sdk.reason and (
+        all(nonfinite)
+        or (runtime.selected.tolist() == sdk.selected.tolist() and runtime.updated == sdk.updated)
+    )
+    if same:
+        return "same"
+    if nonfinite[0] != nonfinite[1] and input_max >= OVERFLOW_INPUT:
+        return "overflow"
+    return "near-tie" if margin < TIE_MARGIN else "mismatch"
+
+
 def _diff(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
 
@@ -508,13 +586,13 @@ def _compare_state(
     rt: Any, adapter: RealmAdapter, worst: dict[str, float], report: ParityReport
 ) -> None:
     pa, pb = rt.trainable_parameters(), adapter.trainable_parameters()
-    worst["params"] = max(worst["params"], max(_diff(pa[n], pb[n].numpy()) for n in pb))
+    pb = {n: t.cpu().numpy() for n, t in pb.items()}
+    worst["params"] = max(worst["params"], max(_diff(pa[n], pb[n]) for n in pb))
     va, vb = rt.momentum_buffers(), adapter.momentum_buffers()
+    vb = {n: t.cpu().numpy() for n, t in vb.items()}
     # Momentum: the run's largest abs difference over the run's largest buffer entry.
-    worst["_v_abs"] = max(worst.get("_v_abs", 0.0), max(_diff(va[n], vb[n].numpy()) for n in vb))
-    worst["_v_scale"] = max(
-        worst.get("_v_scale", 0.0), max(float(np.abs(vb[n].numpy()).max()) for n in vb)
-    )
+    worst["_v_abs"] = max(worst.get("_v_abs", 0.0), max(_diff(va[n], vb[n]) for n in vb))
+    worst["_v_scale"] = max(worst.get("_v_scale", 0.0), max(float(np.abs(vb[n]).max()) for n in vb))
     worst["momentum"] = worst["_v_abs"] / max(worst["_v_scale"], 1e-12)
     sa, sb = rt.state, adapter.state
     if sb.alpha is not None:
@@ -545,6 +623,7 @@ def format_reports(reports: Sequence[ParityReport]) -> str:
         "non-finite skips",
         "α/λ at bound",
         "near-ties (resynced)",
+        "overflow resynced",
         "min margin",
         "cos error",
         "pass",
@@ -554,15 +633,23 @@ def format_reports(reports: Sequence[ParityReport]) -> str:
         if r.not_applicable:
             lines.append(f"| {r.case} | {r.backend} | n/a: {r.not_applicable} |")
             continue
-        cells = [r.case, r.backend, f"{r.steps}×{r.batch}"]
+        side = (
+            r.backend
+            if r.reference_device == "cpu"
+            else f"{r.backend} vs torch {r.reference_device}"
+        )
+        cells = [r.case, side, f"{r.steps}×{r.batch}"]
         cells += [f"{r.max_abs.get(q, 0.0):.1e}" for q in QUANTITIES]
         cells += [
-            "same" if r.decision_mismatches == 0 else f"{r.decision_mismatches} differ",
+            "same"
+            if r.decision_mismatches == 0
+            else f"{r.decision_mismatches} differ, first at step {r.first_mismatch}",
             str(r.updates),
             str(r.skipped_diversity),
             str(r.skipped_nonfinite),
             f"{'α' if r.alpha_at_bound else '-'}/{'λ' if r.lambda_at_bound else '-'}",
             f"{r.near_ties} ({r.near_ties_resynced})",
+            str(r.overflow_resynced),
             f"{r.min_margin:.1e}" if math.isfinite(r.min_margin) else "-",
             f"{r.cos_error:.1e}",
             "yes" if r.passed else "**NO**",
@@ -587,7 +674,7 @@ def format_reports(reports: Sequence[ParityReport]) -> str:
 
 def reports_to_json(reports: Sequence[ParityReport]) -> str:
     """Every report's figures as JSON, with the tolerances."""
-    data = {"tolerances": TOLERANCES, "tie_margin": TIE_MARGIN}
+    data = {"tolerances": TOLERANCES, "tie_margin": TIE_MARGIN, "overflow_input": OVERFLOW_INPUT}
     cases = [r.to_dict() | {"min_margin": _finite_or_none(r.min_margin)} for r in reports]
     return json.dumps(data | {"cases": cases}, indent=2)
 
