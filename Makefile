@@ -7,6 +7,8 @@ PYTEST_ARGS ?=
 
 WEB    := examples/web
 WEB_STAMP := $(WEB)/node_modules/.realm-tta-installed
+NODE_APP := examples/node
+NODE_STAMP := $(NODE_APP)/node_modules/.realm-tta-installed
 
 .PHONY: venv demo test test-all parity parity-current lint format clean web web-deps browser
 
@@ -53,13 +55,20 @@ format: $(STAMP)
 
 # The browser client's packages (onnxruntime-web, playwright-core, typescript) from the npm
 # registry. Without npm the browser tests skip and say why; the rest of the suite still runs.
-web-deps: $(WEB_STAMP)
+web-deps: $(WEB_STAMP) $(NODE_STAMP)
 
 $(WEB_STAMP): $(WEB)/package.json $(WEB)/package-lock.json
 	@if command -v npm >/dev/null; then \
 		{ npm ci --prefix $(WEB) --no-audit --no-fund --loglevel=error && touch $@; } || \
 		echo "npm ci failed: the browser client's tests will be skipped"; \
 	else echo "npm not found: the browser client's tests will be skipped"; fi
+
+# The Node.js edge app's onnxruntime-node (its .npmrc skips the CUDA download).
+$(NODE_STAMP): $(NODE_APP)/package.json $(NODE_APP)/package-lock.json
+	@if command -v npm >/dev/null; then \
+		{ npm ci --prefix $(NODE_APP) --no-audit --no-fund --loglevel=error && touch $@; } || \
+		echo "npm ci failed: the Node app's tests will be skipped"; \
+	else echo "npm not found: the Node app's tests will be skipped"; fi
 
 # Debian's Chromium for the headless browser tests, installed where missing and possible.
 browser:
@@ -76,4 +85,4 @@ web: $(STAMP) web-deps
 	$(BIN)/python $(WEB)/build_site.py --out build/web --serve
 
 clean:
-	rm -rf $(VENV) .venv-runtime $(VENV_CURRENT) build dist *.egg-info .pytest_cache .ruff_cache $(WEB)/node_modules
+	rm -rf $(VENV) .venv-runtime $(VENV_CURRENT) build dist *.egg-info .pytest_cache .ruff_cache $(WEB)/node_modules $(NODE_APP)/node_modules

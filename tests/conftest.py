@@ -42,14 +42,16 @@ def digits_stream(digits):
     return digits.stream("gaussian_noise", 5, seed=0)
 
 
-def export_digits(model, directory, **config_overrides):
+def export_digits(model, directory, *, ort_format=False, **config_overrides):
     """Export the digits model with the CIFAR preset (and overrides) into ``directory``."""
     from realm_export import export_realm_artifacts
     from realm_sdk import RealmConfig
 
     preset = config_overrides.pop("preset", "cifar")
     config = RealmConfig.preset(preset, num_classes=10, **config_overrides)
-    export_realm_artifacts(model, directory, config=config, input_shape=(1, 1, 32, 32))
+    export_realm_artifacts(
+        model, directory, config=config, input_shape=(1, 1, 32, 32), ort_format=ort_format
+    )
     return config
 
 
@@ -58,3 +60,10 @@ def digits_artifacts(digits_model, tmp_path_factory):
     """The digits model exported with the CIFAR preset: (directory, config)."""
     directory = tmp_path_factory.mktemp("artifacts") / "digits"
     return directory, export_digits(digits_model, directory)
+
+
+@pytest.fixture(scope="session")
+def digits_ort_artifacts(digits_model, tmp_path_factory):
+    """The same, with the ORT-format graphs (``--ort-format``): (directory, config)."""
+    directory = tmp_path_factory.mktemp("artifacts") / "digits-ort"
+    return directory, export_digits(digits_model, directory, ort_format=True)

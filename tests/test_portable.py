@@ -1,4 +1,5 @@
-"""Issue 11: the portable step graph — export on hard cases, backend choice, bad input.
+"""Issues 11 and 12: the portable step graph — export on hard cases, backend choice, bad input,
+and its ORT-format copies for mobile builds.
 
 The parity of both backends with the SDK over whole streams is in test_parity.py; the
 torch-free run on the newest onnxruntime in test_runtime_without_torch.py.
@@ -6,6 +7,9 @@ torch-free run on the newest onnxruntime in test_runtime_without_torch.py.
 
 from __future__ import annotations
 
+import shutil
+
+import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
@@ -281,3 +285,95 @@ def test_session_config_reaches_onnx_runtime(backend, digits_artifacts, digits_s
     assert plain.state.updates == lean.state.updates > 0
     with pytest.raises(ValueError, match="session_config must map str to str"):
         RealmRuntime(digits_artifacts[0], session_config={"session.disable_prepacking": 1})
+
+
+# --------------------------------------------------------------------- ORT format (issue 12)
+
+
+def test_ort_format_export_writes_checked_graphs_and_the_operator_config(digits_ort_artifacts):
+    from realm_runtime import load_manifest
+
+    directory = digits_ort_artifacts[0]
+    manifest = load_manifest(directory)
+    section = manifest.portable["ort_format"]
+    for role in ("step_model", "forward_model", "operators_config"):
+        assert (directory / section[role]).is_file()
+        assert section[role] in manifest.files  # checksummed like every other file
+    assert section["validation"]["passed"] is True  # the .ort graphs against torch
+    assert section["target_platform"] == "arm" and section["optimization_style"] == "Fixed"
+    config = (directory / section["operators_config"]).read_text().splitlines()
+    ops = [line for line in config if line and not line.startswith("#")]
+    assert any(line.startswith("ai.onnx;") and "Conv" in line for line in ops), config
+    # The converter's header names the graphs it read: by file name, not a build path.
+    named = [line for line in config if line.startswith("# - ")]
+    assert sorted(named) == ["# - forward_model.ort", "# - step_model.ort"], config
+
+
+def test_ort_graphs_take_the_same_steps_as_the_onnx_graphs(digits_ort_artifacts, digits_stream):
+    directory = digits_ort_artifacts[0]
+    from_ort = RealmRuntime(directory, threads=1, schedule="train")
+    from_onnx = RealmRuntime(directory, threads=1, schedule="train", graph_format="onnx")
+    assert (from_ort.graph_format, from_onnx.graph_format) == ("ort", "onnx")
+    for x in digits_stream[0][:80]:
+        a = from_ort.adapt(np.ascontiguousarray(x[None]))
+        b = from_onnx.adapt(np.ascontiguousarray(x[None]))
+        assert (a.reason, a.selected.tolist()) == (b.reason, b.selected.tolist())
+        np.testing.assert_allclose(a.logits, b.logits, rtol=0, atol=1e-5)
+    sa, sb = from_ort.state, from_onnx.state
+    assert sa.updates == sb.updates > 0 and sa.skipped_diversity > 0
+    pa, pb = from_ort.trainable_parameters(), from_onnx.trainable_parameters()
+    for name in pb:
+        np.testing.assert_allclose(pa[name], pb[name], rtol=0, atol=1e-6)
+    va, vb = from_ort.momentum_buffers(), from_onnx.momentum_buffers()
+    for name in vb:
+        np.testing.assert_allclose(va[name], vb[name], rtol=0, atol=1e-5)
+    assert sa.alpha == pytest.approx(sb.alpha, abs=1e-6)
+    assert sa.lam == pytest.approx(sb.lam, abs=1e-6)
+    np.testing.assert_allclose(sa.ema, sb.ema, rtol=0, atol=1e-6)
+
+
+def test_ort_format_requests_that_cannot_be_met(digits_artifacts, digits_ort_artifacts, tmp_path):
+    with pytest.raises(ArtifactError, match="no ORT-format graphs"):
+        RealmRuntime(digits_artifacts[0], graph_format="ort")
+    with pytest.raises(ValueError, match="graph_format must be"):
+        RealmRuntime(digits_ort_artifacts[0], graph_format="flatbuffer")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="needs the onnx backend"):
+        RealmRuntime(digits_ort_artifacts[0], backend="ort-training", graph_format="ort")
+    # A changed byte in an .ort graph is refused like any other artifact file.
+    copy = tmp_path / "copy"
+    shutil.copytree(digits_ort_artifacts[0], copy)
+    graph = copy / "step_model.ort"
+    data = bytearray(graph.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    graph.write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match=r"step_model\.ort"):
+        RealmRuntime(copy)
+
+
+def test_ort_format_needs_the_portable_graph_and_a_working_converter(
+    digits_model, tmp_path, monkeypatch
+):
+    config = RealmConfig.preset("cifar", num_classes=10)
+    with pytest.raises(ValueError, match="needs portable=True"):
+        export_realm_artifacts(
+            digits_model,
+            tmp_path / "a",
+            config=config,
+            input_shape=(1, 1, 32, 32),
+            portable=False,
+            ort_format=True,
+        )
+    import realm_export._ort_format as ort_format
+
+    monkeypatch.setattr(ort_format, "CONVERTER", "onnxruntime.tools.no_such_converter")
+    with pytest.raises(ort_format.OrtFormatError, match="no_such_converter"):
+        export_realm_artifacts(
+            digits_model,
+            tmp_path / "b",
+            config=config,
+            input_shape=(1, 1, 32, 32),
+            ort_format=True,
+            web=False,
+        )
+    assert not (tmp_path / "b").exists()  # nothing half-written
+    assert [p.name for p in tmp_path.iterdir()] == []

@@ -83,6 +83,18 @@ def _run(cmd, **kw):
     return result.stdout
 
 
+def _run_there(python: Path, script: str, *args: object, cwd: Path) -> dict:
+    """Run ``script`` under the runtime venv's Python; its last stdout line, as JSON."""
+    out = _run(
+        [str(python), "-c", script, *map(str, args)],
+        cwd=cwd,
+        # This checkout's realm_runtime ahead of the copy installed when the venv was made
+        # (it is rebuilt only when pyproject.toml changes).
+        env={**os.environ, "PYTHONPATH": str(ROOT / "runtime")},
+    )
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def _newest_python() -> str:
     """The newest CPython ≥ 3.12 that runs here (pyenv shims of absent versions do not)."""
     candidates = [shutil.which(f"python3.{minor}") for minor in (13, 12)]
@@ -118,21 +130,9 @@ def test_runtime_on_newest_onnxruntime_without_torch_or_training(
 ):
     xs = np.ascontiguousarray(digits_stream[0][:40])
     np.save(tmp_path / "stream.npy", xs)
-    out = _run(
-        [
-            str(runtime_python),
-            "-c",
-            SCRIPT,
-            str(digits_artifacts[0]),
-            str(tmp_path / "stream.npy"),
-            str(tmp_path),
-        ],
-        cwd=tmp_path,
-        # This checkout's realm_runtime ahead of the copy installed when the venv was made
-        # (it is rebuilt only when pyproject.toml changes).
-        env={**os.environ, "PYTHONPATH": str(ROOT / "runtime")},
+    there = _run_there(
+        runtime_python, SCRIPT, digits_artifacts[0], tmp_path / "stream.npy", tmp_path, cwd=tmp_path
     )
-    there = json.loads(out.strip().splitlines()[-1])
     assert there["torch_loaded"] is False
     assert there["training"] is False, "onnxruntime.training is importable in the runtime venv"
     assert there["backend"] == "onnx"  # RealmRuntime(dir) picks the portable graph
@@ -157,6 +157,50 @@ def test_runtime_on_newest_onnxruntime_without_torch_or_training(
         f"{there['import_s'] * 1e3:.0f} ms, peak RSS {there['peak_rss_mb']:.0f} MB",
         file=sys.stderr,
     )
+
+
+ORT_FORMAT_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import numpy as np, onnxruntime
+    from realm_runtime import RealmRuntime
+    art, stream = sys.argv[1], sys.argv[2]
+    xs = np.load(stream)
+    out = {"version": onnxruntime.__version__}
+    for fmt in ("ort", "onnx"):
+        rt = RealmRuntime(art, threads=1, schedule="train", graph_format=fmt)
+        steps = [rt.adapt(xs[i:i + 1]) for i in range(len(xs))]
+        out[fmt] = {
+            "format": rt.graph_format,
+            "reasons": [r.reason for r in steps],
+            "logits": [r.logits[0].tolist() for r in steps],
+            "params": {n: v.tolist() for n, v in rt.trainable_parameters().items()},
+            "updates": rt.state.updates,
+        }
+    print(json.dumps(out))
+""")
+
+
+def test_ort_format_graphs_load_on_the_newest_onnxruntime(
+    runtime_python, digits_ort_artifacts, digits_stream, tmp_path
+):
+    """The .ort graphs (converted by this environment's ONNX Runtime 1.19.2) load on the
+    newest onnxruntime and take the same steps as the .onnx graphs there."""
+    xs = np.ascontiguousarray(digits_stream[0][:40])
+    np.save(tmp_path / "stream.npy", xs)
+    there = _run_there(
+        runtime_python,
+        ORT_FORMAT_SCRIPT,
+        digits_ort_artifacts[0],
+        tmp_path / "stream.npy",
+        cwd=tmp_path,
+    )
+    assert tuple(map(int, there["version"].split(".")[:2])) >= (1, 20), there["version"]
+    ort_run, onnx_run = there["ort"], there["onnx"]
+    assert (ort_run["format"], onnx_run["format"]) == ("ort", "onnx")
+    assert ort_run["reasons"] == onnx_run["reasons"] and ort_run["updates"] > 0
+    np.testing.assert_allclose(ort_run["logits"], onnx_run["logits"], rtol=0, atol=1e-5)
+    for name, value in onnx_run["params"].items():
+        np.testing.assert_allclose(ort_run["params"][name], value, rtol=0, atol=1e-6)
 
 
 def test_speed_bench_times_the_newest_onnxruntime_too(runtime_python, tmp_path):

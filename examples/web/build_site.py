@@ -28,6 +28,7 @@ PAGE_FILES = (
     "style.css",
     "app.js",
     "realm-client.js",
+    "client-common.js",
     "manifest.js",
     "preprocess.js",
 )

@@ -36,6 +36,23 @@ export class ArtifactError extends Error {
  */
 
 /**
+ * @typedef {object} PortableSlot
+ * @property {string} name trainable tensor (the SDK's name, or realm.alpha / realm.lambda)
+ * @property {number} offset first element in the flat vector realm.params
+ * @property {number[]} shape the tensor's shape ([] for α and λ)
+ */
+
+/**
+ * @typedef {object} PortableSection
+ * @property {string} step_model forward, loss, gradients and the update in one graph
+ * @property {string} forward_model input + realm.params → logits
+ * @property {string} source_params realm.params of the exported model (.npy)
+ * @property {string} decide_model S_div / EATA decision graph
+ * @property {number} size length of realm.params
+ * @property {PortableSlot[]} layout where each trainable tensor lies in realm.params
+ */
+
+/**
  * @typedef {object} Manifest
  * @property {string} format always ARTIFACT_FORMAT
  * @property {number} version ARTIFACT_VERSION of the writer
@@ -47,6 +64,7 @@ export class ArtifactError extends Error {
  * @property {Record<string, string>} files file name -> SHA-256 hex digest
  * @property {Record<string, any>} versions library versions of the export
  * @property {WebSection} web graphs and layout for web clients
+ * @property {PortableSection} portable the portable step graph's files and layout
  * @property {Record<string, any>} [model] model name/class, source
  */
 
@@ -54,9 +72,11 @@ export class ArtifactError extends Error {
  * Parse and check a manifest's fields.
  * @param {unknown} data the parsed JSON
  * @param {string} source where it came from, for messages
+ * @param {"web" | "portable"} graphs which graphs the client runs: the training build's web
+ *   graphs (`web` section) or the portable step graph (`portable` section)
  * @returns {Manifest}
  */
-export function parseManifest(data, source = MANIFEST_NAME) {
+export function parseManifest(data, source = MANIFEST_NAME, graphs = "web") {
   if (typeof data !== "object" || data === null || Array.isArray(data)) {
     throw new ArtifactError(`${source} does not hold a JSON object`);
   }
@@ -78,6 +98,7 @@ export function parseManifest(data, source = MANIFEST_NAME) {
   if (missing.length) {
     throw new ArtifactError(`${source}: missing fields ${JSON.stringify(missing)}`);
   }
+  if (graphs === "portable") return checkPortable(d, source);
   const web = d.web;
   if (!web || typeof web !== "object" || !web.layout || !web.training_model || !web.decide_model) {
     throw new ArtifactError(
@@ -91,6 +112,38 @@ export function parseManifest(data, source = MANIFEST_NAME) {
     throw new ArtifactError(`${source}: inconsistent web.layout (sizes sum to ${sum}, total ${layout.total})`);
   }
   for (const file of [web.training_model, web.decide_model]) {
+    if (!(file in d.files)) {
+      throw new ArtifactError(`${source}: ${file} is not listed among the checksummed files`);
+    }
+  }
+  return /** @type {Manifest} */ (d);
+}
+
+/**
+ * @param {Record<string, any>} d
+ * @param {string} source
+ * @returns {Manifest}
+ */
+function checkPortable(d, source) {
+  const portable = d.portable;
+  if (!portable || typeof portable !== "object" || !portable.step_model) {
+    const why = portable?.error ? `: ${portable.error}` : "";
+    throw new ArtifactError(`${source}: no portable step graph${why}; re-export with a current realm-tta`);
+  }
+  if (!portable.decide_model) {
+    throw new ArtifactError(`${source}: no decision graph for JavaScript clients (exported with --no-web); re-export`);
+  }
+  const layout = /** @type {PortableSlot[]} */ (portable.layout ?? []);
+  let end = 0;
+  for (const slot of layout) {
+    const size = slot.shape.reduce((a, b) => a * b, 1);
+    if (slot.offset !== end) throw new ArtifactError(`${source}: portable.layout is not contiguous at ${slot.name}`);
+    end += size;
+  }
+  if (end !== portable.size) {
+    throw new ArtifactError(`${source}: portable.layout covers ${end} values, portable.size is ${portable.size}`);
+  }
+  for (const file of [portable.step_model, portable.forward_model, portable.source_params, portable.decide_model]) {
     if (!(file in d.files)) {
       throw new ArtifactError(`${source}: ${file} is not listed among the checksummed files`);
     }

@@ -9,34 +9,12 @@
  * @module realm-client
  */
 
+import { ALPHA, COUNTERS, LAMBDA, argmax, checkSample, zeroCounters } from "./client-common.js";
 import { ArtifactError, MANIFEST_NAME, checkOrtVersion, parseManifest, verifyFile } from "./manifest.js";
 
 export const SAMPLE_WEIGHT = "realm.sample_weight";
-export const ALPHA = "realm.alpha";
-export const LAMBDA = "realm.lambda";
 export const STATE_FORMAT = "realm-tta/web-state";
 export const STATE_VERSION = 1;
-export const COUNTERS = /** @type {const} */ ([
-  "samples",
-  "updates",
-  "updated_samples",
-  "skipped_diversity",
-  "skipped_entropy",
-  "skipped_nonfinite",
-]);
-
-/**
- * @typedef {object} StepRecord what one adapt() did
- * @property {Float32Array} logits pre-update logits (this sample's prediction)
- * @property {number} top1 predicted class
- * @property {boolean} selected passed the entropy and S_div filters
- * @property {boolean} updated the parameters changed
- * @property {string} reason "updated", "diversity", "entropy" or "nonfinite"
- * @property {number} cosine cosine of the prediction to the EMA (NaN before the first update)
- * @property {number | null} alpha α after the step (REALM), else null
- * @property {number | null} lambda λ after the step (REALM), else null
- * @property {number} ms wall time of the call
- */
 
 /**
  * @typedef {object} WebState the whole adaptation state, JSON-serialisable
@@ -148,7 +126,7 @@ export class RealmWebClient {
     this.params = new Float32Array(this.source);
     this.momentum = new Float32Array(this.layout.total);
     this.ema = null;
-    this.counters = Object.fromEntries(COUNTERS.map((k) => [k, 0]));
+    this.counters = zeroCounters();
     this._pendingLoad = true;
   }
 
@@ -176,15 +154,7 @@ export class RealmWebClient {
 
   /** @param {Float32Array} x */
   _checkInput(x) {
-    if (!(x instanceof Float32Array)) {
-      throw new TypeError(`input must be a Float32Array, got ${Object.prototype.toString.call(x)}`);
-    }
-    if (x.length !== this.sampleSize) {
-      throw new RangeError(`input has ${x.length} values; the model takes one sample of shape (${this.sampleShape.join(", ")}) = ${this.sampleSize}`);
-    }
-    for (let i = 0; i < x.length; i++) {
-      if (!Number.isFinite(x[i])) throw new RangeError(`input value ${i} is not finite (${x[i]})`);
-    }
+    checkSample(x, this.sampleShape);
   }
 
   async _syncParameters() {
@@ -223,7 +193,7 @@ export class RealmWebClient {
   /**
    * Predict on one sample, then take at most one adaptation step (SPEC §3).
    * @param {Float32Array} x one sample, `input.shape` without the batch axis
-   * @returns {Promise<StepRecord>}
+   * @returns {Promise<import("./client-common.js").StepRecord>}
    */
   async adapt(x) {
     this._checkInput(x);
@@ -274,8 +244,7 @@ export class RealmWebClient {
         this.counters.skipped_nonfinite += 1;
       }
     }
-    let top1 = 0;
-    for (let c = 1; c < logits.length; c++) if (logits[c] > logits[top1]) top1 = c;
+    const top1 = argmax(logits);
     const record = {
       logits,
       top1,

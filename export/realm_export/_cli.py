@@ -56,6 +56,12 @@ def add_export_parser(sub: Any) -> None:
         action="store_true",
         help="skip the portable step graph (step_model.onnx: any onnxruntime ≥ 1.19)",
     )
+    p.add_argument(
+        "--ort-format",
+        action="store_true",
+        help="also write the portable graphs in ORT format (step_model.ort, forward_model.ort) "
+        "and required_operators.config, for ONNX Runtime's mobile and reduced-size builds",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.add_argument("--cache-dir", default=".cache", help="where the digits model is cached")
     p.set_defaults(func=run_export)
@@ -192,6 +198,7 @@ def run_export(args: argparse.Namespace) -> int:
             dynamic_batch=not args.static_batch,
             web=not args.no_web,
             portable=not args.no_portable,
+            ort_format=args.ort_format,
             overwrite=args.overwrite,
             model_info=info,
             progress=progress,
@@ -209,13 +216,16 @@ def run_export(args: argparse.Namespace) -> int:
     )
     for role, path in result.files.items():
         size = path.stat().st_size
-        print(f"  {role:<16} {path.name:<22} {size / 1e6:9.2f} MB")
+        print(f"  {role:<18} {path.name:<26} {size / 1e6:9.2f} MB")
     if result.validation is not None:
         print("validation against the PyTorch reference (training artifacts):")
         print(result.validation.table())
     if result.portable_validation is not None and result.portable_error is None:
         print("validation against the PyTorch reference (portable step graph):")
         print(result.portable_validation.table())
+    if result.ort_format_validation is not None:
+        print("validation against the PyTorch reference (ORT-format graphs):")
+        print(result.ort_format_validation.table())
     if result.portable_error is not None:
         print(
             f"no portable step graph (RealmRuntime will use backend 'ort-training'): "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import logging
 import os
 import shutil
@@ -35,7 +36,12 @@ from realm_runtime._manifest import (
     Manifest,
     sha256_of,
 )
-from realm_runtime._portable_io import FORWARD_MODEL, LAYOUT_VERSION, SOURCE_PARAMS, STEP_MODEL
+from realm_runtime._portable_io import (
+    FORWARD_MODEL,
+    LAYOUT_VERSION,
+    SOURCE_PARAMS,
+    STEP_MODEL,
+)
 from realm_sdk import RealmAdapter, RealmConfig
 
 from ._graph import (
@@ -46,6 +52,7 @@ from ._graph import (
     check_versions,
     model_to_onnx,
 )
+from ._ort_format import CONVERTER, OPTIMIZATION_STYLE, TARGET_PLATFORM, write_ort_format
 from ._portable import PortableGraphs, build_portable_graphs, save_proto
 from ._rewrite import UnsupportedModelError
 from ._validate import (
@@ -55,7 +62,7 @@ from ._validate import (
     validate_artifacts,
     validate_portable,
 )
-from ._web import write_web_graphs
+from ._web import WEB_DECIDE_MODEL, decide_model, write_web_graphs
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +81,7 @@ class ExportInfo:
     seconds: float  # wall time of the export, validation included
     portable_validation: ValidationReport | None = None  # the portable step graph's figures
     portable_error: str | None = None  # why there is no portable step graph, if there is none
+    ort_format_validation: ValidationReport | None = None  # the .ort graphs' figures
 
 
 def export_realm_artifacts(
@@ -94,6 +102,7 @@ def export_realm_artifacts(
     web: bool = True,
     portable: bool = True,
     training: bool | None = None,
+    ort_format: bool = False,
     progress: Progress | None = None,
 ) -> ExportInfo:
     """Export ``model`` as ONNX Runtime on-device training artifacts whose loss is REALM's.
@@ -119,7 +128,9 @@ def export_realm_artifacts(
         preprocessing: mean/std/size for the manifest; default: timm's ``pretrained_cfg``.
         model_info: extra description of the model for the manifest (name, weights, ...).
         web: also write the graphs a web client needs (``web_training_model.onnx`` with the
-            update in the graph, ``web_decide.onnx`` with S_div; see ``examples/web``).
+            update in the graph, ``web_decide.onnx`` with S_div; see ``examples/web``). With
+            the portable graph, ``web_decide.onnx`` is written for its JavaScript clients too
+            (``examples/node``), also where there are no training artifacts.
         portable: also write the portable step graph (``step_model.onnx``,
             ``forward_model.onnx``, ``source_params.npy``: standard ONNX ops, any onnxruntime
             ≥ 1.19), validated like the training graph. Where it cannot be built or does not
@@ -128,6 +139,12 @@ def export_realm_artifacts(
         training: write the ONNX Runtime training artifacts (and the web graphs built on
             them). None: where onnxruntime-training is installed (Python 3.11); elsewhere
             the portable graph alone is written, and its failure is then an error.
+        ort_format: also write the portable graphs in ONNX Runtime's ORT format
+            (``step_model.ort``, ``forward_model.ort``) and the operator configuration a
+            reduced-size ONNX Runtime build takes (``required_operators.config``), with ONNX
+            Runtime's own converter, for mobile apps; validated against the reference like
+            the ``.onnx`` graphs. Needs the portable graph: where it cannot be built, this is
+            an error.
         progress: called with a short label as each stage starts.
 
     Returns:
@@ -151,6 +168,8 @@ def export_realm_artifacts(
     training = _training_wanted(training)
     if not training and not portable:
         raise ValueError("nothing to export: training=False and portable=False")
+    if ort_format and not portable:
+        raise ValueError("ort_format=True converts the portable graphs: it needs portable=True")
 
     notify("selecting parameters")
     source = copy.deepcopy(model).eval()
@@ -197,8 +216,9 @@ def export_realm_artifacts(
 
         portable_section: dict[str, Any] = {}
         portable_report: ValidationReport | None = None
+        ort_report: ValidationReport | None = None
         if portable:
-            portable_section, portable_report = _write_portable(
+            portable_section, portable_report, ort_report = _write_portable(
                 tmp,
                 source,
                 config,
@@ -211,8 +231,15 @@ def export_realm_artifacts(
                 ),
                 atol=atol,
                 grad_rtol=grad_rtol,
+                ort_format=ort_format,
+                web=web,
             )
             if "error" in portable_section:
+                if ort_format:
+                    raise UnsupportedModelError(
+                        "ORT-format graphs were asked for, but there is no portable step graph "
+                        f"to convert: {portable_section['error']}"
+                    )
                 if not training:
                     raise UnsupportedModelError(
                         "no training artifacts (onnxruntime-training is not installed) and no "
@@ -276,6 +303,12 @@ def export_realm_artifacts(
     if "step_model" in portable_section:
         for role in ("step_model", "forward_model", "source_params"):
             files[role] = out_dir / portable_section[role]
+    ort_section = portable_section.get("ort_format", {})
+    for role in ("step_model", "forward_model", "operators_config"):
+        if role in ort_section:
+            files[f"{role}_ort" if role != "operators_config" else role] = (
+                out_dir / ort_section[role]
+            )
     return ExportInfo(
         out_dir,
         files,
@@ -285,6 +318,7 @@ def export_realm_artifacts(
         time.perf_counter() - start,
         portable_report,
         portable_section.get("error"),
+        ort_report,
     )
 
 
@@ -300,18 +334,25 @@ def _write_portable(
     inputs: list[np.ndarray],
     atol: float,
     grad_rtol: float,
-) -> tuple[dict[str, Any], ValidationReport | None]:
+    ort_format: bool = False,
+    web: bool = False,
+) -> tuple[dict[str, Any], ValidationReport | None, ValidationReport | None]:
     """Build, write and validate the portable graphs; on failure, the reason instead.
 
     Returns:
-        The manifest's ``portable`` section (or ``{"error": reason}``) and the report.
+        The manifest's ``portable`` section (or ``{"error": reason}``), the report, and the
+        ORT-format graphs' report (None unless asked for and validated).
+
+    Raises:
+        OrtFormatError: ONNX Runtime's converter failed (only with ``ort_format``).
+        ValidationError: the ORT-format graphs disagree with the reference.
     """
     started = time.perf_counter()
     notify("building the portable step graph")
     try:
         graphs: PortableGraphs = build_portable_graphs(model, config, trainable, example)
     except UnsupportedModelError as exc:
-        return {"error": str(exc)}, None
+        return {"error": str(exc)}, None, None
     names = {
         "step_model": STEP_MODEL,
         "forward_model": FORWARD_MODEL,
@@ -320,27 +361,15 @@ def _write_portable(
     save_proto(graphs.step, directory / STEP_MODEL)
     save_proto(graphs.forward, directory / FORWARD_MODEL)
     np.save(directory / SOURCE_PARAMS, graphs.source, allow_pickle=False)
-    report = None
-    if validate:
-        notify("validating the portable step graph against the PyTorch reference")
-        report = validate_portable(
-            directory,
-            names,
-            model,
-            config,
-            graphs.layout,
-            inputs,
-            atol=atol,
-            grad_rtol=grad_rtol,
-        )
-        log.info("validation of the portable step graph:\n%s", report.table())
-        if not report.passed:
-            for name in names.values():
-                (directory / name).unlink(missing_ok=True)
-            reason = (
-                "the portable step graph disagrees with the PyTorch reference:\n" + report.table()
-            )
-            return {"error": reason, "validation": report.to_dict()}, report
+    check = functools.partial(
+        _check_graphs, directory, model, config, graphs.layout, inputs, notify, atol, grad_rtol
+    )
+    report = check("portable step graph", names) if validate else None
+    if report is not None and not report.passed:
+        for name in names.values():
+            (directory / name).unlink(missing_ok=True)
+        reason = "the portable step graph disagrees with the PyTorch reference:\n" + report.table()
+        return {"error": reason, "validation": report.to_dict()}, report, None
     opset = max(o.version for o in graphs.step.opset_import if o.domain in ("", "ai.onnx"))
     section = {
         "layout_version": LAYOUT_VERSION,
@@ -355,7 +384,69 @@ def _write_portable(
         "validation": report.to_dict() if report is not None else {},
         "seconds": round(time.perf_counter() - started, 2),
     }
-    return section, report
+    if web:
+        # SPEC §3's decision for JavaScript clients of the portable graphs (examples/web,
+        # examples/node), the same graph the training-build web client runs.
+        if not (directory / WEB_DECIDE_MODEL).exists():
+            onnx.save(
+                decide_model(config, graphs.step.ir_version), str(directory / WEB_DECIDE_MODEL)
+            )
+        section["decide_model"] = WEB_DECIDE_MODEL
+    ort_report = None
+    if ort_format:
+        notify("writing the ORT-format graphs (ONNX Runtime's converter)")
+        converted = write_ort_format(directory, [STEP_MODEL, FORWARD_MODEL])
+        ort_names = {
+            "step_model": converted[STEP_MODEL],
+            "forward_model": converted[FORWARD_MODEL],
+            "source_params": SOURCE_PARAMS,
+        }
+        ort_report = check("ORT-format graphs", ort_names) if validate else None
+        if ort_report is not None and not ort_report.passed:
+            raise ValidationError(
+                "the ORT-format graphs disagree with the PyTorch reference:\n" + ort_report.table(),
+                ort_report,
+            )
+        section["ort_format"] = _ort_format_section(ort_names, converted, ort_report)
+    return section, report, ort_report
+
+
+def _check_graphs(
+    directory: Path,
+    model: nn.Module,
+    config: RealmConfig,
+    layout: list[Any],
+    inputs: list[np.ndarray],
+    notify: Progress,
+    atol: float,
+    grad_rtol: float,
+    what: str,
+    files: dict[str, str],
+) -> ValidationReport:
+    """Validate one pair of step/forward graph files against the reference, and log it."""
+    notify(f"validating the {what} against the PyTorch reference")
+    report = validate_portable(
+        directory, files, model, config, layout, inputs, atol=atol, grad_rtol=grad_rtol
+    )
+    log.info("validation of the %s:\n%s", what, report.table())
+    return report
+
+
+def _ort_format_section(
+    files: dict[str, str], converted: dict[str, str], report: ValidationReport | None
+) -> dict[str, Any]:
+    """The manifest's ``portable.ort_format``: the files, how they were made, their figures."""
+    import onnxruntime
+
+    return {
+        "step_model": files["step_model"],
+        "forward_model": files["forward_model"],
+        "operators_config": converted["operators_config"],
+        "converter": f"{CONVERTER} (onnxruntime {onnxruntime.__version__})",
+        "optimization_style": OPTIMIZATION_STYLE,
+        "target_platform": TARGET_PLATFORM,
+        "validation": report.to_dict() if report is not None else {},
+    }
 
 
 def _training_wanted(training: bool | None) -> bool:

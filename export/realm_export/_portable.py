@@ -22,8 +22,9 @@ exporter (opset 18, IR ≤ 10):
   nodes instead of four per tensor. With ``μ = 0`` and a zero buffer,
   ``realm.new_velocity`` *is* the gradient: that is how validation reads the gradients.
 
-``forward_model.onnx`` — ``input`` and the same ``realm.params`` (α, λ unused; a graph input
-whose default is the source values) → ``logits``: prediction, and the infer-first schedule.
+``forward_model.onnx`` — ``input`` and the same ``realm.params`` (α, λ unused; a required
+input with no default: ONNX Runtime's JavaScript bindings cannot feed an input that also has
+an initializer) → ``logits``: prediction, and the infer-first schedule.
 Every step graph also takes ``realm.entropy_margin`` (EATA's e0, unused by the other
 methods), so the runtime can override it without re-export.
 """
@@ -207,7 +208,6 @@ def build_portable_graphs(
     step_outputs = [LOSS_NAME, LOGITS_NAME, FINITE_NAME, NEW_PARAMS_NAME, NEW_VELOCITY_NAME]
     step_proto = to_onnx(step_gm, step_args, step_inputs, step_outputs)
     forward_proto = to_onnx(forward_gm, forward_args, [INPUT_NAME, PARAMS_NAME], [LOGITS_NAME])
-    with_defaults(forward_proto, {PARAMS_NAME: forward_args[1]})
     layout = []
     offset = 0
     for name, size, shape in zip(names, sizes, shapes, strict=True):
@@ -425,16 +425,6 @@ def check_portable(proto: onnx.ModelProto) -> None:
     if opset > 21:
         raise UnsupportedModelError(f"the portable graph needs opset {opset}; ORT 1.19 reads ≤ 21")
     onnx.checker.check_model(proto)
-
-
-def with_defaults(proto: onnx.ModelProto, values: dict[str, Tensor]) -> None:
-    """Give graph inputs initializers of the same name: their values when not fed."""
-    present = {init.name for init in proto.graph.initializer}
-    for name, value in values.items():
-        if name not in present:
-            proto.graph.initializer.append(
-                onnx.numpy_helper.from_array(value.detach().numpy().astype(np.float32), name)
-            )
 
 
 def save_proto(proto: onnx.ModelProto, path: str | os.PathLike[str]) -> Path:

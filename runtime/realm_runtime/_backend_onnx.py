@@ -51,6 +51,7 @@ class PortableBackend(StepBackend):
         device: str,
         threads: int | None,
         session_config: dict[str, str] | None = None,
+        graph_format: str = "auto",
     ) -> None:
         portable = manifest.portable
         if not portable.get("step_model"):
@@ -72,7 +73,9 @@ class PortableBackend(StepBackend):
         if self._device_type == "cuda":
             providers.insert(0, ("CUDAExecutionProvider", {"device_id": self._device_id}))
         self._options, self._providers = options, providers
-        self._step = self._session(directory / portable["step_model"])
+        files = _graph_files(directory, portable, graph_format)
+        self.graph_format = "ort" if files is not portable else "onnx"
+        self._step = self._session(directory / files["step_model"])
         # The forward graph holds a second copy of the weights (and of ORT's pre-packed
         # kernels' buffers): made on first use, so an app that only adapts with the "train"
         # schedule never pays for it.
@@ -87,7 +90,8 @@ class PortableBackend(StepBackend):
         self.max_batch = int(portable.get("batch", 1))
         self._config = config
         self._directory = directory
-        self._forward_file = portable["forward_model"]
+        self._portable = portable
+        self._forward_file = files["forward_model"]
         self._logits_name = manifest.logits_name
         self._input_name = manifest.input.name
         hyper = {
@@ -156,6 +160,8 @@ class PortableBackend(StepBackend):
         self._params, self._velocity = params, momentum
 
     def export_inference_model(self, path: str | os.PathLike[str]) -> None:
+        # Always from forward_model.onnx, also where the sessions run the .ort graphs: the
+        # result is an ONNX model (convert it with ONNX Runtime's tool for a minimal build).
         try:
             import onnx
             from onnx import numpy_helper
@@ -164,11 +170,11 @@ class PortableBackend(StepBackend):
                 "export_inference_model on the onnx backend needs the onnx package "
                 "(pip install onnx): it rewrites forward_model.onnx with the adapted values"
             ) from exc
-        model = onnx.load(str(self._directory / self._forward_file))
-        flat = self._params.numpy()
-        for index, init in enumerate(model.graph.initializer):
-            if init.name == PARAMS_NAME:
-                model.graph.initializer[index].CopyFrom(numpy_helper.from_array(flat, PARAMS_NAME))
+        model = onnx.load(str(self._directory / self._portable["forward_model"]))
+        flat = numpy_helper.from_array(self._params.numpy(), PARAMS_NAME)
+        kept = [i for i in model.graph.initializer if i.name != PARAMS_NAME]
+        del model.graph.initializer[:]
+        model.graph.initializer.extend([*kept, flat])  # the adapted values, as a constant
         inputs = [i for i in model.graph.input if i.name != PARAMS_NAME]
         del model.graph.input[:]
         model.graph.input.extend(inputs)
@@ -214,6 +220,22 @@ def _read_source(path: Path, size: int) -> np.ndarray:
             f"expected ({size},) float32"
         )
     return source
+
+
+def _graph_files(directory: Path, portable: dict[str, Any], graph_format: str) -> dict[str, Any]:
+    """The manifest entries naming the graphs to load: ``.onnx``, or the ORT-format copies.
+
+    ``"auto"`` takes the ORT-format graphs where the export wrote them (``--ort-format``).
+    """
+    converted = portable.get("ort_format") or {}
+    if graph_format == "onnx" or (graph_format == "auto" and not converted):
+        return portable
+    if not converted:
+        raise ArtifactError(
+            f"{directory}: graph_format='ort', but these artifacts have no ORT-format graphs "
+            "(re-export with realm export --ort-format)"
+        )
+    return converted
 
 
 def _version(text: str) -> tuple[int, int]:

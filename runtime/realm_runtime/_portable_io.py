@@ -12,6 +12,10 @@ from dataclasses import dataclass
 STEP_MODEL = "step_model.onnx"  # forward, loss, gradients and the SGD update in one graph
 FORWARD_MODEL = "forward_model.onnx"  # input + norm parameters -> logits
 SOURCE_PARAMS = "source_params.npy"  # (P,) float32: realm.params of the exported model
+# With `realm export --ort-format`, ONNX Runtime's converter writes step_model.ort and
+# forward_model.ort beside the graphs (for mobile and minimal builds) and this operator list,
+# which a reduced-size ONNX Runtime build is made with.
+ORT_OPERATORS_CONFIG = "required_operators.config"
 
 LAYOUT_VERSION = 1  # of the manifest's "portable" section
 

@@ -27,6 +27,7 @@ from ._manifest import ALPHA_NAME, LAMBDA_NAME, Manifest, load_manifest
 from ._step import F32, Selection, ema_update, select, softmax
 
 Schedule = Literal["auto", "train", "infer-first"]
+GraphFormat = Literal["auto", "onnx", "ort"]
 # Fields baked into the exported graph or its trainable set: not overridable at run time.
 REPROBE_EVERY = 100  # auto schedule: samples between re-timings of the path not taken
 # auto schedule: a graph's cost is the fastest of its last few timed calls (noise and stalls
@@ -111,6 +112,11 @@ class RealmRuntime:
             sessions, e.g. ``{"session.disable_prepacking": "1"}``: vit_base's step session
             then peaks at 1141 MB instead of 1596, for a step ~8 % slower (measured on
             2 cores; docs/BENCHMARKS.md).
+        graph_format: which files the onnx backend loads: ``"onnx"``, ``"ort"`` (the
+            ORT-format copies of ``realm export --ort-format``, made for ONNX Runtime's mobile
+            and minimal builds), or ``"auto"`` (default): ``"ort"`` where the export wrote
+            them. Same step either way; on x86 the ``.ort`` graphs (converted for ARM) run
+            resnet50_gn's step 8–9 % slower than the ``.onnx`` ones (README).
 
     Raises:
         ArtifactError: missing, tampered, truncated or incompatible artifacts, or a backend
@@ -127,7 +133,10 @@ class RealmRuntime:
         overrides: dict[str, Any] | None = None,
         backend: BackendName = "auto",
         session_config: dict[str, str] | None = None,
+        graph_format: GraphFormat = "auto",
     ) -> None:
+        if graph_format not in ("auto", "onnx", "ort"):
+            raise ValueError(f"graph_format must be 'auto', 'onnx' or 'ort', got {graph_format!r}")
         if schedule not in ("auto", "train", "infer-first"):
             raise ValueError(f"schedule must be 'auto', 'train' or 'infer-first', got {schedule!r}")
         if backend not in BACKENDS:
@@ -151,9 +160,18 @@ class RealmRuntime:
         ):
             raise ValueError(f"session_config must map str to str, got {session_config!r}")
         self._backend: StepBackend = open_backend(
-            backend, self.directory, self.manifest, self.config, device, threads, session_config
+            backend,
+            self.directory,
+            self.manifest,
+            self.config,
+            device,
+            threads,
+            session_config,
+            graph_format,
         )
         self.backend: str = self._backend.name
+        # The graphs' file format: "ort" where the onnx backend runs the ORT-format copies.
+        self.graph_format: str = getattr(self._backend, "graph_format", "onnx")
         self._all_trainable = list(self._backend.names)
         self._names = [n for n in self._all_trainable if n not in (ALPHA_NAME, LAMBDA_NAME)]
         self._source, _ = self._backend.tensors()
@@ -482,6 +500,7 @@ def open_backend(
     device: str,
     threads: int | None,
     session_config: dict[str, str] | None = None,
+    graph_format: GraphFormat = "auto",
 ) -> StepBackend:
     """The backend asked for; ``"auto"``: the portable graph where the artifacts have one.
 
@@ -493,7 +512,14 @@ def open_backend(
     if backend == "onnx":
         from ._backend_onnx import PortableBackend
 
-        return PortableBackend(directory, manifest, config, device, threads, session_config)
+        return PortableBackend(
+            directory, manifest, config, device, threads, session_config, graph_format
+        )
+    if graph_format == "ort":
+        raise ValueError(
+            "graph_format='ort' runs the portable graphs' ORT-format copies: it needs the onnx "
+            "backend, not ort-training"
+        )
     from ._backend_training import TrainingBackend
 
     return TrainingBackend(directory, manifest, config, device, threads, session_config)

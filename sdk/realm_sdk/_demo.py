@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -164,6 +164,25 @@ def export_digits_artifacts(
     )
 
 
+def write_stream_folder(folder: Path, images: Any, labels: Any) -> None:
+    """Write a stream as the Node app reads it.
+
+    ``00000.npy``, ``00001.npy``, … (float32, one sample each, in stream order) and
+    ``labels.json`` (file name → class).
+    """
+    import json
+
+    import numpy as np
+
+    folder.mkdir(parents=True, exist_ok=True)
+    names = {}
+    for i, (x, label) in enumerate(zip(images, labels, strict=True)):
+        name = f"{i:05d}.npy"
+        np.save(folder / name, np.ascontiguousarray(x, dtype=np.float32))
+        names[name] = int(label)
+    (folder / "labels.json").write_text(json.dumps(names), encoding="utf-8")
+
+
 def run_runtime_demo(
     *,
     corruption: str = "gaussian_noise",
@@ -177,8 +196,10 @@ def run_runtime_demo(
 ) -> RuntimeDemo:
     """Export the digits source model and adapt it with the torch-free runtime.
 
-    Writes ``<out_dir>/digits`` (the artifacts) and ``<out_dir>/digits_stream.npz`` (the
-    shifted stream with labels, for ``examples/edge_app.py``), runs the stream through
+    Writes ``<out_dir>/digits`` (the artifacts), ``<out_dir>/digits_stream.npz`` (the
+    shifted stream with labels, for ``examples/edge_app.py``) and the same stream as
+    ``<out_dir>/digits_stream/`` (one ``.npy`` a sample and ``labels.json``, for
+    ``examples/node/edge-app.mjs``), runs the stream through
     :class:`realm_runtime.RealmRuntime` and through :class:`RealmAdapter`, and times both.
     """
     import numpy as np
@@ -194,6 +215,7 @@ def run_runtime_demo(
     x, y = data.stream(corruption, severity, seed=seed)
     stream_file = out / "digits_stream.npz"
     np.savez(stream_file, images=x, labels=y, corruption=corruption, severity=severity)
+    write_stream_folder(out / "digits_stream", x, y)
 
     base = run_online(source, x, y).accuracy * 100
     rt = RealmRuntime(artifacts, threads=threads)
@@ -242,5 +264,8 @@ def format_runtime_demo(r: RuntimeDemo, *, severity: int) -> str:
             f"(torch SDK: {r.sdk_ms_median:.2f} ms median)",
             f"the stream is saved in {r.stream_file}; run the edge app on it (no torch needed):",
             f"  python examples/edge_app.py --artifacts {r.artifacts} --stream {r.stream_file}",
+            "or the Node.js edge app on the same stream, one .npy a sample (make web-deps first):",
+            f"  node examples/node/edge-app.mjs --artifacts {r.artifacts} "
+            f"--stream {Path(r.stream_file).with_suffix('')}",
         ]
     )

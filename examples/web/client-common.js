@@ -1,0 +1,65 @@
+// @ts-check
+/**
+ * What both JavaScript clients share: the names, the counters, the per-sample record, the
+ * input check and the prediction (realm-client.js runs the training build's graphs,
+ * realm-portable.js the portable step graph).
+ * @module client-common
+ */
+
+export const ALPHA = "realm.alpha";
+export const LAMBDA = "realm.lambda";
+export const COUNTERS = /** @type {const} */ ([
+  "samples",
+  "updates",
+  "updated_samples",
+  "skipped_diversity",
+  "skipped_entropy",
+  "skipped_nonfinite",
+]);
+
+/**
+ * @typedef {object} StepRecord what one adapt() did
+ * @property {Float32Array} logits pre-update logits (this sample's prediction)
+ * @property {number} top1 predicted class
+ * @property {boolean} selected passed the entropy and S_div filters
+ * @property {boolean} updated the parameters changed
+ * @property {string} reason "updated", "diversity", "entropy" or "nonfinite"
+ * @property {number} cosine cosine of the prediction to the EMA (NaN before the first update)
+ * @property {number | null} alpha α after the step (REALM), else null
+ * @property {number | null} lambda λ after the step (REALM), else null
+ * @property {number} ms wall time of the call
+ */
+
+/** @returns {Record<string, number>} every counter at zero */
+export function zeroCounters() {
+  return Object.fromEntries(COUNTERS.map((k) => [k, 0]));
+}
+
+/**
+ * Refuse a sample that is not one finite float32 input of the model's shape, naming why.
+ * @param {unknown} x
+ * @param {number[]} shape the sample's shape (the input's without the batch axis)
+ */
+export function checkSample(x, shape) {
+  if (!(x instanceof Float32Array)) {
+    throw new TypeError(`input must be a Float32Array, got ${Object.prototype.toString.call(x)}`);
+  }
+  const size = shape.reduce((a, b) => a * b, 1);
+  if (x.length !== size) {
+    throw new RangeError(`input has ${x.length} values; the model takes one sample of shape (${shape.join(", ")}) = ${size}`);
+  }
+  for (let i = 0; i < x.length; i++) {
+    if (!Number.isFinite(x[i])) throw new RangeError(`input value ${i} is not finite (${x[i]})`);
+  }
+}
+
+/**
+ * The predicted class: the first largest logit (numpy's argmax).
+ * @param {Float32Array} logits
+ * @returns {number}
+ */
+export function argmax(logits) {
+  let top1 = 0;
+  for (let c = 1; c < logits.length; c++) if (logits[c] > logits[top1]) top1 = c;
+  return top1;
+}

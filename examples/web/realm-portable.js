@@ -1,0 +1,331 @@
+// @ts-check
+/**
+ * RealmClient: SPEC §3 per sample on the portable step graph, for any ONNX Runtime JavaScript
+ * binding (onnxruntime-node today; onnxruntime-web's plain InferenceSession next).
+ *
+ * The math runs in three graphs that `realm export` writes: forward_model.onnx (the
+ * prediction from the current parameters), web_decide.onnx (S_div against the EMA, EATA's
+ * cut, the next EMA) and step_model.onnx (loss, gradients, SGD with momentum and the two
+ * learning rates, the α/λ projection and a finite flag). This module keeps the state between
+ * calls (the flat parameters and momentum, the EMA, the counters) and writes and reads it in
+ * the SDK's own state file (state-file.js), so a state moves between Python, Node and the
+ * browser. It is the same sequence as `RealmRuntime` with `schedule="infer-first"`.
+ * @module realm-portable
+ */
+
+import { ALPHA, COUNTERS, LAMBDA, argmax, checkSample, zeroCounters } from "./client-common.js";
+import { ArtifactError, MANIFEST_NAME, parseManifest, verifyFile } from "./manifest.js";
+import { StateFileError, float32Array, parseNpy, readState, writeState } from "./state-file.js";
+
+
+/**
+ * Reads one artifact file by name; null when it does not exist.
+ * @callback ReadFile
+ * @param {string} name
+ * @returns {Promise<Uint8Array | null>}
+ */
+
+/**
+ * @typedef {object} ClientOptions
+ * @property {number} [threads] ONNX Runtime's intra-op threads (default: its own)
+ * @property {string[]} [executionProviders] e.g. ["cpu"], ["webgpu", "wasm"]
+ */
+
+export class RealmClient {
+  /**
+   * Check the manifest and every file's checksum, then open the three graphs.
+   * @param {any} ort an ONNX Runtime JavaScript module (onnxruntime-node, onnxruntime-web)
+   * @param {ReadFile} read reads an artifact file (fetch in a page, fs in Node)
+   * @param {string} where the artifact directory, for messages
+   * @param {ClientOptions} [options]
+   * @returns {Promise<RealmClient>}
+   */
+  static async load(ort, read, where, options = {}) {
+    const raw = await read(MANIFEST_NAME);
+    if (raw === null) {
+      throw new ArtifactError(`${where}/${MANIFEST_NAME} not found: not an artifact directory written by realm export`);
+    }
+    let data;
+    try {
+      data = JSON.parse(new TextDecoder().decode(raw));
+    } catch (err) {
+      throw new ArtifactError(`${where}/${MANIFEST_NAME} is not valid JSON (truncated or edited?): ${err}`);
+    }
+    const manifest = parseManifest(data, `${where}/${MANIFEST_NAME}`, "portable");
+    const p = manifest.portable;
+    /** @type {Record<string, Uint8Array>} */
+    const bytes = {};
+    for (const name of [p.step_model, p.forward_model, p.decide_model, p.source_params]) {
+      const got = await read(name);
+      await verifyFile(manifest, name, got, where);
+      bytes[name] = /** @type {Uint8Array} */ (got);
+    }
+    const source = parseNpy(bytes[p.source_params], p.source_params);
+    if (source.dtype !== "<f4" || source.data.length !== p.size) {
+      throw new ArtifactError(`${where}/${p.source_params}: expected ${p.size} float32 values`);
+    }
+    /** @type {Record<string, any>} */
+    const sessionOptions = { logSeverityLevel: 3, graphOptimizationLevel: "all" };
+    if (options.threads) sessionOptions.intraOpNumThreads = options.threads;
+    if (options.executionProviders) sessionOptions.executionProviders = options.executionProviders;
+    const open = (/** @type {string} */ name) => ort.InferenceSession.create(bytes[name], sessionOptions);
+    const [step, forward, decide] = await Promise.all([open(p.step_model), open(p.forward_model), open(p.decide_model)]);
+    return new RealmClient(ort, manifest, step, forward, decide, /** @type {Float32Array} */ (source.data));
+  }
+
+  /**
+   * Use {@link RealmClient.load}.
+   * @param {any} ort
+   * @param {import("./manifest.js").Manifest} manifest checked manifest
+   * @param {any} step InferenceSession of step_model.onnx
+   * @param {any} forward InferenceSession of forward_model.onnx
+   * @param {any} decide InferenceSession of web_decide.onnx
+   * @param {Float32Array} source the exported realm.params
+   */
+  constructor(ort, manifest, step, forward, decide, source) {
+    this.ort = ort;
+    this.manifest = manifest;
+    this.step = step;
+    this.forward = forward;
+    this.decide = decide;
+    this.source = source;
+    this.layout = manifest.portable.layout;
+    this.classes = manifest.num_classes;
+    this.sampleShape = manifest.input.shape.slice(1).map(Number);
+    this.sampleSize = this.sampleShape.reduce((a, b) => a * b, 1);
+    const config = manifest.config;
+    /** @type {Record<string, number>} the step graph's scalar inputs it declares */
+    this.hyper = {};
+    const e0 = config.entropy_margin ?? 0.4 * Math.log(this.classes);
+    const values = { "realm.lr": config.lr, "realm.lr_alpha_lambda": config.lr_alpha_lambda, "realm.momentum": config.momentum, "realm.entropy_margin": e0 };
+    for (const [name, value] of Object.entries(values)) {
+      if (step.inputNames.includes(name)) this.hyper[name] = value;
+    }
+    this.reset();
+  }
+
+  /** @type {Float32Array} current realm.params */
+  params = new Float32Array(0);
+  /** @type {Float32Array} realm.velocity: SGD momentum, same layout */
+  velocity = new Float32Array(0);
+  /** @type {Float32Array | null} EMA of past predictions (null before the first update) */
+  ema = null;
+  /** @type {Record<string, number>} */
+  counters = {};
+
+  /** Back to the exported parameters, zero momentum, no EMA, zero counters. */
+  reset() {
+    this.params = new Float32Array(this.source);
+    this.velocity = new Float32Array(this.source.length);
+    this.ema = null;
+    this.counters = zeroCounters();
+  }
+
+  /**
+   * @param {string} name
+   * @returns {import("./manifest.js").PortableSlot | undefined}
+   */
+  _slot(name) {
+    return this.layout.find((s) => s.name === name);
+  }
+
+  /** @returns {number | null} current α (REALM), else null */
+  get alpha() {
+    const slot = this._slot(ALPHA);
+    return slot ? this.params[slot.offset] : null;
+  }
+
+  /** @returns {number | null} current λ (REALM), else null */
+  get lambda() {
+    const slot = this._slot(LAMBDA);
+    return slot ? this.params[slot.offset] : null;
+  }
+
+  /** @returns {string[]} the adapted norm tensors, as the SDK names them */
+  get trainableNames() {
+    return this.layout.map((s) => s.name).filter((n) => n !== ALPHA && n !== LAMBDA);
+  }
+
+  /**
+   * One tensor of a flat vector, by name.
+   * @param {string} name
+   * @param {Float32Array} [vector] default: the parameters
+   * @returns {Float32Array}
+   */
+  parameter(name, vector = this.params) {
+    const slot = this._slot(name);
+    if (!slot) throw new Error(`unknown trainable tensor ${name}`);
+    return vector.slice(slot.offset, slot.offset + slot.shape.reduce((a, b) => a * b, 1));
+  }
+
+  /** @param {Float32Array} x */
+  _checkInput(x) {
+    checkSample(x, this.sampleShape);
+  }
+
+  /**
+   * @param {Float32Array} data
+   * @param {number[]} dims
+   */
+  _f32(data, dims) {
+    return new this.ort.Tensor("float32", data, dims);
+  }
+
+  /**
+   * Logits of the current model for one sample, without any update.
+   * @param {Float32Array} x one sample, `input.shape` without the batch axis
+   * @returns {Promise<Float32Array>}
+   */
+  async predict(x) {
+    this._checkInput(x);
+    return this._infer(x);
+  }
+
+  /** @param {Float32Array} x */
+  async _infer(x) {
+    const out = await this.forward.run({
+      [this.manifest.input.name]: this._f32(x, [1, ...this.sampleShape]),
+      "realm.params": this._f32(this.params, [this.params.length]),
+    });
+    return new Float32Array(out[this.manifest.logits_name].data);
+  }
+
+  /**
+   * Predict on one sample, then take at most one adaptation step (SPEC §3).
+   * @param {Float32Array} x one sample, `input.shape` without the batch axis
+   * @returns {Promise<import("./client-common.js").StepRecord>}
+   */
+  async adapt(x) {
+    this._checkInput(x);
+    const start = performance.now();
+    const logits = await this._infer(x);
+    this.counters.samples += 1;
+    const finite = logits.every(Number.isFinite);
+    let reason = "updated";
+    let updated = false;
+    let selected = false;
+    let cosine = NaN;
+    if (!finite) {
+      reason = "nonfinite";
+      this.counters.skipped_nonfinite += 1;
+    } else {
+      const decided = await this.decide.run({
+        logits: this._f32(logits, [1, this.classes]),
+        ema: this._f32(this.ema ?? new Float32Array(this.classes), [this.classes]),
+        has_ema: new this.ort.Tensor("bool", Uint8Array.from([this.ema ? 1 : 0]), []),
+      });
+      selected = Boolean(decided.keep.data[0]);
+      if (this.ema) cosine = decided.cosine.data[0];
+      if (!selected) {
+        const cut = !decided.passed_entropy.data[0];
+        reason = cut ? "entropy" : "diversity";
+        this.counters[cut ? "skipped_entropy" : "skipped_diversity"] += 1;
+      } else {
+        /** @type {Record<string, any>} */
+        const feeds = {
+          [this.manifest.input.name]: this._f32(x, [1, ...this.sampleShape]),
+          // S_div's weight for one kept sample; EATA's own factor is computed in the graph.
+          "realm.sample_weight": this._f32(Float32Array.of(1), [1]),
+          "realm.params": this._f32(this.params, [this.params.length]),
+          "realm.velocity": this._f32(this.velocity, [this.velocity.length]),
+        };
+        for (const [name, value] of Object.entries(this.hyper)) feeds[name] = this._f32(Float32Array.of(value), []);
+        const out = await this.step.run(feeds);
+        if (out["realm.finite"].data[0]) {
+          this.params = new Float32Array(out["realm.new_params"].data);
+          this.velocity = new Float32Array(out["realm.new_velocity"].data);
+          this.ema = new Float32Array(decided.next_ema.data);
+          this.counters.updates += 1;
+          this.counters.updated_samples += 1;
+          updated = true;
+        } else {
+          reason = "nonfinite";
+          this.counters.skipped_nonfinite += 1;
+        }
+      }
+    }
+    const top1 = argmax(logits);
+    const record = { logits, top1, selected, updated, reason, cosine, alpha: this.alpha, lambda: this.lambda, ms: performance.now() - start };
+    if (this.manifest.config.episodic) this.reset();
+    return record;
+  }
+
+  // ---------------------------------------------------------------- the SDK's state file
+
+  /**
+   * The whole adaptation state as the SDK's state file (`RealmRuntime.restore` reads it).
+   * @returns {Uint8Array}
+   */
+  saveState() {
+    /** @type {Map<string, import("./state-file.js").NpyArray>} */
+    const arrays = new Map();
+    for (const name of this.trainableNames) {
+      const shape = /** @type {import("./manifest.js").PortableSlot} */ (this._slot(name)).shape;
+      arrays.set(`param/${name}`, float32Array(this.parameter(name), shape));
+      arrays.set(`momentum/${name}`, float32Array(this.parameter(name, this.velocity), shape));
+    }
+    const config = this.manifest.config;
+    const scalar = (/** @type {string} */ name, /** @type {Float32Array} */ v, /** @type {number} */ otherwise) =>
+      float32Array([this._slot(name) ? this.parameter(name, v)[0] : otherwise], []);
+    arrays.set("alpha", scalar(ALPHA, this.params, config.alpha0));
+    arrays.set("lam", scalar(LAMBDA, this.params, config.lambda0));
+    arrays.set("alpha_momentum", scalar(ALPHA, this.velocity, 0));
+    arrays.set("lam_momentum", scalar(LAMBDA, this.velocity, 0));
+    if (this.ema) arrays.set("ema", float32Array(this.ema, [this.classes]));
+    const header = {
+      method: config.method,
+      num_classes: this.classes,
+      trainable: this.trainableNames,
+      counters: { ...this.counters },
+      config,
+    };
+    return writeState(header, arrays);
+  }
+
+  /**
+   * Load a state file written by {@link saveState}, `RealmRuntime.save` or the SDK. Everything
+   * is checked first: a state that does not fit these artifacts throws and changes nothing.
+   * @param {Uint8Array} bytes the file's content
+   */
+  restoreState(bytes) {
+    const { header, arrays } = readState(bytes);
+    const config = this.manifest.config;
+    if (header.method !== config.method || header.num_classes !== this.classes) {
+      throw new StateFileError(`the state is for method ${header.method} with ${header.num_classes} classes, these artifacts run ${config.method} with ${this.classes}`);
+    }
+    if (JSON.stringify(header.trainable) !== JSON.stringify(this.trainableNames)) {
+      throw new StateFileError("the state's trainable tensors differ from these artifacts'");
+    }
+    const params = new Float32Array(this.source.length);
+    const velocity = new Float32Array(this.source.length);
+    /**
+     * @param {string} key
+     * @param {number[]} shape
+     */
+    const take = (key, shape) => {
+      const a = arrays.get(key);
+      if (!a || a.dtype !== "<f4" || JSON.stringify(a.shape) !== JSON.stringify(shape)) {
+        throw new StateFileError(`${key}: missing, or not float32 of shape (${shape.join(", ")})`);
+      }
+      if (!a.data.every(Number.isFinite)) throw new StateFileError(`${key}: non-finite values`);
+      return /** @type {Float32Array} */ (a.data);
+    };
+    for (const slot of this.layout) {
+      const [p, v] =
+        slot.name === ALPHA ? [take("alpha", []), take("alpha_momentum", [])]
+        : slot.name === LAMBDA ? [take("lam", []), take("lam_momentum", [])]
+        : [take(`param/${slot.name}`, slot.shape), take(`momentum/${slot.name}`, slot.shape)];
+      params.set(p, slot.offset);
+      velocity.set(v, slot.offset);
+    }
+    const ema = arrays.has("ema") ? new Float32Array(take("ema", [this.classes])) : null;
+    const counters = Object.fromEntries(COUNTERS.map((k) => [k, header.counters?.[k]]));
+    if (!Object.values(counters).every((c) => Number.isInteger(c) && c >= 0)) {
+      throw new StateFileError(`counters: expected ${COUNTERS.join(", ")} as counts`);
+    }
+    this.params = params;
+    this.velocity = velocity;
+    this.ema = ema;
+    this.counters = counters;
+  }
+}

@@ -1,0 +1,182 @@
+"""Issue 12: the Node.js edge app (examples/node) against RealmRuntime, step for step.
+
+The app runs the portable step graph on the current onnxruntime-node with the browser's
+client module (examples/web/realm-portable.js). Compared on the same artifacts and stream:
+each sample's prediction, decision and reason, α and λ, and at the end the parameters, the
+momentum, the EMA and the counters (from the app's checkpoint, restored into RealmRuntime).
+Also: a restart resumes from the checkpoint exactly, and a state saved by RealmRuntime
+continues in the app. Needs Node.js and ``npm ci`` in examples/node (``make web-deps``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import export_digits
+
+from realm_runtime import RealmRuntime
+from realm_sdk._parity import TOLERANCES
+
+NODE_APP = Path(__file__).resolve().parents[1] / "examples" / "node"
+SAMPLES = 90
+
+
+def _node() -> str:
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("Node.js not found: the Node app's tests need node")
+    if not (NODE_APP / "node_modules" / "onnxruntime-node").is_dir():
+        pytest.skip("examples/node/node_modules lacks onnxruntime-node: run `make web-deps`")
+    return node
+
+
+def _app(artifacts: Path, stream: Path, *extra: str) -> str:
+    done = subprocess.run(
+        [_node(), "edge-app.mjs", "--artifacts", str(artifacts), "--stream", str(stream), *extra],
+        cwd=NODE_APP,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr + done.stdout
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def stream(digits_stream, tmp_path_factory) -> Path:
+    """The shifted digits as the app reads them: one .npy a sample, labels.json."""
+    folder = tmp_path_factory.mktemp("stream")
+    xs, ys = digits_stream[0][:SAMPLES], digits_stream[1][:SAMPLES]
+    labels = {}
+    for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
+        np.save(folder / f"{i:05d}.npy", np.ascontiguousarray(x, dtype=np.float32))
+        labels[f"{i:05d}.npy"] = int(y)
+    (folder / "labels.json").write_text(json.dumps(labels))
+    return folder
+
+
+def _runtime_steps(
+    artifacts: Path, stream: Path, count: int = SAMPLES
+) -> tuple[RealmRuntime, list]:
+    rt = RealmRuntime(artifacts, threads=1, schedule="infer-first")
+    steps = [rt.adapt(np.load(stream / f"{i:05d}.npy")[None]) for i in range(count)]
+    return rt, steps
+
+
+def _same_state(a: RealmRuntime, b: RealmRuntime, exact: bool = False) -> None:
+    """Equal states: exactly (same ORT), or within the parity suite's tolerances (two ORTs)."""
+    tol = dict.fromkeys(TOLERANCES, 0.0) if exact else TOLERANCES
+    for name, value in a.trainable_parameters().items():
+        np.testing.assert_allclose(
+            b.trainable_parameters()[name], value, rtol=0, atol=tol["params"]
+        )
+    for name, value in a.momentum_buffers().items():
+        scale = max(float(np.abs(value).max()), 1e-12)
+        got = np.abs(b.momentum_buffers()[name] - value).max() / scale
+        assert got <= tol["momentum"], (name, got)
+    sa, sb = a.state, b.state
+    assert (sa.samples, sa.updates, sa.skipped_diversity, sa.skipped_entropy) == (
+        sb.samples,
+        sb.updates,
+        sb.skipped_diversity,
+        sb.skipped_entropy,
+    )
+    if sa.alpha is None:  # Tent, EATA: no α, λ
+        assert sb.alpha is None and sb.lam is None
+    else:
+        assert sa.alpha == pytest.approx(sb.alpha, abs=tol["alpha"])
+        assert sa.lam == pytest.approx(sb.lam, abs=tol["lam"] * max(1.0, abs(sa.lam)))
+    np.testing.assert_allclose(sa.ema, sb.ema, rtol=0, atol=tol["ema"])
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"momentum": 0.9}, {"method": "eata"}],
+    ids=["realm", "realm-momentum-0.9", "eata"],
+)
+def test_node_app_takes_the_runtimes_steps(digits_model, stream, tmp_path, overrides):
+    artifacts = tmp_path / "artifacts"
+    export_digits(digits_model, artifacts, **overrides)
+    state, log = tmp_path / "node.npz", tmp_path / "steps.jsonl"
+    out = _app(artifacts, stream, "--state", str(state), "--log", str(log), "--quiet")
+    assert "top-1" in out and f"done [{SAMPLES}]" in out
+    rt, steps = _runtime_steps(artifacts, stream)
+    there = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(there) == SAMPLES
+    for i, (node, py) in enumerate(zip(there, steps, strict=True)):
+        assert (node["reason"], node["selected"], node["top1"]) == (
+            py.reason,
+            bool(py.selected[0]),
+            int(py.top1[0]),
+        ), f"sample {i}"
+        np.testing.assert_allclose(node["logits"], py.logits[0], rtol=0, atol=TOLERANCES["logits"])
+    assert rt.state.updates > 0 and rt.state.skipped_diversity + rt.state.skipped_entropy > 0
+    if rt.state.alpha is not None and overrides.get("method") != "eata":
+        assert there[-1]["alpha"] == pytest.approx(rt.state.alpha, abs=TOLERANCES["alpha"])
+    restored = RealmRuntime(artifacts, threads=1)
+    restored.restore(state)  # the app's checkpoint is the SDK's state file
+    _same_state(rt, restored)
+
+
+def test_node_app_resumes_and_continues_python_states(digits_artifacts, stream, tmp_path):
+    artifacts = digits_artifacts[0]
+    whole = tmp_path / "whole.npz"
+    _app(artifacts, stream, "--state", str(whole), "--quiet")
+    # Stopped after 35 samples and started again: the same end state as one run.
+    halves = tmp_path / "halves.npz"
+    first = _app(
+        artifacts, stream, "--state", str(halves), "--limit", "35", "--checkpoint-every", "10"
+    )
+    assert "from the exported model" in first
+    second = _app(artifacts, stream, "--state", str(halves))
+    assert "resumed at sample 35" in second
+    a, b = RealmRuntime(artifacts, threads=1), RealmRuntime(artifacts, threads=1)
+    a.restore(whole)
+    b.restore(halves)
+    _same_state(a, b, exact=True)
+    # A state RealmRuntime saved after 35 samples continues in the app.
+    rt, _ = _runtime_steps(artifacts, stream, count=35)
+    from_python = tmp_path / "python.npz"
+    rt.save(from_python)
+    _app(artifacts, stream, "--state", str(from_python), "--quiet")
+    c = RealmRuntime(artifacts, threads=1)
+    c.restore(from_python)
+    _same_state(a, c)
+
+
+def test_node_app_refuses_tampered_artifacts_and_foreign_states(digits_artifacts, stream, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(digits_artifacts[0], copy)
+    (copy / "step_model.onnx").write_bytes((copy / "step_model.onnx").read_bytes()[:-10])
+    done = subprocess.run(
+        [_node(), "edge-app.mjs", "--artifacts", str(copy), "--stream", str(stream)],
+        cwd=NODE_APP,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1 and "step_model.onnx" in done.stderr, done.stderr
+    foreign = tmp_path / "foreign.npz"
+    foreign.write_bytes(b"PK\x05\x06" + b"\0" * 18)  # an empty zip: no header member
+    done = subprocess.run(
+        [
+            _node(),
+            "edge-app.mjs",
+            "--artifacts",
+            str(digits_artifacts[0]),
+            "--stream",
+            str(stream),
+            "--state",
+            str(foreign),
+        ],
+        cwd=NODE_APP,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1 and "__header__" in done.stderr, done.stderr
