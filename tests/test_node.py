@@ -103,7 +103,17 @@ def test_node_app_takes_the_runtimes_steps(digits_model, stream, tmp_path, overr
     artifacts = tmp_path / "artifacts"
     export_digits(digits_model, artifacts, **overrides)
     state, log = tmp_path / "node.npz", tmp_path / "steps.jsonl"
-    out = _app(artifacts, stream, "--state", str(state), "--log", str(log), "--quiet")
+    out = _app(
+        artifacts,
+        stream,
+        "--state",
+        str(state),
+        "--log",
+        str(log),
+        "--quiet",
+        "--schedule",
+        "infer-first",  # the schedule of _runtime_steps: the same logits
+    )
     assert "top-1" in out and f"done [{SAMPLES}]" in out
     rt, steps = _runtime_steps(artifacts, stream)
     there = [json.loads(line) for line in log.read_text().splitlines()]

@@ -31,6 +31,7 @@ const USAGE = `usage: node edge-app.mjs --artifacts DIR --stream DIR [options]
   --checkpoint-every N    samples between checkpoints (default 100)
   --limit N               stop after N samples in this run
   --threads N             onnxruntime intra-op threads (default 1)
+  --schedule S            auto (default), train or infer-first: as RealmRuntime's
   --log FILE              one JSON line per sample (prediction, decision, reason, alpha, lambda)
   --quiet                 only the final summary`;
 
@@ -45,6 +46,7 @@ function options(argv) {
       "checkpoint-every": { type: "string", default: "100" },
       limit: { type: "string" },
       threads: { type: "string", default: "1" },
+      schedule: { type: "string", default: "auto" },
       log: { type: "string" },
       quiet: { type: "boolean", default: false },
       help: { type: "boolean", default: false },
@@ -70,6 +72,7 @@ function options(argv) {
     every: /** @type {number} */ (count(values["checkpoint-every"], "checkpoint-every")),
     limit: count(values.limit, "limit"),
     threads: /** @type {number} */ (count(values.threads, "threads")),
+    schedule: /** @type {"auto" | "train" | "infer-first"} */ (values.schedule),
     log: values.log,
     quiet: values.quiet,
   };
@@ -108,7 +111,7 @@ async function main() {
     ort,
     (name) => readOrNull(path.join(opts.artifacts, name)),
     opts.artifacts,
-    { threads: opts.threads, executionProviders: ["cpu"] },
+    { threads: opts.threads, executionProviders: ["cpu"], schedule: opts.schedule },
   );
   const saved = await readOrNull(opts.state);
   if (saved !== null) client.restoreState(saved);

@@ -9,7 +9,7 @@
  * learning rates, the α/λ projection and a finite flag). This module keeps the state between
  * calls (the flat parameters and momentum, the EMA, the counters) and writes and reads it in
  * the SDK's own state file (state-file.js), so a state moves between Python, Node and the
- * browser. It is the same sequence as `RealmRuntime` with `schedule="infer-first"`.
+ * browser. It is `RealmRuntime`'s sequence, with its three schedules.
  * @module realm-portable
  */
 
@@ -29,7 +29,14 @@ import { StateFileError, float32Array, parseNpy, readState, writeState } from ".
  * @typedef {object} ClientOptions
  * @property {number} [threads] ONNX Runtime's intra-op threads (default: its own)
  * @property {string[]} [executionProviders] e.g. ["cpu"], ["webgpu", "wasm"]
+ * @property {"auto" | "train" | "infer-first"} [schedule] as RealmRuntime's: "train" runs the
+ *   step graph at once and takes its logits; "infer-first" runs the forward graph, decides,
+ *   and steps only for a sample that updates; "auto" (default) picks the cheaper for the
+ *   observed update rate
  */
+
+const REPROBE_EVERY = 100; // auto schedule: samples between re-timings of the path not taken
+const TIMING_WINDOW = 8; // auto schedule: a graph's cost is the fastest of its last 8 calls
 
 export class RealmClient {
   /**
@@ -70,7 +77,13 @@ export class RealmClient {
     if (options.executionProviders) sessionOptions.executionProviders = options.executionProviders;
     const open = (/** @type {string} */ name) => ort.InferenceSession.create(bytes[name], sessionOptions);
     const [step, forward, decide] = await Promise.all([open(p.step_model), open(p.forward_model), open(p.decide_model)]);
-    return new RealmClient(ort, manifest, step, forward, decide, /** @type {Float32Array} */ (source.data));
+    const client = new RealmClient(ort, manifest, step, forward, decide, /** @type {Float32Array} */ (source.data));
+    const schedule = options.schedule ?? "auto";
+    if (!["auto", "train", "infer-first"].includes(schedule)) {
+      throw new RangeError(`schedule must be "auto", "train" or "infer-first", got ${JSON.stringify(schedule)}`);
+    }
+    client.schedule = schedule;
+    return client;
   }
 
   /**
@@ -112,6 +125,13 @@ export class RealmClient {
   ema = null;
   /** @type {Record<string, number>} */
   counters = {};
+  /** @type {"auto" | "train" | "infer-first"} */
+  schedule = "auto";
+  /** @type {{train: number[], infer: number[]}} ms of each graph's last timed calls */
+  _recent = { train: [], infer: [] };
+  _timed = { train: 0, infer: 0 };
+  _rate = 1; // EMA of the share of samples that update
+  _calls = 0;
 
   /** Back to the exported parameters, zero momentum, no EMA, zero counters. */
   reset() {
@@ -198,7 +218,18 @@ export class RealmClient {
   async adapt(x) {
     this._checkInput(x);
     const start = performance.now();
-    const logits = await this._infer(x);
+    const trainFirst = this._trainFirst();
+    this._calls += 1;
+    /** @type {Record<string, any> | null} */
+    let out = null;
+    /** @type {Float32Array} */
+    let logits;
+    if (trainFirst) {
+      out = await this._step(x);
+      logits = new Float32Array(out[this.manifest.logits_name].data);
+    } else {
+      logits = await this._timedInfer(x);
+    }
     this.counters.samples += 1;
     const finite = logits.every(Number.isFinite);
     let reason = "updated";
@@ -216,21 +247,13 @@ export class RealmClient {
       });
       selected = Boolean(decided.keep.data[0]);
       if (this.ema) cosine = decided.cosine.data[0];
+      this._rate = 0.95 * this._rate + 0.05 * (selected ? 1 : 0);
       if (!selected) {
         const cut = !decided.passed_entropy.data[0];
         reason = cut ? "entropy" : "diversity";
         this.counters[cut ? "skipped_entropy" : "skipped_diversity"] += 1;
       } else {
-        /** @type {Record<string, any>} */
-        const feeds = {
-          [this.manifest.input.name]: this._f32(x, [1, ...this.sampleShape]),
-          // S_div's weight for one kept sample; EATA's own factor is computed in the graph.
-          "realm.sample_weight": this._f32(Float32Array.of(1), [1]),
-          "realm.params": this._f32(this.params, [this.params.length]),
-          "realm.velocity": this._f32(this.velocity, [this.velocity.length]),
-        };
-        for (const [name, value] of Object.entries(this.hyper)) feeds[name] = this._f32(Float32Array.of(value), []);
-        const out = await this.step.run(feeds);
+        out ??= await this._step(x);
         if (out["realm.finite"].data[0]) {
           this.params = new Float32Array(out["realm.new_params"].data);
           this.velocity = new Float32Array(out["realm.new_velocity"].data);
@@ -248,6 +271,60 @@ export class RealmClient {
     const record = { logits, top1, selected, updated, reason, cosine, alpha: this.alpha, lambda: this.lambda, ms: performance.now() - start };
     if (this.manifest.config.episodic) this.reset();
     return record;
+  }
+
+  /**
+   * One call of the step graph (forward, loss, gradients, the update) on one sample.
+   * @param {Float32Array} x
+   * @returns {Promise<Record<string, any>>}
+   */
+  async _step(x) {
+    const start = performance.now();
+    /** @type {Record<string, any>} */
+    const feeds = {
+      [this.manifest.input.name]: this._f32(x, [1, ...this.sampleShape]),
+      // S_div's weight for one kept sample; EATA's own factor is computed in the graph.
+      "realm.sample_weight": this._f32(Float32Array.of(1), [1]),
+      "realm.params": this._f32(this.params, [this.params.length]),
+      "realm.velocity": this._f32(this.velocity, [this.velocity.length]),
+    };
+    for (const [name, value] of Object.entries(this.hyper)) feeds[name] = this._f32(Float32Array.of(value), []);
+    const out = await this.step.run(feeds);
+    this._note("train", performance.now() - start);
+    return out;
+  }
+
+  /** @param {Float32Array} x */
+  async _timedInfer(x) {
+    const start = performance.now();
+    const logits = await this._infer(x);
+    this._note("infer", performance.now() - start);
+    return logits;
+  }
+
+  /**
+   * @param {"train" | "infer"} kind
+   * @param {number} ms
+   */
+  _note(kind, ms) {
+    this._timed[kind] += 1;
+    if (this._timed[kind] === 1) return; // a graph's first call includes ORT's set-up
+    const recent = this._recent[kind];
+    recent.push(ms);
+    if (recent.length > TIMING_WINDOW) recent.shift();
+  }
+
+  /** @returns {boolean} the schedule's choice for this sample (RealmRuntime's rule) */
+  _trainFirst() {
+    if (this.schedule !== "auto") return this.schedule === "train";
+    const cost = (/** @type {number[]} */ t) => (t.length ? Math.min(...t) : 0);
+    const train = cost(this._recent.train);
+    const infer = cost(this._recent.infer);
+    if (train === 0) return true; // measure the step first (its first call is set-up) ...
+    if (infer === 0) return false; // ... then the forward graph
+    const trainFirst = infer + this._rate * train >= train;
+    // Re-time the path not taken now and then: one slow measurement cannot pin the choice.
+    return this._calls % REPROBE_EVERY === 0 ? !trainFirst : trainFirst;
   }
 
   // ---------------------------------------------------------------- the SDK's state file
