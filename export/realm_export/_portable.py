@@ -141,8 +141,7 @@ def build_portable_graphs(
 
     def unflatten(flat: Tensor) -> list[Tensor]:
         return [
-            part.reshape(shape)
-            for part, shape in zip(torch.split(flat, sizes), shapes, strict=True)
+            part.reshape(shape) for part, shape in zip(split_tree(flat, sizes), shapes, strict=True)
         ]
 
     def per_sample_loss(h: Tensor, params: list[Tensor], e0: Tensor) -> Tensor:
@@ -425,6 +424,29 @@ def check_portable(proto: onnx.ModelProto) -> None:
     if opset > 21:
         raise UnsupportedModelError(f"the portable graph needs opset {opset}; ORT 1.19 reads ≤ 21")
     onnx.checker.check_model(proto)
+
+
+# WebGPU guarantees 8 storage buffers per shader stage (maxStorageBuffersPerShaderStage) and
+# software adapters (SwiftShader) give no more: a Split may have 7 outputs, and its gradient,
+# a Concat, 7 inputs. One Split of realm.params into 19 tensors failed on onnxruntime-web's
+# WebGPU execution provider in headless Chromium.
+MAX_FANOUT = 7
+
+
+def split_tree(flat: Tensor, sizes: list[int]) -> list[Tensor]:
+    """``torch.split(flat, sizes)`` as a tree of splits with at most :data:`MAX_FANOUT` parts.
+
+    The pieces are the same views; only the graph changes (and its backward's concatenations).
+    """
+    if len(sizes) <= MAX_FANOUT:
+        return list(torch.split(flat, sizes))
+    per = math.ceil(len(sizes) / MAX_FANOUT)
+    groups = [sizes[i : i + per] for i in range(0, len(sizes), per)]
+    parts = torch.split(flat, [sum(group) for group in groups])
+    out: list[Tensor] = []
+    for part, group in zip(parts, groups, strict=True):
+        out.extend(split_tree(part, group) if len(group) > 1 else [part])
+    return out
 
 
 def save_proto(proto: onnx.ModelProto, path: str | os.PathLike[str]) -> Path:

@@ -212,8 +212,9 @@ def decide_model(config: RealmConfig, ir_version: int) -> onnx.ModelProto:
         ],
         "entropy",
     )
-    # Cosine to the EMA, with torch's eps on the product of the norms.
-    dot = op("MatMul", [probs, "ema"], "dot")
+    # Cosine to the EMA, with torch's eps on the product of the norms. The dot product as
+    # Mul + ReduceSum: onnxruntime-web's WebGPU MatMul refuses a 1-D operand ((1, C) @ (C,)).
+    dot = op("ReduceSum", [op("Mul", [probs, "ema"], "p_times_m"), "axis1"], "dot", keepdims=0)
     norm_p = op(
         "Sqrt",
         [op("ReduceSum", [op("Mul", [probs, probs], "pp"), "axis1"], "sum_pp", keepdims=0)],
