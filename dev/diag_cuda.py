@@ -12,9 +12,8 @@ import sys
 
 import torch
 
-from realm_runtime import RealmConfig
 from realm_sdk import RealmAdapter
-from realm_sdk._parity import CASES, MODEL_FACTORIES, _margins, make_stream
+from realm_sdk._parity import CASES, _margins, build_case, make_stream
 
 
 def _max_abs(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> tuple[float, str]:
@@ -29,15 +28,7 @@ def main(names: list[str]) -> None:
     known = {c.name: c for c in CASES}
     for name in names:
         case = known[name]
-        factory, shape, classes = MODEL_FACTORIES[case.model]
-        torch.manual_seed(0)
-        model = factory().eval()
-        cfg = RealmConfig.preset(
-            case.preset,
-            num_classes=classes,
-            method=case.method,  # type: ignore[arg-type]
-            **case.overrides,
-        )
+        model, cfg, shape = build_case(case)
         cpu = RealmAdapter(copy.deepcopy(model), cfg)
         gpu = RealmAdapter(copy.deepcopy(model).cuda(), cfg)
         for step, x in enumerate(make_stream(case, shape)[:40]):

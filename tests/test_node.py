@@ -35,14 +35,20 @@ def _node() -> str:
     return node
 
 
-def _app(artifacts: Path, stream: Path, *extra: str) -> str:
-    done = subprocess.run(
+def _run_app(
+    artifacts: Path, stream: Path, *extra: str, timeout: int = 300
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
         [_node(), "edge-app.mjs", "--artifacts", str(artifacts), "--stream", str(stream), *extra],
         cwd=NODE_APP,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
     )
+
+
+def _app(artifacts: Path, stream: Path, *extra: str) -> str:
+    done = _run_app(artifacts, stream, *extra)
     assert done.returncode == 0, done.stderr + done.stdout
     return done.stdout
 
@@ -163,30 +169,9 @@ def test_node_app_refuses_tampered_artifacts_and_foreign_states(digits_artifacts
     copy = tmp_path / "copy"
     shutil.copytree(digits_artifacts[0], copy)
     (copy / "step_model.onnx").write_bytes((copy / "step_model.onnx").read_bytes()[:-10])
-    done = subprocess.run(
-        [_node(), "edge-app.mjs", "--artifacts", str(copy), "--stream", str(stream)],
-        cwd=NODE_APP,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _run_app(copy, stream, timeout=120)
     assert done.returncode == 1 and "step_model.onnx" in done.stderr, done.stderr
     foreign = tmp_path / "foreign.npz"
     foreign.write_bytes(b"PK\x05\x06" + b"\0" * 18)  # an empty zip: no header member
-    done = subprocess.run(
-        [
-            _node(),
-            "edge-app.mjs",
-            "--artifacts",
-            str(digits_artifacts[0]),
-            "--stream",
-            str(stream),
-            "--state",
-            str(foreign),
-        ],
-        cwd=NODE_APP,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _run_app(digits_artifacts[0], stream, "--state", str(foreign), timeout=120)
     assert done.returncode == 1 and "__header__" in done.stderr, done.stderr

@@ -63,3 +63,36 @@ export function argmax(logits) {
   for (let c = 1; c < logits.length; c++) if (logits[c] > logits[top1]) top1 = c;
   return top1;
 }
+
+/**
+ * @typedef {object} Decision SPEC §3's step 2 for one sample (web_decide.onnx's outputs)
+ * @property {boolean} selected the sample passes EATA's cut and S_div: it updates
+ * @property {"entropy" | "diversity"} skip which filter refused it, when not selected
+ * @property {number} cosine cosine of the prediction to the EMA (NaN without an EMA)
+ * @property {Float32Array} weight its loss weight (1, or EATA's exp(−(H − e0)); 0 if not kept)
+ * @property {Float32Array} nextEma the EMA to commit if the update happens
+ */
+
+/**
+ * Run the decision graph on one sample's pre-update logits.
+ * @param {any} ort the ONNX Runtime JavaScript module (for its Tensor)
+ * @param {any} session InferenceSession of web_decide.onnx
+ * @param {Float32Array} logits (C,) pre-update logits
+ * @param {Float32Array | null} ema the EMA of past predictions (null before the first update)
+ * @returns {Promise<Decision>}
+ */
+export async function decide(ort, session, logits, ema) {
+  const classes = logits.length;
+  const out = await session.run({
+    logits: new ort.Tensor("float32", logits, [1, classes]),
+    ema: new ort.Tensor("float32", ema ?? new Float32Array(classes), [classes]),
+    has_ema: new ort.Tensor("bool", Uint8Array.from([ema ? 1 : 0]), []),
+  });
+  return {
+    selected: Boolean(out.keep.data[0]),
+    skip: out.passed_entropy.data[0] ? "diversity" : "entropy",
+    cosine: ema ? out.cosine.data[0] : NaN,
+    weight: new Float32Array(out.weight.data),
+    nextEma: new Float32Array(out.next_ema.data),
+  };
+}

@@ -9,7 +9,7 @@
  * @module realm-client
  */
 
-import { ALPHA, COUNTERS, LAMBDA, argmax, checkSample, zeroCounters } from "./client-common.js";
+import { ALPHA, COUNTERS, LAMBDA, argmax, checkSample, decide, zeroCounters } from "./client-common.js";
 import { ArtifactError, MANIFEST_NAME, checkOrtVersion, parseManifest, verifyFile } from "./manifest.js";
 
 export const SAMPLE_WEIGHT = "realm.sample_weight";
@@ -203,13 +203,8 @@ export class RealmWebClient {
     const input = this._inputTensor(x);
     const logits = await this._infer(input);
     this.counters.samples += 1;
-    const decided = await this.decide.run({
-      logits: new Tensor("float32", logits, [1, this.classes]),
-      ema: new Tensor("float32", this.ema ?? new Float32Array(this.classes), [this.classes]),
-      has_ema: new Tensor("bool", Uint8Array.from([this.ema ? 1 : 0]), []),
-    });
-    const selected = decided.keep.data[0] !== 0 && decided.keep.data[0] !== false;
-    const cosine = this.ema ? decided.cosine.data[0] : NaN;
+    const decided = await decide(this.ort, this.decide, logits, this.ema);
+    const { selected, cosine } = decided;
     const finite = logits.every(Number.isFinite);
     let reason = "updated";
     let updated = false;
@@ -217,23 +212,22 @@ export class RealmWebClient {
       reason = "nonfinite";
       this.counters.skipped_nonfinite += 1;
     } else if (!selected) {
-      const cut = !decided.passed_entropy.data[0];
-      reason = cut ? "entropy" : "diversity";
-      this.counters[cut ? "skipped_entropy" : "skipped_diversity"] += 1;
+      reason = decided.skip;
+      this.counters[`skipped_${decided.skip}`] += 1;
     } else {
       const web = this.manifest.web;
       await this.session.lazyResetGrad();
       /** @type {Record<string, any>} */
       const out = await this.session.runTrainStep({
         [this.manifest.input.name]: input,
-        [SAMPLE_WEIGHT]: new Tensor("float32", new Float32Array(decided.weight.data), [1]),
+        [SAMPLE_WEIGHT]: new Tensor("float32", decided.weight, [1]),
         [web.momentum_input]: new Tensor("float32", this.momentum, [this.layout.total]),
       });
       const ok = out[web.outputs.ok].data[0];
       if (ok) {
         this.params = new Float32Array(out[web.outputs.params].data);
         this.momentum = new Float32Array(out[web.outputs.momentum].data);
-        this.ema = new Float32Array(decided.next_ema.data);
+        this.ema = decided.nextEma;
         this._pendingLoad = true;
         await this._syncParameters();
         this.counters.updates += 1;

@@ -13,7 +13,7 @@
  * @module realm-portable
  */
 
-import { ALPHA, COUNTERS, LAMBDA, argmax, checkSample, zeroCounters } from "./client-common.js";
+import { ALPHA, COUNTERS, LAMBDA, argmax, checkSample, decide, zeroCounters } from "./client-common.js";
 import { ArtifactError, MANIFEST_NAME, parseManifest, verifyFile } from "./manifest.js";
 import { StateFileError, float32Array, parseNpy, readState, writeState } from "./state-file.js";
 
@@ -240,24 +240,18 @@ export class RealmClient {
       reason = "nonfinite";
       this.counters.skipped_nonfinite += 1;
     } else {
-      const decided = await this.decide.run({
-        logits: this._f32(logits, [1, this.classes]),
-        ema: this._f32(this.ema ?? new Float32Array(this.classes), [this.classes]),
-        has_ema: new this.ort.Tensor("bool", Uint8Array.from([this.ema ? 1 : 0]), []),
-      });
-      selected = Boolean(decided.keep.data[0]);
-      if (this.ema) cosine = decided.cosine.data[0];
+      const decided = await decide(this.ort, this.decide, logits, this.ema);
+      ({ selected, cosine } = decided);
       this._rate = 0.95 * this._rate + 0.05 * (selected ? 1 : 0);
       if (!selected) {
-        const cut = !decided.passed_entropy.data[0];
-        reason = cut ? "entropy" : "diversity";
-        this.counters[cut ? "skipped_entropy" : "skipped_diversity"] += 1;
+        reason = decided.skip;
+        this.counters[`skipped_${decided.skip}`] += 1;
       } else {
         out ??= await this._step(x);
         if (out["realm.finite"].data[0]) {
           this.params = new Float32Array(out["realm.new_params"].data);
           this.velocity = new Float32Array(out["realm.new_velocity"].data);
-          this.ema = new Float32Array(decided.next_ema.data);
+          this.ema = decided.nextEma;
           this.counters.updates += 1;
           this.counters.updated_samples += 1;
           updated = true;

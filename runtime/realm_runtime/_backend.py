@@ -54,6 +54,7 @@ class StepBackend(ABC):
     name: str  # "onnx" or "ort-training"
     names: list[str]  # every trainable tensor in manifest order (norm parameters, then α, λ)
     max_batch: int | None  # largest batch the step accepts (None: any)
+    graph_format: str = "onnx"  # the graphs' file format: "ort" for ORT-format copies
 
     @abstractmethod
     def infer(self, x: np.ndarray) -> np.ndarray:

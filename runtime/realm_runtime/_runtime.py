@@ -171,7 +171,7 @@ class RealmRuntime:
         )
         self.backend: str = self._backend.name
         # The graphs' file format: "ort" where the onnx backend runs the ORT-format copies.
-        self.graph_format: str = getattr(self._backend, "graph_format", "onnx")
+        self.graph_format: str = self._backend.graph_format
         self._all_trainable = list(self._backend.names)
         self._names = [n for n in self._all_trainable if n not in (ALPHA_NAME, LAMBDA_NAME)]
         self._source, _ = self._backend.tensors()

@@ -374,6 +374,20 @@ def make_stream(case: ParityCase, shape: tuple[int, ...], seed: int = 0) -> np.n
     return xs
 
 
+def build_case(case: ParityCase) -> tuple[nn.Module, RealmConfig, tuple[int, ...]]:
+    """The case's source model (seed 0, eval mode), its configuration and sample shape."""
+    factory, shape, classes = MODEL_FACTORIES[case.model]
+    torch.manual_seed(0)
+    model = factory().eval()
+    config = RealmConfig.preset(
+        case.preset,
+        num_classes=classes,
+        method=case.method,  # type: ignore[arg-type]
+        **case.overrides,
+    )
+    return model, config, shape
+
+
 def run_case(
     case: ParityCase,
     *,
@@ -401,15 +415,7 @@ def run_case(
     """
     from realm_export import export_realm_artifacts
 
-    factory, shape, classes = MODEL_FACTORIES[case.model]
-    torch.manual_seed(0)
-    model = factory().eval()
-    config = RealmConfig.preset(
-        case.preset,
-        num_classes=classes,
-        method=case.method,  # type: ignore[arg-type]
-        **case.overrides,
-    )
+    model, config, shape = build_case(case)
     reports = []
     with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
         artifacts = Path(tmp) / "artifacts"
