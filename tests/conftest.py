@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+import numpy as np
 import pytest
 import torch
 
@@ -67,3 +70,29 @@ def digits_ort_artifacts(digits_model, tmp_path_factory):
     """The same, with the ORT-format graphs (``--ort-format``): (directory, config)."""
     directory = tmp_path_factory.mktemp("artifacts") / "digits-ort"
     return directory, export_digits(digits_model, directory, ort_format=True)
+
+
+def assert_same_state(a, b, tol: Mapping[str, float]) -> None:
+    """Two RealmRuntimes hold the same adaptation state, within ``tol`` (parity's keys).
+
+    Parameters, α and EMA absolutely; λ relative to its scale (it grows under C = 1);
+    momentum buffers relative to each buffer's largest entry (sums of raw gradients); the
+    counters exactly.
+    """
+    for name, value in a.trainable_parameters().items():
+        np.testing.assert_allclose(
+            b.trainable_parameters()[name], value, rtol=0, atol=tol["params"], err_msg=name
+        )
+    for name, value in a.momentum_buffers().items():
+        scale = max(float(np.abs(value).max()), 1e-12)
+        got = np.abs(b.momentum_buffers()[name] - value).max() / scale
+        assert got <= tol["momentum"], (name, got)
+    sa, sb = a.state, b.state
+    counters = ("samples", "updates", "updated_samples", "skipped_diversity", "skipped_entropy")
+    assert [getattr(sa, k) for k in counters] == [getattr(sb, k) for k in counters]
+    if sa.alpha is None:  # Tent, EATA: no α, λ
+        assert sb.alpha is None and sb.lam is None
+    else:
+        assert sa.alpha == pytest.approx(sb.alpha, abs=tol["alpha"])
+        assert sa.lam == pytest.approx(sb.lam, abs=tol["lam"] * max(1.0, abs(sa.lam)))
+    np.testing.assert_allclose(sa.ema, sb.ema, rtol=0, atol=tol["ema"])

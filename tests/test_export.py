@@ -227,8 +227,7 @@ def test_manifest_describes_the_export(tmp_path):
         "eval_model.onnx",
         "checkpoint",
         "inference_model.onnx",
-        "web_training_model.onnx",
-        "web_decide.onnx",
+        "decide_model.onnx",
         "step_model.onnx",
         "forward_model.onnx",
         "source_params.npy",
@@ -236,12 +235,12 @@ def test_manifest_describes_the_export(tmp_path):
     assert m.portable["step_model"] == "step_model.onnx" and m.portable["batch"] == 1
     assert m.portable["opset"] == 18 and m.portable["ir_version"] <= 10
     assert [s["name"] for s in m.portable["layout"]] == list(m.trainable)
-    layout = m.web["layout"]
-    assert set(layout["names"]) == set(m.trainable)
-    sizes = {n: int(np.prod(shape)) for n, shape in m.trainable.items()}
-    assert layout["sizes"] == [sizes[n] for n in layout["names"]]
-    assert layout["offsets"] == list(np.cumsum([0, *layout["sizes"]])[:-1])
-    assert layout["total"] == sum(sizes.values())
+    assert m.portable["decide_model"] == "decide_model.onnx"
+    slots = m.portable["layout"]
+    sizes = [int(np.prod(s["shape"])) for s in slots]
+    assert [s["shape"] for s in slots] == [m.trainable[s["name"]] for s in slots]
+    assert [s["offset"] for s in slots] == list(np.cumsum([0, *sizes])[:-1])
+    assert m.portable["size"] == sum(sizes)
     assert m.trainable[ALPHA_NAME] == [] and m.trainable["bn1.weight"] == [64]
     assert m.model["name"] == "timm:resnet18"
     assert "layer4.0.bn1.weight" not in m.trainable  # the imagenet preset freezes layer4

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import export_digits
+from conftest import assert_same_state, export_digits
 
 from realm_runtime import RealmRuntime
 from realm_sdk._parity import TOLERANCES
@@ -74,32 +74,6 @@ def _runtime_steps(
     return rt, steps
 
 
-def _same_state(a: RealmRuntime, b: RealmRuntime, exact: bool = False) -> None:
-    """Equal states: exactly (same ORT), or within the parity suite's tolerances (two ORTs)."""
-    tol = dict.fromkeys(TOLERANCES, 0.0) if exact else TOLERANCES
-    for name, value in a.trainable_parameters().items():
-        np.testing.assert_allclose(
-            b.trainable_parameters()[name], value, rtol=0, atol=tol["params"]
-        )
-    for name, value in a.momentum_buffers().items():
-        scale = max(float(np.abs(value).max()), 1e-12)
-        got = np.abs(b.momentum_buffers()[name] - value).max() / scale
-        assert got <= tol["momentum"], (name, got)
-    sa, sb = a.state, b.state
-    assert (sa.samples, sa.updates, sa.skipped_diversity, sa.skipped_entropy) == (
-        sb.samples,
-        sb.updates,
-        sb.skipped_diversity,
-        sb.skipped_entropy,
-    )
-    if sa.alpha is None:  # Tent, EATA: no α, λ
-        assert sb.alpha is None and sb.lam is None
-    else:
-        assert sa.alpha == pytest.approx(sb.alpha, abs=tol["alpha"])
-        assert sa.lam == pytest.approx(sb.lam, abs=tol["lam"] * max(1.0, abs(sa.lam)))
-    np.testing.assert_allclose(sa.ema, sb.ema, rtol=0, atol=tol["ema"])
-
-
 @pytest.mark.parametrize(
     "overrides",
     [{}, {"momentum": 0.9}, {"method": "eata"}],
@@ -136,7 +110,7 @@ def test_node_app_takes_the_runtimes_steps(digits_model, stream, tmp_path, overr
         assert there[-1]["alpha"] == pytest.approx(rt.state.alpha, abs=TOLERANCES["alpha"])
     restored = RealmRuntime(artifacts, threads=1)
     restored.restore(state)  # the app's checkpoint is the SDK's state file
-    _same_state(rt, restored)
+    assert_same_state(rt, restored, TOLERANCES)
 
 
 def test_node_app_resumes_and_continues_python_states(digits_artifacts, stream, tmp_path):
@@ -154,7 +128,7 @@ def test_node_app_resumes_and_continues_python_states(digits_artifacts, stream, 
     a, b = RealmRuntime(artifacts, threads=1), RealmRuntime(artifacts, threads=1)
     a.restore(whole)
     b.restore(halves)
-    _same_state(a, b, exact=True)
+    assert_same_state(a, b, dict.fromkeys(TOLERANCES, 0.0))
     # A state RealmRuntime saved after 35 samples continues in the app.
     rt, _ = _runtime_steps(artifacts, stream, count=35)
     from_python = tmp_path / "python.npz"
@@ -162,7 +136,7 @@ def test_node_app_resumes_and_continues_python_states(digits_artifacts, stream, 
     _app(artifacts, stream, "--state", str(from_python), "--quiet")
     c = RealmRuntime(artifacts, threads=1)
     c.restore(from_python)
-    _same_state(a, c)
+    assert_same_state(a, c, TOLERANCES)
 
 
 def test_node_app_refuses_tampered_artifacts_and_foreign_states(digits_artifacts, stream, tmp_path):

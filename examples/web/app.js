@@ -1,17 +1,21 @@
 // @ts-check
 /**
- * The demo page: streams shifted digits through RealmWebClient, shows what adaptation does,
- * keeps the state in IndexedDB. URL parameters: artifacts=<dir> (default "artifacts"),
- * stream=<dir> (default "stream"), auto=1 (run the whole stream at once), limit=<n>,
- * persist=0 (neither read nor write IndexedDB), fresh=1 (ignore a stored state once).
+ * The demo page: streams shifted digits through RealmClient (the portable step graph on
+ * onnxruntime-web), shows what adaptation does, keeps the state in IndexedDB. URL parameters:
+ * artifacts=<dir> (default "artifacts"), stream=<dir> (default "stream"), auto=1 (run the
+ * whole stream at once), limit=<n>, persist=0 (neither read nor write IndexedDB), fresh=1
+ * (ignore a stored state once), ep=auto|wasm|webgpu (default auto: WebGPU where the browser
+ * offers an adapter), threads=<n> (WASM threads; default: up to 4 where the page is
+ * cross-origin isolated, else 1), schedule=auto|train|infer-first (as RealmRuntime's).
  * `window.realmRun` exposes the per-step log for the test driver.
  */
 
-import { RealmWebClient } from "./realm-client.js";
+import { RealmClient } from "./realm-portable.js";
 import { digitsInput } from "./preprocess.js";
 
-/** @type {any} */
-const ort = /** @type {any} */ (globalThis).ort;
+// onnxruntime-web's WebGPU build (it carries the WASM execution provider too), copied into
+// ort/ by build_site.py; imported by URL so that the page needs no bundler.
+const ORT_MODULE = "ort/ort.webgpu.min.mjs";
 const params = new URLSearchParams(location.search);
 const ARTIFACTS = params.get("artifacts") ?? "artifacts";
 const STREAM = params.get("stream") ?? "stream";
@@ -19,8 +23,11 @@ const AUTO = params.get("auto") === "1";
 const PERSIST = params.get("persist") !== "0";
 const FRESH = params.get("fresh") === "1";
 
-/** @type {{ready: boolean, done: boolean, error: string | null, restored: any, log: any[], images: any[], summary: any}} */
-const run = { ready: false, done: false, error: null, restored: null, log: [], images: [], summary: null };
+const EP = params.get("ep") ?? "auto";
+const SCHEDULE = params.get("schedule") ?? "auto";
+
+/** @type {{ready: boolean, done: boolean, error: string | null, backend: any, restored: any, log: any[], images: any[], summary: any}} */
+const run = { ready: false, done: false, error: null, backend: null, restored: null, log: [], images: [], summary: null };
 /** @type {any} */ (globalThis).realmRun = run;
 
 /** @param {string} id */
@@ -89,17 +96,30 @@ function plot(canvas, series, range) {
   }
 }
 
-/** @param {Float32Array} x (1, S, S) normalised input @param {{mean: number, std: number, size: number}} prep */
+/**
+ * Draw a normalised sample: grey for one channel, RGB for three.
+ * @param {Float32Array} x (C, S, S) normalised input
+ * @param {{mean: number | number[], std: number | number[], size: number}} prep
+ */
 function drawSample(x, prep) {
   const canvas = /** @type {HTMLCanvasElement} */ ($("sample"));
   const ctx = /** @type {CanvasRenderingContext2D} */ (canvas.getContext("2d"));
-  const img = ctx.createImageData(prep.size, prep.size);
-  for (let k = 0; k < prep.size * prep.size; k++) {
-    const v = Math.max(0, Math.min(255, Math.round((x[k] * prep.std + prep.mean) * 255)));
-    img.data.set([v, v, v, 255], 4 * k);
+  const S = prep.size;
+  const plane = S * S;
+  const channels = x.length / plane;
+  const mean = [prep.mean].flat();
+  const std = [prep.std].flat();
+  const img = ctx.createImageData(S, S);
+  for (let k = 0; k < plane; k++) {
+    for (let c = 0; c < 3; c++) {
+      const ch = channels === 3 ? c : 0;
+      const v = x[ch * plane + k] * std[ch % std.length] + mean[ch % mean.length];
+      img.data[4 * k + c] = Math.max(0, Math.min(255, Math.round(v * 255)));
+    }
+    img.data[4 * k + 3] = 255;
   }
   const tmp = document.createElement("canvas");
-  tmp.width = tmp.height = prep.size;
+  tmp.width = tmp.height = S;
   /** @type {CanvasRenderingContext2D} */ (tmp.getContext("2d")).putImageData(img, 0, 0);
   ctx.imageSmoothingEnabled = false;
   ctx.drawImage(tmp, 0, 0, canvas.width, canvas.height);
@@ -107,25 +127,92 @@ function drawSample(x, prep) {
 
 // ------------------------------------------------------------------ main
 
-async function main() {
-  if (!ort?.TrainingSession) throw new Error("onnxruntime-web (training) did not load: ort/ort.training.wasm.min.js missing?");
-  ort.env.wasm.numThreads = 1; // no cross-origin isolation needed, deterministic reductions
+/**
+ * @typedef {object} Backend what this page runs on, chosen at start
+ * @property {"webgpu" | "wasm"} ep the execution provider of the graphs
+ * @property {number} threads WASM threads (ONNX Runtime's own CPU kernels; WebGPU's fallback)
+ * @property {boolean} isolated the page is cross-origin isolated (WASM threads need it)
+ * @property {string | null} adapter the WebGPU adapter, as the browser describes it
+ * @property {string} why why this provider (for the page)
+ * @property {string} ort onnxruntime-web's version
+ */
+
+/**
+ * WebGPU where the browser offers an adapter (unless ep=wasm), WASM otherwise; WASM threads
+ * where the page is cross-origin isolated (SharedArrayBuffer needs COOP/COEP).
+ * @param {any} ort
+ * @returns {Promise<Backend>}
+ */
+async function chooseBackend(ort) {
+  if (!["auto", "wasm", "webgpu"].includes(EP)) throw new Error(`ep must be auto, wasm or webgpu, got ${JSON.stringify(EP)}`);
+  const isolated = globalThis.crossOriginIsolated === true;
+  const asked = params.get("threads");
+  const threads = asked !== null ? Number(asked) : isolated ? Math.min(4, navigator.hardwareConcurrency || 1) : 1;
+  if (!Number.isInteger(threads) || threads < 1) throw new Error(`threads must be a positive integer, got ${JSON.stringify(asked)}`);
+  if (threads > 1 && !isolated) {
+    throw new Error(`threads=${threads} needs a cross-origin isolated page (COOP/COEP headers); this one is not`);
+  }
+  ort.env.wasm.numThreads = threads;
   ort.env.wasm.wasmPaths = new URL("ort/", location.href).href;
+  /** @type {any} */
+  const gpu = /** @type {any} */ (navigator).gpu;
+  let adapter = null;
+  let why = "ep=wasm asked for";
+  if (EP !== "wasm") {
+    if (!gpu) why = "no WebGPU in this browser (navigator.gpu missing)";
+    else {
+      adapter = await gpu.requestAdapter().catch(() => null);
+      why = adapter ? "the browser offers a WebGPU adapter" : "the browser offers no WebGPU adapter";
+    }
+    if (EP === "webgpu" && !adapter) throw new Error(`ep=webgpu asked for, but ${why}`);
+  }
+  const info = adapter?.info;
+  const described = info ? [info.vendor, info.architecture, info.description].filter(Boolean).join(" ") || "unnamed" : null;
+  return { ep: adapter ? "webgpu" : "wasm", threads, isolated, adapter: described, why, ort: ort.env.versions?.web ?? "?" };
+}
+
+/** @param {Backend} b @returns {string} the execution provider line on the page */
+function describeBackend(b) {
+  const wasm = `WASM ×${b.threads}${b.isolated ? "" : " (page not cross-origin isolated)"}`;
+  const ep = b.ep === "webgpu" ? `WebGPU: ${b.adapter} (${wasm} for the ops WebGPU lacks)` : `${wasm} (${b.why})`;
+  return `${ep} · onnxruntime-web ${b.ort}`;
+}
+
+async function main() {
+  status("loading onnxruntime-web…");
+  /** @type {any} */
+  const ort = await import(new URL(ORT_MODULE, location.href).href).catch((err) => {
+    throw new Error(`onnxruntime-web did not load from ${ORT_MODULE} (build the site with build_site.py): ${err}`);
+  });
+  const backend = await chooseBackend(ort);
+  run.backend = backend;
+  $("backend").textContent = describeBackend(backend);
   status(`checking ${ARTIFACTS}/realm.json and every file's checksum…`);
-  const client = await RealmWebClient.load(ort, ARTIFACTS);
+  /** @param {string} name */
+  const read = async (name) => {
+    const response = await fetch(`${ARTIFACTS}/${name}`);
+    if (response.status === 404) return null;
+    if (!response.ok) throw new Error(`${ARTIFACTS}/${name}: HTTP ${response.status}`);
+    return new Uint8Array(await response.arrayBuffer());
+  };
+  const client = await RealmClient.load(ort, read, ARTIFACTS, {
+    executionProviders: backend.ep === "webgpu" ? ["webgpu", "wasm"] : ["wasm"],
+    schedule: /** @type {any} */ (SCHEDULE),
+  });
   const meta = await (await fetch(`${STREAM}/stream.json`)).json();
   const data = new Float32Array(await (await fetch(`${STREAM}/stream.f32`)).arrayBuffer());
   const size = meta.shape.reduce((/** @type {number} */ a, /** @type {number} */ b) => a * b, 1);
   const total = Math.min(meta.labels.length, Number(params.get("limit") ?? meta.labels.length));
-  const key = `${client.checkpointId}:${meta.id}`;
-  $("stream-name").textContent = `${meta.corruption} (severity ${meta.severity}), ${total} samples`;
+  const key = `${client.artifactsId}:${meta.id}`;
+  const severity = meta.severity === null ? "" : ` (severity ${meta.severity})`;
+  $("stream-name").textContent = `${meta.corruption}${severity}, ${total} samples`;
 
   /** @type {{pos: number, correct: number, acc: number[], alpha: number[], lambda: number[], ms: number[]}} */
   let view = { pos: 0, correct: 0, acc: [], alpha: [], lambda: [], ms: [] };
   if (PERSIST && !FRESH) {
     const saved = await store(key);
     if (saved) {
-      await client.restoreState(saved.state);
+      client.restoreState(saved.state);
       view = saved.view;
       run.restored = { pos: view.pos, counters: { ...client.counters } };
     }
@@ -189,17 +276,18 @@ async function main() {
     status("reset to the exported model");
   };
   $("download").onclick = () => {
-    const blob = new Blob([JSON.stringify(client.saveState())], { type: "application/json" });
+    // The SDK's state file: RealmRuntime.restore, the SDK and the Node app read it as it is.
+    const blob = new Blob([/** @type {Uint8Array<ArrayBuffer>} */ (client.saveState())], { type: "application/octet-stream" });
     const a = document.createElement("a");
     a.href = URL.createObjectURL(blob);
-    a.download = "realm-web-state.json";
+    a.download = "realm-state.npz";
     a.click();
   };
   /** @type {HTMLInputElement} */ ($("restore")).onchange = async (ev) => {
     const file = /** @type {HTMLInputElement} */ (ev.target).files?.[0];
     if (!file) return;
     try {
-      await client.restoreState(JSON.parse(await file.text()));
+      client.restoreState(new Uint8Array(await file.arrayBuffer()));
       refresh();
       await save();
       status(`restored ${file.name}: ${client.counters.samples} samples, ${client.counters.updates} updates`);
@@ -209,6 +297,9 @@ async function main() {
   const ownImage = async (/** @type {Event} */ ev) => {
     const file = /** @type {HTMLInputElement} */ (ev.target).files?.[0];
     if (!file) return;
+    if (meta.prep.native === undefined) {
+      throw new Error(`${file.name}: the page prepares pictures for the digits model only; this model takes (${meta.shape.join(", ")}) samples from a stream folder`);
+    }
     const bitmap = await createImageBitmap(file);
     const canvas = new OffscreenCanvas(bitmap.width, bitmap.height);
     const ctx = /** @type {OffscreenCanvasRenderingContext2D} */ (canvas.getContext("2d"));
@@ -230,17 +321,17 @@ async function main() {
   /** @type {any} */ (globalThis).realmClient = client; // for the test driver and the console
   run.ready = true;
   const restoredNote = run.restored ? ` (restored: ${run.restored.pos} samples seen)` : "";
-  status(`ready: ${client.manifest.model?.name ?? "model"}, ${client.manifest.config.method} (${client.manifest.config.preset_name}), ${client.layout.total} adapted values${restoredNote}`);
+  status(`ready: ${client.manifest.model?.name ?? "model"}, ${client.manifest.config.method} (${client.manifest.config.preset_name}), ${client.source.length} adapted values${restoredNote}`);
   if (AUTO) {
     await runStream();
     run.summary = {
       counters: { ...client.counters },
       accuracy: view.pos ? (100 * view.correct) / view.pos : null,
       params: Array.from(client.params),
-      momentum: Array.from(client.momentum),
+      velocity: Array.from(client.velocity),
       ema: client.ema ? Array.from(client.ema) : null,
-      names: client.layout.names,
-      ort: ort.env.versions,
+      state: Array.from(client.saveState()), // the SDK's state file, for RealmRuntime.restore
+      backend,
     };
     status(`done: ${view.pos} samples, ${client.counters.updates} updates, running accuracy ${((100 * view.correct) / view.pos).toFixed(1)} %`);
   }

@@ -2,10 +2,12 @@
 
     python examples/web/build_site.py --out build/web --serve
 
-Writes the page, onnxruntime-web's training build (from ``examples/web/node_modules``: run
-``npm ci`` in examples/web first, or ``make web``), an artifact directory (the built-in digits
-model exported with ``realm export`` unless ``--artifacts`` names one) and a shifted digits
-stream. Serve it over http://127.0.0.1 (WebCrypto and WASM need a secure context).
+Writes the page, onnxruntime-web's WebGPU build (it carries the WASM execution provider too;
+from ``examples/web/node_modules``: run ``npm ci`` in examples/web first, or ``make web``), an
+artifact directory (the built-in digits model exported with ``realm export`` unless
+``--artifacts`` names one) and a shifted digits stream. Serve it over http://127.0.0.1 or
+https (WebCrypto and WebGPU need a secure context) with the COOP/COEP headers that
+``--serve`` sends: without cross-origin isolation the WASM provider runs on one thread.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -27,15 +29,16 @@ PAGE_FILES = (
     "index.html",
     "style.css",
     "app.js",
-    "realm-client.js",
+    "realm-portable.js",
     "client-common.js",
+    "state-file.js",
     "manifest.js",
     "preprocess.js",
 )
 ORT_FILES = (
-    "ort.training.wasm.min.js",
-    "ort-training-wasm-simd-threaded.wasm",
-    "ort-training-wasm-simd-threaded.mjs",
+    "ort.webgpu.min.mjs",
+    "ort-wasm-simd-threaded.asyncify.mjs",
+    "ort-wasm-simd-threaded.asyncify.wasm",
 )
 
 
@@ -76,6 +79,39 @@ def write_stream(
     return meta
 
 
+def write_stream_folder(
+    out: Path, folder: Path, manifest: dict[str, Any], *, limit: int | None
+) -> dict[str, object]:
+    """A stream folder in the Node app's format, written as the page reads it.
+
+    The folder holds one float32 ``.npy`` a sample (read in name order) and, optionally,
+    ``labels.json``; the preprocessing shown comes from the artifacts' manifest.
+    """
+    files = sorted(folder.glob("*.npy"))[:limit]
+    if not files:
+        raise FileNotFoundError(f"{folder}: no .npy samples")
+    samples = [np.load(f, allow_pickle=False) for f in files]
+    shapes = {s.shape for s in samples}
+    if len(shapes) != 1 or any(s.dtype != np.float32 for s in samples):
+        raise ValueError(f"{folder}: samples must be float32 of one shape, got {shapes}")
+    labels_file = folder / "labels.json"
+    labels = json.loads(labels_file.read_text()) if labels_file.is_file() else {}
+    out.mkdir(parents=True, exist_ok=True)
+    np.ascontiguousarray(np.stack(samples), dtype="<f4").tofile(out / "stream.f32")
+    prep = manifest.get("preprocessing", {})
+    shape = samples[0].shape
+    meta = {
+        "id": f"{folder.name}-n{len(files)}",
+        "corruption": folder.name,
+        "severity": None,
+        "shape": list(shape),
+        "labels": [int(labels.get(f.name, -1)) for f in files],  # -1: unknown
+        "prep": {"mean": prep.get("mean", [0.0]), "std": prep.get("std", [1.0]), "size": shape[-1]},
+    }
+    (out / "stream.json").write_text(json.dumps(meta))
+    return meta
+
+
 def export_demo(out: Path, *, preset: str, method: str, cache_dir: str) -> None:
     """Export the built-in digits model (trained once, cached) as the demo's artifacts."""
     from realm_sdk import RealmConfig
@@ -92,6 +128,7 @@ def build(
     out: Path,
     *,
     artifacts: Path | None = None,
+    stream: Path | None = None,
     corruption: str = "gaussian_noise",
     severity: int = 5,
     seed: int = 0,
@@ -100,21 +137,35 @@ def build(
     method: str = "realm",
     cache_dir: str = ".cache",
 ) -> Path:
-    """Write the whole site into ``out`` (replacing what the build wrote there before)."""
+    """Write the whole site into ``out`` (replacing what the build wrote there before).
+
+    ``artifacts`` and ``stream`` (a folder in the Node app's format) replace the built-in
+    digits model and its shifted stream.
+    """
     dist = ort_dist()
     out.mkdir(parents=True, exist_ok=True)
     for name in PAGE_FILES:
         shutil.copy2(HERE / name, out / name)
-    (out / "ort").mkdir(exist_ok=True)
+    shutil.rmtree(out / "ort", ignore_errors=True)  # no file of another onnxruntime-web left
+    (out / "ort").mkdir()
     for name in ORT_FILES:
         shutil.copy2(dist / name, out / "ort" / name)
     target = out / "artifacts"
     if artifacts is not None:
-        shutil.rmtree(target, ignore_errors=True)
-        shutil.copytree(artifacts, target)
+        if not (artifacts / "realm.json").is_file():
+            raise FileNotFoundError(f"{artifacts}: no realm.json (not an artifact directory)")
+        if artifacts.resolve() != target.resolve():  # the site's own artifacts: keep them
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(artifacts, target)
     else:
         export_demo(target, preset=preset, method=method, cache_dir=cache_dir)
-    write_stream(out / "stream", corruption=corruption, severity=severity, seed=seed, limit=limit)
+    if stream is not None:
+        manifest = json.loads((target / "realm.json").read_text())
+        write_stream_folder(out / "stream", stream, manifest, limit=limit)
+    else:
+        write_stream(
+            out / "stream", corruption=corruption, severity=severity, seed=seed, limit=limit
+        )
     return out
 
 
@@ -126,6 +177,12 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         ".wasm": "application/wasm",
         ".json": "application/json",
     }
+
+    def end_headers(self) -> None:
+        # Cross-origin isolation: SharedArrayBuffer, hence onnxruntime-web's WASM threads.
+        self.send_header("Cross-Origin-Opener-Policy", "same-origin")
+        self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
+        super().end_headers()
 
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -141,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("build/web"))
     parser.add_argument("--artifacts", type=Path, default=None, help="use these artifacts")
+    parser.add_argument(
+        "--stream", type=Path, default=None, help="a folder of .npy samples (the Node app's)"
+    )
     parser.add_argument("--corruption", default="gaussian_noise")
     parser.add_argument("--severity", type=int, default=5, choices=range(1, 6))
     parser.add_argument("--seed", type=int, default=0)
@@ -155,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         out = build(
             args.out,
             artifacts=args.artifacts,
+            stream=args.stream,
             corruption=args.corruption,
             severity=args.severity,
             seed=args.seed,
@@ -163,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             method=args.method,
             cache_dir=args.cache_dir,
         )
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:
         print(exc, file=sys.stderr)
         return 2
     print(f"site written to {out}")

@@ -1,8 +1,8 @@
 // @ts-check
 /**
- * What both JavaScript clients share: the names, the counters, the per-sample record, the
- * input check and the prediction (realm-client.js runs the training build's graphs,
- * realm-portable.js the portable step graph).
+ * What the JavaScript client shares with the pages and apps that embed it: the names, the
+ * counters, the per-sample record, the input check, the prediction and the decision graph's
+ * call.
  * @module client-common
  */
 
@@ -65,7 +65,7 @@ export function argmax(logits) {
 }
 
 /**
- * @typedef {object} Decision SPEC §3's step 2 for one sample (web_decide.onnx's outputs)
+ * @typedef {object} Decision SPEC §3's step 2 for one sample (decide_model.onnx's outputs)
  * @property {boolean} selected the sample passes EATA's cut and S_div: it updates
  * @property {"entropy" | "diversity"} skip which filter refused it, when not selected
  * @property {number} cosine cosine of the prediction to the EMA (NaN without an EMA)
@@ -76,7 +76,7 @@ export function argmax(logits) {
 /**
  * Run the decision graph on one sample's pre-update logits.
  * @param {any} ort the ONNX Runtime JavaScript module (for its Tensor)
- * @param {any} session InferenceSession of web_decide.onnx
+ * @param {any} session InferenceSession of decide_model.onnx
  * @param {Float32Array} logits (C,) pre-update logits
  * @param {Float32Array | null} ema the EMA of past predictions (null before the first update)
  * @returns {Promise<Decision>}

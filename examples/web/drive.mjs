@@ -1,7 +1,9 @@
 // Drive the demo page in headless Chromium (Debian's /usr/bin/chromium) with playwright-core:
 // open it, wait until the stream is done, write window.realmRun as JSON and a screenshot.
 //   node drive.mjs --url http://127.0.0.1:8000/?auto=1 --out run.json [--screenshot page.png]
-//                  [--reload] [--timeout 300]
+//                  [--reload] [--reset] [--image PNG] [--restore NPZ] [--webgpu] [--timeout 300]
+// --webgpu starts Chromium with WebGPU on (--enable-unsafe-webgpu: on Linux, headless Chromium
+// offers no adapter without it; with it, and no GPU, Dawn's SwiftShader (Vulkan on the CPU)).
 import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { chromium } from "playwright-core";
@@ -13,7 +15,9 @@ const { values: args } = parseArgs({
     screenshot: { type: "string" },
     reload: { type: "boolean", default: false },
     image: { type: "string" },
+    restore: { type: "string" },
     reset: { type: "boolean", default: false },
+    webgpu: { type: "boolean", default: false },
     timeout: { type: "string", default: "300" },
     browser: { type: "string", default: process.env.CHROMIUM ?? "/usr/bin/chromium" },
   },
@@ -27,8 +31,9 @@ const browser = await chromium.launch({
   executablePath: args.browser,
   headless: true,
   // No background networking: this machine's network is closed, and nothing else should run.
-  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  args: ["--no-sandbox", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    ...(args.webgpu ? ["--enable-unsafe-webgpu"] : ["--disable-gpu"])],
 });
 const result = { console: [], runs: [] };
 try {
@@ -47,6 +52,16 @@ try {
     await page.waitForFunction(() => globalThis.realmRun.images.length > 0 || globalThis.realmRun.error, null, { timeout });
     result.runs[result.runs.length - 1] = await page.evaluate(() => globalThis.realmRun);
   }
+  if (args.restore) {
+    // A state file through "Restore state" (one RealmRuntime or the Node app wrote).
+    await page.setInputFiles("#restore", args.restore);
+    await page.waitForFunction(() => /^(restored|could not restore)/.test(document.getElementById("status").textContent), null, { timeout });
+    result.restoredFile = await page.evaluate(() => ({
+      status: document.getElementById("status").textContent,
+      counters: globalThis.realmClient.counters,
+      state: Array.from(globalThis.realmClient.saveState()),
+    }));
+  }
   if (args.reset) {
     // The Reset button: back to the exported parameters, no EMA, zero counters and momentum.
     await page.click("#reset");
@@ -56,7 +71,7 @@ try {
       return {
         counters: c.counters,
         paramsAreSource: c.params.every((v, i) => v === c.source[i]),
-        momentumIsZero: c.momentum.every((v) => v === 0),
+        momentumIsZero: c.velocity.every((v) => v === 0),
         ema: c.ema,
         shown: document.getElementById("samples").textContent,
       };

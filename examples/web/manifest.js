@@ -9,7 +9,7 @@ export const MANIFEST_NAME = "realm.json";
 export const ARTIFACT_FORMAT = "realm-tta/artifacts";
 export const ARTIFACT_VERSION = 1;
 
-/** A manifest, an artifact file or the ORT build does not fit. */
+/** A manifest or an artifact file does not fit. */
 export class ArtifactError extends Error {
   /** @param {string} message */
   constructor(message) {
@@ -17,23 +17,6 @@ export class ArtifactError extends Error {
     this.name = "ArtifactError";
   }
 }
-
-/**
- * @typedef {object} WebLayout
- * @property {string[]} names trainable tensors in ORT's contiguous buffer order
- * @property {number[]} offsets first element of each tensor in the flat buffer
- * @property {number[]} sizes elements of each tensor
- * @property {number} total length of the flat buffer
- */
-
-/**
- * @typedef {object} WebSection
- * @property {string} training_model training graph with the update in it
- * @property {string} decide_model S_div / EATA decision graph
- * @property {string} momentum_input name of the flat momentum input
- * @property {{params: string, momentum: string, ok: string}} outputs update outputs
- * @property {WebLayout} layout contiguous-buffer layout
- */
 
 /**
  * @typedef {object} PortableSlot
@@ -63,7 +46,6 @@ export class ArtifactError extends Error {
  * @property {Record<string, number[]>} trainable trainable tensor name -> shape
  * @property {Record<string, string>} files file name -> SHA-256 hex digest
  * @property {Record<string, any>} versions library versions of the export
- * @property {WebSection} web graphs and layout for web clients
  * @property {PortableSection} portable the portable step graph's files and layout
  * @property {Record<string, any>} [model] model name/class, source
  */
@@ -72,11 +54,9 @@ export class ArtifactError extends Error {
  * Parse and check a manifest's fields.
  * @param {unknown} data the parsed JSON
  * @param {string} source where it came from, for messages
- * @param {"web" | "portable"} graphs which graphs the client runs: the training build's web
- *   graphs (`web` section) or the portable step graph (`portable` section)
  * @returns {Manifest}
  */
-export function parseManifest(data, source = MANIFEST_NAME, graphs = "web") {
+export function parseManifest(data, source = MANIFEST_NAME) {
   if (typeof data !== "object" || data === null || Array.isArray(data)) {
     throw new ArtifactError(`${source} does not hold a JSON object`);
   }
@@ -98,25 +78,7 @@ export function parseManifest(data, source = MANIFEST_NAME, graphs = "web") {
   if (missing.length) {
     throw new ArtifactError(`${source}: missing fields ${JSON.stringify(missing)}`);
   }
-  if (graphs === "portable") return checkPortable(d, source);
-  const web = d.web;
-  if (!web || typeof web !== "object" || !web.layout || !web.training_model || !web.decide_model) {
-    throw new ArtifactError(
-      `${source}: no 'web' section: these artifacts were exported without the web client's ` +
-        "graphs (realm export --no-web, or an older realm-tta); re-export them",
-    );
-  }
-  const layout = web.layout;
-  const sum = layout.sizes.reduce((/** @type {number} */ a, /** @type {number} */ b) => a + b, 0);
-  if (layout.names.length !== layout.sizes.length || sum !== layout.total) {
-    throw new ArtifactError(`${source}: inconsistent web.layout (sizes sum to ${sum}, total ${layout.total})`);
-  }
-  for (const file of [web.training_model, web.decide_model]) {
-    if (!(file in d.files)) {
-      throw new ArtifactError(`${source}: ${file} is not listed among the checksummed files`);
-    }
-  }
-  return /** @type {Manifest} */ (d);
+  return checkPortable(d, source);
 }
 
 /**
@@ -182,22 +144,6 @@ export async function verifyFile(manifest, name, bytes, where) {
     throw new ArtifactError(
       `${where}/${name}: SHA-256 ${actual.slice(0, 16)}… does not match the manifest's ` +
         `${expected.slice(0, 16)}… (the file was modified or truncated after export)`,
-    );
-  }
-}
-
-/**
- * Training checkpoints and graphs are not portable across ORT versions: compare major.minor.
- * @param {Manifest} manifest
- * @param {string} installed onnxruntime-web's version
- */
-export function checkOrtVersion(manifest, installed) {
-  const exported = String(manifest.versions?.onnxruntime ?? "");
-  if (exported.split(".").slice(0, 2).join(".") !== installed.split(".").slice(0, 2).join(".")) {
-    throw new ArtifactError(
-      `these artifacts were exported with onnxruntime ${exported || "(unknown)"}, this page ` +
-        `runs onnxruntime-web ${installed}: training checkpoints and graphs are not portable ` +
-        "across ORT versions; re-export, or use onnxruntime-web 1.19.2",
     );
   }
 }

@@ -1,10 +1,10 @@
 // @ts-check
 /**
  * RealmClient: SPEC §3 per sample on the portable step graph, for any ONNX Runtime JavaScript
- * binding (onnxruntime-node today; onnxruntime-web's plain InferenceSession next).
+ * binding (onnxruntime-web in the page, onnxruntime-node in examples/node).
  *
  * The math runs in three graphs that `realm export` writes: forward_model.onnx (the
- * prediction from the current parameters), web_decide.onnx (S_div against the EMA, EATA's
+ * prediction from the current parameters), decide_model.onnx (S_div against the EMA, EATA's
  * cut, the next EMA) and step_model.onnx (loss, gradients, SGD with momentum and the two
  * learning rates, the α/λ projection and a finite flag). This module keeps the state between
  * calls (the flat parameters and momentum, the EMA, the counters) and writes and reads it in
@@ -58,7 +58,7 @@ export class RealmClient {
     } catch (err) {
       throw new ArtifactError(`${where}/${MANIFEST_NAME} is not valid JSON (truncated or edited?): ${err}`);
     }
-    const manifest = parseManifest(data, `${where}/${MANIFEST_NAME}`, "portable");
+    const manifest = parseManifest(data, `${where}/${MANIFEST_NAME}`);
     const p = manifest.portable;
     /** @type {Record<string, Uint8Array>} */
     const bytes = {};
@@ -76,7 +76,11 @@ export class RealmClient {
     if (options.threads) sessionOptions.intraOpNumThreads = options.threads;
     if (options.executionProviders) sessionOptions.executionProviders = options.executionProviders;
     const open = (/** @type {string} */ name) => ort.InferenceSession.create(bytes[name], sessionOptions);
-    const [step, forward, decide] = await Promise.all([open(p.step_model), open(p.forward_model), open(p.decide_model)]);
+    // One after the other: onnxruntime-web's WebGPU provider refuses to create two sessions at
+    // once ("another WebGPU EP inference session is being created").
+    const step = await open(p.step_model);
+    const forward = await open(p.forward_model);
+    const decide = await open(p.decide_model);
     const client = new RealmClient(ort, manifest, step, forward, decide, /** @type {Float32Array} */ (source.data));
     const schedule = options.schedule ?? "auto";
     if (!["auto", "train", "infer-first"].includes(schedule)) {
@@ -92,7 +96,7 @@ export class RealmClient {
    * @param {import("./manifest.js").Manifest} manifest checked manifest
    * @param {any} step InferenceSession of step_model.onnx
    * @param {any} forward InferenceSession of forward_model.onnx
-   * @param {any} decide InferenceSession of web_decide.onnx
+   * @param {any} decide InferenceSession of decide_model.onnx
    * @param {Float32Array} source the exported realm.params
    */
   constructor(ort, manifest, step, forward, decide, source) {
@@ -147,6 +151,11 @@ export class RealmClient {
    */
   _slot(name) {
     return this.layout.find((s) => s.name === name);
+  }
+
+  /** @returns {string} the SHA-256 of the step graph: names these artifacts (e.g. a storage key) */
+  get artifactsId() {
+    return this.manifest.files[this.manifest.portable.step_model];
   }
 
   /** @returns {number | null} current α (REALM), else null */

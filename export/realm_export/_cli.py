@@ -49,7 +49,9 @@ def add_export_parser(sub: Any) -> None:
     p.add_argument("--grad-rtol", type=float, default=1e-3, help="relative tolerance on grads")
     p.add_argument("--static-batch", action="store_true", help="fix the batch axis")
     p.add_argument(
-        "--no-web", action="store_true", help="skip the web client's graphs (examples/web)"
+        "--no-web",
+        action="store_true",
+        help="skip the JavaScript clients' decision graph (examples/web, examples/node)",
     )
     p.add_argument(
         "--no-portable",

@@ -44,6 +44,7 @@ from realm_runtime._portable_io import (
 )
 from realm_sdk import RealmAdapter, RealmConfig
 
+from ._decide import DECIDE_MODEL, decide_model
 from ._graph import (
     INPUT_NAME,
     LOGITS_NAME,
@@ -62,7 +63,6 @@ from ._validate import (
     validate_artifacts,
     validate_portable,
 )
-from ._web import WEB_DECIDE_MODEL, decide_model, write_web_graphs
 
 log = logging.getLogger(__name__)
 
@@ -127,18 +127,17 @@ def export_realm_artifacts(
         seed: seed of the random validation inputs.
         preprocessing: mean/std/size for the manifest; default: timm's ``pretrained_cfg``.
         model_info: extra description of the model for the manifest (name, weights, ...).
-        web: also write the graphs a web client needs (``web_training_model.onnx`` with the
-            update in the graph, ``web_decide.onnx`` with S_div; see ``examples/web``). With
-            the portable graph, ``web_decide.onnx`` is written for its JavaScript clients too
-            (``examples/node``), also where there are no training artifacts.
+        web: also write the decision graph (``decide_model.onnx``: S_div, EATA's cut, the
+            next EMA) that the JavaScript clients run beside the portable graphs
+            (``examples/web``, ``examples/node``). Needs the portable graph.
         portable: also write the portable step graph (``step_model.onnx``,
             ``forward_model.onnx``, ``source_params.npy``: standard ONNX ops, any onnxruntime
             ≥ 1.19), validated like the training graph. Where it cannot be built or does not
             validate, the reason is logged, kept in the manifest and in
             :attr:`ExportInfo.portable_error`, and the training artifacts are still written.
-        training: write the ONNX Runtime training artifacts (and the web graphs built on
-            them). None: where onnxruntime-training is installed (Python 3.11); elsewhere
-            the portable graph alone is written, and its failure is then an error.
+        training: write the ONNX Runtime training artifacts. None: where
+            onnxruntime-training is installed (Python 3.11); elsewhere the portable graph
+            alone is written, and its failure is then an error.
         ort_format: also write the portable graphs in ONNX Runtime's ORT format
             (``step_model.ort``, ``forward_model.ort``) and the operator configuration a
             reduced-size ONNX Runtime build takes (``required_operators.config``), with ONNX
@@ -209,10 +208,6 @@ def export_realm_artifacts(
             notify("generating training artifacts")
             _generate(with_loss, requires_grad, tmp)
         onnx.save(forward, str(tmp / INFERENCE_MODEL))
-        web_section: dict[str, Any] = {}
-        if web and training:
-            notify("writing the web client's graphs")
-            web_section = write_web_graphs(tmp, requires_grad, config)
 
         portable_section: dict[str, Any] = {}
         portable_report: ValidationReport | None = None
@@ -285,7 +280,6 @@ def export_realm_artifacts(
             report,
             preprocessing,
             model_info,
-            web_section,
             portable_section,
         )
         (tmp / MANIFEST_NAME).write_text(manifest.to_json(), encoding="utf-8")
@@ -385,13 +379,9 @@ def _write_portable(
         "seconds": round(time.perf_counter() - started, 2),
     }
     if web:
-        # SPEC §3's decision for JavaScript clients of the portable graphs (examples/web,
-        # examples/node), the same graph the training-build web client runs.
-        if not (directory / WEB_DECIDE_MODEL).exists():
-            onnx.save(
-                decide_model(config, graphs.step.ir_version), str(directory / WEB_DECIDE_MODEL)
-            )
-        section["decide_model"] = WEB_DECIDE_MODEL
+        # SPEC §3's decision for the JavaScript clients of the portable graphs.
+        onnx.save(decide_model(config, graphs.step.ir_version), str(directory / DECIDE_MODEL))
+        section["decide_model"] = DECIDE_MODEL
     ort_report = None
     if ort_format:
         notify("writing the ORT-format graphs (ONNX Runtime's converter)")
@@ -571,7 +561,6 @@ def _manifest(
     report: ValidationReport | None,
     preprocessing: dict[str, Any] | None,
     model_info: dict[str, Any] | None,
-    web: dict[str, Any],
     portable: dict[str, Any],
 ) -> Manifest:
     import onnxruntime
@@ -609,7 +598,6 @@ def _manifest(
         preprocessing=_preprocessing(model, preprocessing),
         validation=report.to_dict() if report is not None else {},
         model=info,
-        web=web,
         portable=portable,
     )
 

@@ -59,7 +59,6 @@ class Manifest:
     preprocessing: dict[str, Any] = field(default_factory=dict)  # mean/std/size if known
     validation: dict[str, Any] = field(default_factory=dict)  # per-output max differences
     model: dict[str, Any] = field(default_factory=dict)  # model name/class, source
-    web: dict[str, Any] = field(default_factory=dict)  # graphs and buffer layout for web clients
     portable: dict[str, Any] = field(default_factory=dict)  # step graph layout, or its "error"
 
     def to_json(self) -> str:
@@ -77,7 +76,6 @@ class Manifest:
             "preprocessing": self.preprocessing,
             "validation": self.validation,
             "model": self.model,
-            "web": self.web,
             "portable": self.portable,
         }
         return json.dumps(data, indent=2, sort_keys=False)
@@ -120,7 +118,6 @@ class Manifest:
             preprocessing=dict(data.get("preprocessing", {})),
             validation=dict(data.get("validation", {})),
             model=dict(data.get("model", {})),
-            web=dict(data.get("web", {})),
             portable=dict(data.get("portable", {})),
         )
 

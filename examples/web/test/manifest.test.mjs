@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { test } from "node:test";
-import { ArtifactError, checkOrtVersion, parseManifest, sha256Hex, verifyFile } from "../manifest.js";
+import { ArtifactError, parseManifest, sha256Hex, verifyFile } from "../manifest.js";
 
 function manifest(overrides = {}) {
   return {
@@ -13,12 +13,15 @@ function manifest(overrides = {}) {
     num_classes: 3,
     config: { method: "realm" },
     trainable: { "n.weight": [2], "realm.alpha": [] },
-    files: { "web_training_model.onnx": "aa", "web_decide.onnx": "bb", checkpoint: "cc" },
+    files: { "step_model.onnx": "aa", "forward_model.onnx": "bb", "source_params.npy": "cc", "decide_model.onnx": "dd" },
     versions: { onnxruntime: "1.19.2" },
-    web: {
-      training_model: "web_training_model.onnx",
-      decide_model: "web_decide.onnx",
-      layout: { names: ["n.weight", "realm.alpha"], offsets: [0, 2], sizes: [2, 1], total: 3 },
+    portable: {
+      step_model: "step_model.onnx",
+      forward_model: "forward_model.onnx",
+      source_params: "source_params.npy",
+      decide_model: "decide_model.onnx",
+      size: 3,
+      layout: [{ name: "n.weight", offset: 0, shape: [2] }, { name: "realm.alpha", offset: 2, shape: [] }],
     },
     ...overrides,
   };
@@ -28,23 +31,30 @@ test("a good manifest parses", () => {
   assert.equal(parseManifest(manifest()).num_classes, 3);
 });
 
-test("wrong format, version, missing fields and a missing web section are named", () => {
+test("wrong format, version, missing fields and missing graphs are named", () => {
   assert.throws(() => parseManifest(manifest({ format: "x" })), /format "x" is not 'realm-tta\/artifacts'/);
   assert.throws(() => parseManifest(manifest({ version: 2 })), /artifact format version 2 is not supported .* re-export/);
   const { logits_name, ...rest } = manifest();
   assert.equal(logits_name, "logits");
   assert.throws(() => parseManifest(rest), /missing fields \["logits_name"\]/);
-  assert.throws(() => parseManifest(manifest({ web: undefined })), /no 'web' section/);
+  assert.throws(() => parseManifest(manifest({ portable: undefined })), /no portable step graph; re-export/);
+  assert.throws(() => parseManifest(manifest({ portable: { error: "no norm layer" } })), /no portable step graph: no norm layer/);
+  const { decide_model, ...noDecide } = manifest().portable;
+  assert.equal(decide_model, "decide_model.onnx");
+  assert.throws(() => parseManifest(manifest({ portable: noDecide })), /no decision graph .* --no-web/);
   assert.throws(() => parseManifest([1, 2]), /does not hold a JSON object/);
   assert.throws(() => parseManifest(null), ArtifactError);
 });
 
-test("an inconsistent layout and unlisted web graphs are refused", () => {
-  const bad = manifest();
-  bad.web.layout.total = 4;
-  assert.throws(() => parseManifest(bad), /inconsistent web.layout \(sizes sum to 3, total 4\)/);
-  const unlisted = manifest({ files: { checkpoint: "cc", "web_decide.onnx": "bb" } });
-  assert.throws(() => parseManifest(unlisted), /web_training_model.onnx is not listed/);
+test("a layout with a gap, a wrong size and unlisted graphs are refused", () => {
+  const gap = manifest();
+  gap.portable.layout[1].offset = 3;
+  assert.throws(() => parseManifest(gap), /portable.layout is not contiguous at realm.alpha/);
+  const size = manifest();
+  size.portable.size = 4;
+  assert.throws(() => parseManifest(size), /portable.layout covers 3 values, portable.size is 4/);
+  const unlisted = manifest({ files: { "step_model.onnx": "aa", "forward_model.onnx": "bb", "source_params.npy": "cc" } });
+  assert.throws(() => parseManifest(unlisted), /decide_model.onnx is not listed among the checksummed files/);
 });
 
 test("sha256Hex agrees with node's hash", async () => {
@@ -54,19 +64,12 @@ test("sha256Hex agrees with node's hash", async () => {
 
 test("verifyFile: missing, tampered and good files", async () => {
   const bytes = new Uint8Array([1, 2, 3]);
-  const m = manifest({ files: { checkpoint: await sha256Hex(bytes) } });
-  await verifyFile(m, "checkpoint", bytes, "dir");
-  await assert.rejects(verifyFile(m, "checkpoint", null, "dir"), /dir\/checkpoint: listed in realm.json but missing/);
+  const m = manifest({ files: { "step_model.onnx": await sha256Hex(bytes) } });
+  await verifyFile(m, "step_model.onnx", bytes, "dir");
+  await assert.rejects(verifyFile(m, "step_model.onnx", null, "dir"), /dir\/step_model.onnx: listed in realm.json but missing/);
   await assert.rejects(
-    verifyFile(m, "checkpoint", new Uint8Array([1, 2, 4]), "dir"),
+    verifyFile(m, "step_model.onnx", new Uint8Array([1, 2, 4]), "dir"),
     /does not match the manifest's .* modified or truncated after export/,
   );
   await assert.rejects(verifyFile(m, "other", bytes, "dir"), /not listed in realm.json/);
-});
-
-test("ORT versions must agree in major.minor", () => {
-  checkOrtVersion(manifest(), "1.19.2");
-  checkOrtVersion(manifest(), "1.19.0");
-  assert.throws(() => checkOrtVersion(manifest(), "1.20.0"), /exported with onnxruntime 1.19.2, this page runs onnxruntime-web 1.20.0/);
-  assert.throws(() => checkOrtVersion(manifest({ versions: {} }), "1.19.2"), /\(unknown\)/);
 });
