@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -45,7 +47,7 @@ def digits_stream(digits):
     return digits.stream("gaussian_noise", 5, seed=0)
 
 
-def export_digits(model, directory, *, ort_format=False, **config_overrides):
+def export_digits(model, directory, *, ort_format=False, signing_key=None, **config_overrides):
     """Export the digits model with the CIFAR preset (and overrides) into ``directory``."""
     from realm_export import export_realm_artifacts
     from realm_sdk import RealmConfig
@@ -53,7 +55,12 @@ def export_digits(model, directory, *, ort_format=False, **config_overrides):
     preset = config_overrides.pop("preset", "cifar")
     config = RealmConfig.preset(preset, num_classes=10, **config_overrides)
     export_realm_artifacts(
-        model, directory, config=config, input_shape=(1, 1, 32, 32), ort_format=ort_format
+        model,
+        directory,
+        config=config,
+        input_shape=(1, 1, 32, 32),
+        ort_format=ort_format,
+        signing_key=signing_key,
     )
     return config
 
@@ -96,3 +103,18 @@ def assert_same_state(a, b, tol: Mapping[str, float]) -> None:
         assert sa.alpha == pytest.approx(sb.alpha, abs=tol["alpha"])
         assert sa.lam == pytest.approx(sb.lam, abs=tol["lam"] * max(1.0, abs(sa.lam)))
     np.testing.assert_allclose(sa.ema, sb.ema, rtol=0, atol=tol["ema"])
+
+
+def edit_manifest(directory: Path, edit: Callable[[dict], None]) -> None:
+    """Change realm.json's content and re-seal it, as someone who can write the directory could.
+
+    An edit that is not re-sealed is refused by the seal alone; this gets past it, to test
+    the checks behind it (and to show what only a signature stops).
+    """
+    from realm_runtime._manifest import DIGEST_KEY, seal
+
+    path = directory / "realm.json"
+    data = json.loads(path.read_text())
+    edit(data)
+    data[DIGEST_KEY] = "0" * 64
+    path.write_bytes(seal(json.dumps(data, indent=2).encode()))

@@ -135,3 +135,24 @@ def test_weights_that_do_not_fit_are_named(user_model, tmp_path, capsys):
         ]
     )
     assert code == 2 and "does not fit the model" in capsys.readouterr().err
+
+
+def test_existing_directories(user_model, tmp_path, capsys):
+    """An empty one (mkdtemp's) is exported into; a full one is kept, and the message names
+    the CLI's flag, not the library's argument."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    common = ["export", "--model", f"{user_model}:build", "--num-classes", "5", "--no-web"]
+    assert main([*common, "--input-shape", "1,3,16,16", "--out", str(empty)]) == 0
+    assert (empty / "realm.json").is_file()
+    capsys.readouterr()
+    assert main([*common, "--input-shape", "1,3,16,16", "--out", str(empty)]) == 1
+    err = capsys.readouterr().err
+    assert "exists; add --overwrite to replace it" in err and "overwrite=True" not in err
+
+
+def test_help_speaks_to_users(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "Export a model to on-device artifacts" in out and "thin wrapper" not in out

@@ -149,3 +149,30 @@ def test_node_app_refuses_tampered_artifacts_and_foreign_states(digits_artifacts
     foreign.write_bytes(b"PK\x05\x06" + b"\0" * 18)  # an empty zip: no header member
     done = _run_app(digits_artifacts[0], stream, "--state", str(foreign), timeout=120)
     assert done.returncode == 1 and "__header__" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["realm.json header", "realm.json value", "step_model.onnx", "source_params.npy"],
+)
+def test_node_app_refuses_a_flipped_byte(digits_artifacts, stream, tmp_path, target):
+    """One flipped byte per class of position, in the files the JavaScript client loads."""
+    copy = tmp_path / "copy"
+    shutil.copytree(digits_artifacts[0], copy)
+    name = target.split()[0]
+    data = bytearray((copy / name).read_bytes())
+    if target == "realm.json header":
+        offset = data.index(b'"format"') + 2
+    elif target == "realm.json value":
+        offset = data.index(b'"lr": ') + 8
+    else:
+        offset = len(data) // 2
+    data[offset] ^= 0x01
+    (copy / name).write_bytes(bytes(data))
+    done = _run_app(copy, stream, timeout=120)
+    assert done.returncode == 1 and name in done.stderr, done.stderr
+    expected = {
+        "realm.json header": "is not 'realm-tta/artifacts'",  # the key "format" is no more
+        "realm.json value": "its bytes do not hash to its own manifest_sha256",
+    }.get(target, "SHA-256")
+    assert expected in done.stderr, done.stderr

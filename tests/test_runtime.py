@@ -12,7 +12,7 @@ import threading
 import numpy as np
 import pytest
 import torch
-from conftest import export_digits
+from conftest import edit_manifest, export_digits
 
 from realm_runtime import ArtifactError, RealmRuntime
 from realm_runtime._checkpoint import COUNTERS
@@ -381,6 +381,11 @@ def test_artifact_problems_are_named(digits_artifacts, tmp_path):
     manifest = json.loads((bad / "realm.json").read_text())
     manifest["versions"]["onnxruntime"] = "1.18.0"
     (bad / "realm.json").write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactError, match=r"realm\.json: its bytes do not hash to its own"):
+        RealmRuntime(bad)  # an edit, not re-sealed
+    shutil.rmtree(bad)
+    shutil.copytree(src, bad)
+    edit_manifest(bad, lambda m: m["versions"].update(onnxruntime="1.18.0"))
     # Training checkpoints load in their own ORT version only; the portable graph in any.
     with pytest.raises(ArtifactError, match=r"exported with onnxruntime 1\.18\.0"):
         RealmRuntime(bad, backend="ort-training")

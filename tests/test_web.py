@@ -79,6 +79,24 @@ def test_js_unit_tests():
     assert "# fail 0" in done.stdout
 
 
+@pytest.mark.slow
+def test_js_fuzz_full():
+    """The JavaScript readers' fast-check properties with 1000 examples each (300 above)."""
+    node = _node()
+    if not (WEB / "node_modules" / "fast-check").is_dir():
+        pytest.skip("fast-check not installed in examples/web: run `make web-deps`")
+    done = subprocess.run(
+        [node, "--test", "test/fuzz.test.mjs"],
+        cwd=WEB,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "FUZZ_RUNS": "1000"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "# fail 0" in done.stdout
+
+
 def test_js_typecheck():
     node = _node()
     tsc = WEB / "node_modules" / "typescript" / "bin" / "tsc"
@@ -348,3 +366,61 @@ def test_browser_adapts_on_a_users_picture(sites, server, tmp_path, digits):
     np.testing.assert_allclose(
         shown["logits"], expected.logits[0], atol=BROWSER_TOLERANCES["logits"]
     )
+
+
+def test_browser_checks_signatures(digits_model, server, tmp_path_factory, tmp_path):
+    """WebCrypto's Ed25519 in Chromium: a signed export with its trusted key loads; another
+    trusted key, a re-sealed manifest edit and a missing signature are refused before any
+    graph is read."""
+    from conftest import edit_manifest, export_digits
+
+    from realm_runtime import generate_keypair
+
+    _browser()
+    base, root = server
+    keys = tmp_path_factory.mktemp("keys")
+    (vendor_key, vendor_pub), (_, stranger_pub) = (
+        generate_keypair(keys / "vendor"),
+        generate_keypair(keys / "stranger"),
+    )
+    artifacts = root / "signed-artifacts"
+    export_digits(digits_model, artifacts, signing_key=vendor_key)
+    build_site.build(root / "signed", artifacts=artifacts, limit=5, trusted_keys=[vendor_pub])
+    run = _drive(f"{base}/signed/?auto=1&persist=0", tmp_path / "a.json")["runs"][0]
+    assert run["error"] is None, run["error"]
+    assert run["signature"]["verified"] and "trusted" in run["signature"]["note"]
+    assert run["signature"]["key"] == vendor_pub.read_text().strip()
+
+    build_site.build(root / "stranger", artifacts=artifacts, limit=5, trusted_keys=[stranger_pub])
+    run = _drive(f"{base}/stranger/?auto=1&persist=0", tmp_path / "b.json")["runs"][0]
+    assert "not among the trusted keys" in (run["error"] or ""), run["error"]
+
+    edit_manifest(root / "signed" / "artifacts", lambda m: m["config"].update(lr=0.5))
+    run = _drive(f"{base}/signed/?auto=1&persist=0", tmp_path / "c.json")["runs"][0]
+    assert "signature does not verify" in (run["error"] or ""), run["error"]
+
+    (root / "signed" / "artifacts" / "realm.sig").unlink()
+    run = _drive(f"{base}/signed/?auto=1&persist=0", tmp_path / "d.json")["runs"][0]
+    assert "realm.sig not found: these artifacts are unsigned" in (run["error"] or "")
+
+
+@pytest.mark.parametrize("target", ["realm.json", "step_model.onnx", "source_params.npy"])
+def test_browser_refuses_a_flipped_byte(sites, server, tmp_path, target):
+    """One flipped byte of the manifest (a JSON value: its seal), the step graph, and the
+    starting parameters (the client's checkpoint): refused, naming the file."""
+    base, root = server
+    bad = root / f"flipped-{target}"
+    shutil.copytree(sites["realm-cifar"] / "artifacts", bad)
+    raw = bytearray((bad / target).read_bytes())
+    offset = raw.index(b'"lr": ') + 8 if target == "realm.json" else len(raw) // 2
+    raw[offset] ^= 0x01
+    (bad / target).write_bytes(bytes(raw))
+    url = f"{base}/realm-cifar/?auto=1&persist=0&artifacts=../flipped-{target}"
+    run = _drive(url, tmp_path / "run.json")["runs"][0]
+    expected = (
+        "realm.json: its bytes do not hash to its own manifest_sha256"
+        if target == "realm.json"
+        else f"{target}: SHA-256"
+    )
+    assert expected in (run["error"] or ""), run["error"]
+    assert run["log"] == []

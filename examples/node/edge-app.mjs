@@ -32,6 +32,7 @@ const USAGE = `usage: node edge-app.mjs --artifacts DIR --stream DIR [options]
   --limit N               stop after N samples in this run
   --threads N             onnxruntime intra-op threads (default 1)
   --schedule S            auto (default), train or infer-first: as RealmRuntime's
+  --trusted-key FILE      a .pub key (realm keygen): load only artifacts it signed; repeatable
   --log FILE              one JSON line per sample (prediction, decision, reason, alpha, lambda)
   --quiet                 only the final summary`;
 
@@ -48,6 +49,7 @@ function options(argv) {
       threads: { type: "string", default: "1" },
       schedule: { type: "string", default: "auto" },
       log: { type: "string" },
+      "trusted-key": { type: "string", multiple: true },
       quiet: { type: "boolean", default: false },
       help: { type: "boolean", default: false },
     },
@@ -74,6 +76,7 @@ function options(argv) {
     threads: /** @type {number} */ (count(values.threads, "threads")),
     schedule: /** @type {"auto" | "train" | "infer-first"} */ (values.schedule),
     log: values.log,
+    trustedKeys: values["trusted-key"] ?? null,
     quiet: values.quiet,
   };
 }
@@ -107,11 +110,14 @@ async function writeAtomic(file, bytes) {
 
 async function main() {
   const opts = options(process.argv.slice(2));
+  const trustedKeys = opts.trustedKeys
+    ? await Promise.all(opts.trustedKeys.map(async (f) => (await readFile(f, "ascii")).trim()))
+    : null;
   const client = await RealmClient.load(
     ort,
     (name) => readOrNull(path.join(opts.artifacts, name)),
     opts.artifacts,
-    { threads: opts.threads, executionProviders: ["cpu"], schedule: opts.schedule },
+    { threads: opts.threads, executionProviders: ["cpu"], schedule: opts.schedule, trustedKeys },
   );
   const saved = await readOrNull(opts.state);
   if (saved !== null) client.restoreState(saved);
@@ -127,7 +133,7 @@ async function main() {
     console.log(
       `realm-tta edge app: ${m.model?.name ?? m.model?.class ?? "model"}, method ${m.config.method}, ` +
         `onnxruntime-node ${ort.env.versions.node}; ${saved ? `resumed at sample ${first}` : "from the exported model"}, ` +
-        `samples ${first}..${last - 1} of ${files.length}`,
+        `samples ${first}..${last - 1} of ${files.length}; artifacts ${client.signature.note}`,
     );
   }
   let stop = false;

@@ -26,8 +26,8 @@ const FRESH = params.get("fresh") === "1";
 const EP = params.get("ep") ?? "auto";
 const SCHEDULE = params.get("schedule") ?? "auto";
 
-/** @type {{ready: boolean, done: boolean, error: string | null, backend: any, restored: any, log: any[], images: any[], summary: any}} */
-const run = { ready: false, done: false, error: null, backend: null, restored: null, log: [], images: [], summary: null };
+/** @type {{ready: boolean, done: boolean, error: string | null, backend: any, signature: any, restored: any, log: any[], images: any[], summary: any}} */
+const run = { ready: false, done: false, error: null, backend: null, signature: null, restored: null, log: [], images: [], summary: null };
 /** @type {any} */ (globalThis).realmRun = run;
 
 /** @param {string} id */
@@ -195,10 +195,16 @@ async function main() {
     if (!response.ok) throw new Error(`${ARTIFACTS}/${name}: HTTP ${response.status}`);
     return new Uint8Array(await response.arrayBuffer());
   };
+  // The app's trusted signing keys (build_site.py --trusted-key): none, no signature required.
+  const keysResponse = await fetch("trusted-keys.json");
+  const trustedKeys = keysResponse.ok ? /** @type {string[]} */ (await keysResponse.json()) : null;
   const client = await RealmClient.load(ort, read, ARTIFACTS, {
+    trustedKeys,
     executionProviders: backend.ep === "webgpu" ? ["webgpu", "wasm"] : ["wasm"],
     schedule: /** @type {any} */ (SCHEDULE),
   });
+  run.signature = client.signature;
+  $("signature").textContent = client.signature.note;
   const meta = await (await fetch(`${STREAM}/stream.json`)).json();
   const data = new Float32Array(await (await fetch(`${STREAM}/stream.f32`)).arrayBuffer());
   const size = meta.shape.reduce((/** @type {number} */ a, /** @type {number} */ b) => a * b, 1);

@@ -136,16 +136,22 @@ def build(
     preset: str = "cifar",
     method: str = "realm",
     cache_dir: str = ".cache",
+    trusted_keys: list[Path] | None = None,
 ) -> Path:
     """Write the whole site into ``out`` (replacing what the build wrote there before).
 
     ``artifacts`` and ``stream`` (a folder in the Node app's format) replace the built-in
-    digits model and its shifted stream.
+    digits model and its shifted stream. ``trusted_keys`` (``realm keygen``'s ``.pub`` files)
+    go into ``trusted-keys.json``: the page then loads only artifacts one of them signed.
     """
     dist = ort_dist()
     out.mkdir(parents=True, exist_ok=True)
     for name in PAGE_FILES:
         shutil.copy2(HERE / name, out / name)
+    keys_file = out / "trusted-keys.json"
+    keys_file.unlink(missing_ok=True)
+    if trusted_keys:
+        keys_file.write_text(json.dumps([Path(k).read_text().strip() for k in trusted_keys]))
     shutil.rmtree(out / "ort", ignore_errors=True)  # no file of another onnxruntime-web left
     (out / "ort").mkdir()
     for name in ORT_FILES:
@@ -208,6 +214,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", choices=("cifar", "imagenet"), default="cifar")
     parser.add_argument("--method", choices=("realm", "tent", "eata"), default="realm")
     parser.add_argument("--cache-dir", default=".cache")
+    parser.add_argument(
+        "--trusted-key",
+        type=Path,
+        action="append",
+        default=None,
+        help="a .pub key (realm keygen): the page loads only artifacts it signed; repeatable",
+    )
     parser.add_argument("--serve", action="store_true", help="serve on 127.0.0.1 afterwards")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args(argv)
@@ -223,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
             preset=args.preset,
             method=args.method,
             cache_dir=args.cache_dir,
+            trusted_keys=args.trusted_key,
         )
     except (FileNotFoundError, ValueError) as exc:
         print(exc, file=sys.stderr)

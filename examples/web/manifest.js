@@ -1,13 +1,15 @@
 // @ts-check
 /**
  * The artifact manifest `realm.json`, checked before anything runs: the same checks and the
- * same messages as the Python runtime (realm_runtime/_manifest.py).
+ * same messages as the Python runtime (realm_runtime/_manifest.py), the manifest's seal
+ * included (its `manifest_sha256` is the SHA-256 of its own bytes with that value as zeros).
  * @module manifest
  */
 
 export const MANIFEST_NAME = "realm.json";
 export const ARTIFACT_FORMAT = "realm-tta/artifacts";
-export const ARTIFACT_VERSION = 1;
+export const ARTIFACT_VERSION = 2;
+export const DIGEST_KEY = "manifest_sha256";
 
 /** A manifest or an artifact file does not fit. */
 export class ArtifactError extends Error {
@@ -48,15 +50,16 @@ export class ArtifactError extends Error {
  * @property {Record<string, any>} versions library versions of the export
  * @property {PortableSection} portable the portable step graph's files and layout
  * @property {Record<string, any>} [model] model name/class, source
+ * @property {string} manifest_sha256 the manifest's seal: names these artifacts
  */
 
 /**
- * Parse and check a manifest's fields.
+ * The manifest's format and version, checked first (an old directory is told to re-export).
  * @param {unknown} data the parsed JSON
  * @param {string} source where it came from, for messages
- * @returns {Manifest}
+ * @returns {Record<string, any>}
  */
-export function parseManifest(data, source = MANIFEST_NAME) {
+export function checkFormat(data, source = MANIFEST_NAME) {
   if (typeof data !== "object" || data === null || Array.isArray(data)) {
     throw new ArtifactError(`${source} does not hold a JSON object`);
   }
@@ -73,6 +76,62 @@ export function parseManifest(data, source = MANIFEST_NAME) {
         `(this client reads version ${ARTIFACT_VERSION}); re-export the model`,
     );
   }
+  return d;
+}
+
+/**
+ * @param {Uint8Array} haystack
+ * @param {Uint8Array} needle
+ * @returns {number[]} every offset where needle starts
+ */
+function findAll(haystack, needle) {
+  const found = [];
+  outer: for (let i = 0; i + needle.length <= haystack.length; i++) {
+    for (let j = 0; j < needle.length; j++) if (haystack[i + j] !== needle[j]) continue outer;
+    found.push(i);
+  }
+  return found;
+}
+
+/**
+ * Check that the manifest's bytes hash to its own `manifest_sha256` (the exporter wrote the
+ * file with that value as 64 zeros, hashed it, and put the digest in). Works on the bytes, as
+ * the Python runtime does: any change to any byte of the file is refused.
+ * @param {Uint8Array} raw the bytes of realm.json
+ * @param {Record<string, any>} data the same, parsed
+ * @param {string} source where it came from, for messages
+ * @returns {Promise<string>} the digest
+ */
+export async function checkSeal(raw, data, source = MANIFEST_NAME) {
+  const digest = data[DIGEST_KEY];
+  if (typeof digest !== "string" || !/^[0-9a-f]{64}$/.test(digest)) {
+    throw new ArtifactError(`${source}: no valid ${DIGEST_KEY} (the manifest's digest of itself): edited, or not written by realm export`);
+  }
+  const field = new TextEncoder().encode(`"${DIGEST_KEY}": "${digest}"`);
+  const at = findAll(raw, field);
+  if (at.length !== 1) {
+    throw new ArtifactError(`${source}: ${DIGEST_KEY} must appear exactly once, as the exporter wrote it`);
+  }
+  const unsealed = new Uint8Array(raw);
+  unsealed.fill(0x30, at[0] + field.length - 65, at[0] + field.length - 1); // the 64 hex digits → "0"
+  const actual = await sha256Hex(unsealed);
+  if (actual !== digest) {
+    throw new ArtifactError(
+      `${source}: its bytes do not hash to its own ${DIGEST_KEY} (${actual.slice(0, 16)}… vs ${digest.slice(0, 16)}…): ` +
+        "the manifest was modified or damaged after export",
+    );
+  }
+  return digest;
+}
+
+/**
+ * Parse and check a manifest's fields.
+ * @param {unknown} data the parsed JSON
+ * @param {string} source where it came from, for messages
+ * @returns {Manifest}
+ */
+export function parseManifest(data, source = MANIFEST_NAME) {
+  const d = checkFormat(data, source);
   const required = ["input", "logits_name", "num_classes", "config", "trainable", "files"];
   const missing = required.filter((k) => !(k in d));
   if (missing.length) {
@@ -146,4 +205,80 @@ export async function verifyFile(manifest, name, bytes, where) {
         `${expected.slice(0, 16)}… (the file was modified or truncated after export)`,
     );
   }
+}
+
+export const SIGNATURE_NAME = "realm.sig";
+
+/**
+ * @typedef {object} SignatureCheck what was found about realm.sig
+ * @property {string | null} key the signing public key (base64), null when unsigned
+ * @property {boolean} verified the signature was checked with WebCrypto and holds
+ * @property {string} note for the page: what was checked, or why not
+ */
+
+/**
+ * Check realm.sig (Ed25519 over the manifest's bytes) before anything in the manifest is used:
+ * the same rules as the Python runtime. With trustedKeys, the artifacts must be signed by one
+ * of them; without, a signature present must verify against the key it names. Where WebCrypto
+ * has no Ed25519, a required signature is an error and an optional one is reported unchecked.
+ * @param {Uint8Array} manifest the bytes of realm.json
+ * @param {Uint8Array | null} signature the bytes of realm.sig, null when absent
+ * @param {string[] | null} trustedKeys base64 Ed25519 public keys (realm keygen's .pub), or null
+ * @param {string} where the artifact directory, for messages
+ * @returns {Promise<SignatureCheck>}
+ */
+export async function checkSignature(manifest, signature, trustedKeys, where) {
+  const path = `${where}/${SIGNATURE_NAME}`;
+  if (trustedKeys !== null && trustedKeys.length === 0) {
+    throw new ArtifactError("trustedKeys is empty: pass null to accept unsigned artifacts");
+  }
+  if (signature === null) {
+    if (trustedKeys) {
+      throw new ArtifactError(`${path} not found: these artifacts are unsigned, and this client trusts signed ones only (realm export --sign KEY)`);
+    }
+    return { key: null, verified: false, note: "unsigned" };
+  }
+  /** @type {Record<string, any>} */
+  let record;
+  try {
+    if (signature.length > 65536) throw new Error(`${signature.length} bytes`);
+    record = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(signature));
+    if (typeof record !== "object" || record === null) throw new Error("not a JSON object");
+  } catch (err) {
+    throw new ArtifactError(`${path} is not a signature file (damaged?): ${err}`);
+  }
+  if (record.format !== "realm-tta/signature" || record.version !== 1 || record.algorithm !== "Ed25519" || record.signed !== MANIFEST_NAME) {
+    throw new ArtifactError(`${path}: not an Ed25519 signature of ${MANIFEST_NAME} in realm-tta's format`);
+  }
+  /** @param {unknown} text @param {number} length @param {string} what */
+  const bytesOf = (text, length, what) => {
+    let out;
+    try {
+      out = Uint8Array.from(atob(String(text)), (c) => c.charCodeAt(0));
+    } catch {
+      throw new ArtifactError(`${path}: damaged (its ${what} is not base64)`);
+    }
+    if (out.length !== length) throw new ArtifactError(`${path}: damaged (its ${what} has ${out.length} bytes, not ${length})`);
+    return out;
+  };
+  const key = bytesOf(record.public_key, 32, "public key");
+  const sig = bytesOf(record.signature, 64, "signature");
+  const keyText = btoa(String.fromCharCode(...key));
+  if (trustedKeys && !trustedKeys.map((k) => k.trim()).includes(keyText)) {
+    throw new ArtifactError(`${path}: signed by key ${keyText.slice(0, 12)}…, which is not among the trusted keys`);
+  }
+  let imported;
+  try {
+    imported = await globalThis.crypto.subtle.importKey("raw", key, { name: "Ed25519" }, false, ["verify"]);
+  } catch (err) {
+    if (trustedKeys) {
+      throw new ArtifactError(`${path}: this browser's WebCrypto has no Ed25519 (${err}), so the signature the trusted keys require cannot be checked`);
+    }
+    return { key: keyText, verified: false, note: `signed, not checked: no Ed25519 in this browser's WebCrypto` };
+  }
+  const ok = await globalThis.crypto.subtle.verify({ name: "Ed25519" }, imported, sig, /** @type {Uint8Array<ArrayBuffer>} */ (manifest));
+  if (!ok) {
+    throw new ArtifactError(`${path}: the signature does not verify for ${MANIFEST_NAME}'s bytes: the manifest (or the signature) was changed after signing`);
+  }
+  return { key: keyText, verified: true, note: `signature verified (key ${keyText.slice(0, 12)}…${trustedKeys ? ", trusted" : ""})` };
 }

@@ -14,7 +14,7 @@
  */
 
 import { ALPHA, COUNTERS, LAMBDA, argmax, checkSample, decide, zeroCounters } from "./client-common.js";
-import { ArtifactError, MANIFEST_NAME, parseManifest, verifyFile } from "./manifest.js";
+import { ArtifactError, MANIFEST_NAME, SIGNATURE_NAME, checkFormat, checkSeal, checkSignature, parseManifest, verifyFile } from "./manifest.js";
 import { StateFileError, float32Array, parseNpy, readState, writeState } from "./state-file.js";
 
 
@@ -29,6 +29,9 @@ import { StateFileError, float32Array, parseNpy, readState, writeState } from ".
  * @typedef {object} ClientOptions
  * @property {number} [threads] ONNX Runtime's intra-op threads (default: its own)
  * @property {string[]} [executionProviders] e.g. ["cpu"], ["webgpu", "wasm"]
+ * @property {string[] | null} [trustedKeys] base64 Ed25519 public keys (realm keygen's .pub): the
+ *   artifacts must be signed by one of them (default null: a signature is optional, but one
+ *   that is present must verify)
  * @property {"auto" | "train" | "infer-first"} [schedule] as RealmRuntime's: "train" runs the
  *   step graph at once and takes its logits; "infer-first" runs the forward graph, decides,
  *   and steps only for a sample that updates; "auto" (default) picks the cheaper for the
@@ -52,13 +55,17 @@ export class RealmClient {
     if (raw === null) {
       throw new ArtifactError(`${where}/${MANIFEST_NAME} not found: not an artifact directory written by realm export`);
     }
+    // The signature first: nothing in the manifest is used before it holds.
+    const signature = await checkSignature(raw, await read(SIGNATURE_NAME), options.trustedKeys ?? null, where);
     let data;
     try {
       data = JSON.parse(new TextDecoder().decode(raw));
     } catch (err) {
       throw new ArtifactError(`${where}/${MANIFEST_NAME} is not valid JSON (truncated or edited?): ${err}`);
     }
-    const manifest = parseManifest(data, `${where}/${MANIFEST_NAME}`);
+    const manifestPath = `${where}/${MANIFEST_NAME}`;
+    await checkSeal(raw, checkFormat(data, manifestPath), manifestPath);
+    const manifest = parseManifest(data, manifestPath);
     const p = manifest.portable;
     /** @type {Record<string, Uint8Array>} */
     const bytes = {};
@@ -87,6 +94,7 @@ export class RealmClient {
       throw new RangeError(`schedule must be "auto", "train" or "infer-first", got ${JSON.stringify(schedule)}`);
     }
     client.schedule = schedule;
+    client.signature = signature;
     return client;
   }
 
@@ -121,6 +129,8 @@ export class RealmClient {
     this.reset();
   }
 
+  /** @type {import("./manifest.js").SignatureCheck} what was found about realm.sig */
+  signature = { key: null, verified: false, note: "unsigned" };
   /** @type {Float32Array} current realm.params */
   params = new Float32Array(0);
   /** @type {Float32Array} realm.velocity: SGD momentum, same layout */
@@ -153,9 +163,9 @@ export class RealmClient {
     return this.layout.find((s) => s.name === name);
   }
 
-  /** @returns {string} the SHA-256 of the step graph: names these artifacts (e.g. a storage key) */
+  /** @returns {string} the manifest's seal: names these artifacts (a state file, a storage key) */
   get artifactsId() {
-    return this.manifest.files[this.manifest.portable.step_model];
+    return this.manifest.manifest_sha256;
   }
 
   /** @returns {number | null} current α (REALM), else null */
@@ -358,6 +368,7 @@ export class RealmClient {
       trainable: this.trainableNames,
       counters: { ...this.counters },
       config,
+      artifacts: this.artifactsId,
     };
     return writeState(header, arrays);
   }
@@ -372,6 +383,11 @@ export class RealmClient {
     const config = this.manifest.config;
     if (header.method !== config.method || header.num_classes !== this.classes) {
       throw new StateFileError(`the state is for method ${header.method} with ${header.num_classes} classes, these artifacts run ${config.method} with ${this.classes}`);
+    }
+    const savedFor = header.artifacts ?? null;
+    if (savedFor !== null && typeof savedFor !== "string") throw new StateFileError("header field artifacts is not a digest string");
+    if (savedFor !== null && savedFor !== this.artifactsId) {
+      throw new StateFileError(`saved with other artifacts (manifest ${savedFor.slice(0, 16)}…), these are ${this.artifactsId.slice(0, 16)}…: a state belongs to the export it adapted`);
     }
     if (JSON.stringify(header.trainable) !== JSON.stringify(this.trainableNames)) {
       throw new StateFileError("the state's trainable tensors differ from these artifacts'");

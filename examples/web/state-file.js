@@ -274,6 +274,20 @@ export function writeZip(members) {
  * @returns {StateFile}
  */
 export function readState(bytes) {
+  try {
+    return readStateUnchecked(bytes);
+  } catch (error) {
+    if (error instanceof StateFileError) throw error;
+    // A damaged file can still trip a DataView bound or a decoder: to a caller it is the same.
+    throw new StateFileError(`damaged state file (${error})`);
+  }
+}
+
+/**
+ * @param {Uint8Array} bytes
+ * @returns {StateFile}
+ */
+function readStateUnchecked(bytes) {
   const members = readZip(bytes);
   /** @type {Map<string, NpyArray>} */
   const arrays = new Map();
@@ -292,6 +306,9 @@ export function readState(bytes) {
     header = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(raw.data));
   } catch (error) {
     throw new StateFileError(`the header is not valid UTF-8 JSON: ${error}`);
+  }
+  if (typeof header !== "object" || header === null || Array.isArray(header)) {
+    throw new StateFileError("the header is not a JSON object");
   }
   if (header.format !== STATE_FORMAT) {
     throw new StateFileError(`format ${JSON.stringify(header.format)}, expected ${STATE_FORMAT}`);

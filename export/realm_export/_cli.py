@@ -64,6 +64,12 @@ def add_export_parser(sub: Any) -> None:
         help="also write the portable graphs in ORT format (step_model.ort, forward_model.ort) "
         "and required_operators.config, for ONNX Runtime's mobile and reduced-size builds",
     )
+    p.add_argument(
+        "--sign",
+        metavar="KEY",
+        default=None,
+        help="sign the manifest with this Ed25519 private key (realm.sig; `realm keygen`)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.add_argument("--cache-dir", default=".cache", help="where the digits model is cached")
     p.set_defaults(func=run_export)
@@ -201,6 +207,7 @@ def run_export(args: argparse.Namespace) -> int:
             web=not args.no_web,
             portable=not args.no_portable,
             ort_format=args.ort_format,
+            signing_key=args.sign,
             overwrite=args.overwrite,
             model_info=info,
             progress=progress,
@@ -208,7 +215,10 @@ def run_export(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"realm export: validation FAILED, nothing written.\n{exc}", file=sys.stderr)
         return 1
-    except (UnsupportedModelError, FileExistsError, ValueError) as exc:
+    except FileExistsError:
+        print(f"realm export: {args.out} exists; add --overwrite to replace it", file=sys.stderr)
+        return 1
+    except (UnsupportedModelError, FileNotFoundError, ValueError) as exc:
         print(f"realm export: {exc}", file=sys.stderr)
         return 1
     n_norm = len(result.trainable) - (2 if config.learns_alpha_lambda else 0)

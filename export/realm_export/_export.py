@@ -42,6 +42,7 @@ from realm_runtime._portable_io import (
     SOURCE_PARAMS,
     STEP_MODEL,
 )
+from realm_runtime._signing import load_private_key, sign_manifest
 from realm_sdk import RealmAdapter, RealmConfig
 
 from ._decide import DECIDE_MODEL, decide_model
@@ -103,6 +104,7 @@ def export_realm_artifacts(
     portable: bool = True,
     training: bool | None = None,
     ort_format: bool = False,
+    signing_key: object | None = None,
     progress: Progress | None = None,
 ) -> ExportInfo:
     """Export ``model`` as ONNX Runtime on-device training artifacts whose loss is REALM's.
@@ -144,6 +146,9 @@ def export_realm_artifacts(
             Runtime's own converter, for mobile apps; validated against the reference like
             the ``.onnx`` graphs. Needs the portable graph: where it cannot be built, this is
             an error.
+        signing_key: an Ed25519 private key (PEM file, PEM bytes, or the key object) to sign
+            the manifest with (``realm.sig``); a runtime given the public key as one of its
+            ``trusted_keys`` then refuses anything else. ``realm keygen`` makes a key pair.
         progress: called with a short label as each stage starts.
 
     Returns:
@@ -153,7 +158,8 @@ def export_realm_artifacts(
         UnsupportedModelError: the model cannot become a training graph (no norm layer, an op
             without ONNX form or gradient, dynamic control flow), with the reason.
         ValidationError: ORT and torch disagree beyond the tolerances (the report is attached).
-        FileExistsError: ``out_dir`` exists and ``overwrite`` is false.
+        FileExistsError: ``out_dir`` exists, is not an empty directory, and ``overwrite`` is
+            false.
     """
     start = time.perf_counter()
     out_dir = Path(out_dir)
@@ -161,12 +167,14 @@ def export_realm_artifacts(
     shape = _check_shape(input_shape)
     if not isinstance(config, RealmConfig):
         raise TypeError(f"config must be a RealmConfig, got {type(config).__name__}")
-    if out_dir.exists() and not overwrite:
+    if out_dir.exists() and not overwrite and not _empty_dir(out_dir):
         raise FileExistsError(f"{out_dir} exists; pass overwrite=True to replace it")
 
     training = _training_wanted(training)
     if not training and not portable:
         raise ValueError("nothing to export: training=False and portable=False")
+    if signing_key is not None:
+        load_private_key(signing_key)  # a bad key fails now, not after minutes of export
     if ort_format and not portable:
         raise ValueError("ort_format=True converts the portable graphs: it needs portable=True")
 
@@ -282,7 +290,10 @@ def export_realm_artifacts(
             model_info,
             portable_section,
         )
-        (tmp / MANIFEST_NAME).write_text(manifest.to_json(), encoding="utf-8")
+        (tmp / MANIFEST_NAME).write_bytes(manifest.to_bytes())
+        if signing_key is not None:
+            notify("signing the manifest")
+            sign_manifest(tmp, signing_key)
         _move_into_place(tmp, out_dir, overwrite=overwrite)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -602,9 +613,14 @@ def _manifest(
     )
 
 
+def _empty_dir(path: Path) -> bool:
+    """An existing empty directory (e.g. from mkdtemp): exporting into it loses nothing."""
+    return path.is_dir() and not any(path.iterdir())
+
+
 def _move_into_place(tmp: Path, out_dir: Path, *, overwrite: bool) -> None:
     if out_dir.exists():
-        if not overwrite:
+        if not overwrite and not _empty_dir(out_dir):
             raise FileExistsError(f"{out_dir} appeared during the export; not replacing it")
         old = out_dir.parent / f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}"
         os.replace(out_dir, old)

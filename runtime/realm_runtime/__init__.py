@@ -16,6 +16,7 @@ from ._checkpoint import read_state, write_state
 from ._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmConfig
 from ._manifest import ArtifactError, InputSpec, Manifest, load_manifest, verify_files
 from ._runtime import AdaptResult, RealmRuntime, RuntimeState
+from ._signing import generate_keypair, load_public_key, sign_manifest
 
 __version__ = "0.1.0"
 
@@ -31,8 +32,11 @@ __all__ = [
     "RealmConfig",
     "RealmRuntime",
     "RuntimeState",
+    "generate_keypair",
     "load_manifest",
+    "load_public_key",
     "read_state",
+    "sign_manifest",
     "verify_files",
     "write_state",
 ]

@@ -3,6 +3,11 @@
 No pickle anywhere: arrays are plain numeric ``.npy`` members, read with
 ``allow_pickle=False``; the header (format, version, method, counters, names) is UTF-8 JSON
 stored as a ``uint8`` member. numpy alone reads it, so a torch-free process can too.
+
+Reading never trusts the file: its size, the number of members and their declared sizes are
+bounded before anything is decompressed (a zip bomb is refused by its directory), only stored
+and deflated members are read, and whatever else goes wrong in zipfile, zlib or numpy's
+``.npy`` parser comes out as a ``ValueError`` that names the file and the problem.
 """
 
 from __future__ import annotations
@@ -17,11 +22,18 @@ from typing import Any
 
 import numpy as np
 
-from ._config import RealmConfig
+from ._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmConfig
+from ._json import json_object
 
 STATE_FORMAT = "realm-tta/adaptation-state"
 STATE_VERSION = 1
 _HEADER_KEY = "__header__"
+# Bounds of a readable state file. The largest state of the models in docs/ (vit_base: norm
+# parameters and momentum) is under 1 MiB; 256 MiB leaves room for any model that adapts only
+# its norm layers while keeping a damaged or hostile file from costing unbounded memory.
+MAX_STATE_BYTES = 256 * 2**20
+MAX_MEMBERS = 100_000
+MAX_HEADER_BYTES = 16 * 2**20
 
 
 def write_state(path: str | os.PathLike[str], arrays: dict[str, np.ndarray], header: dict) -> None:
@@ -58,34 +70,42 @@ def write_state(path: str | os.PathLike[str], arrays: dict[str, np.ndarray], hea
     _fsync_dir(path.parent)
 
 
-def read_state(path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+def read_state(
+    path: str | os.PathLike[str], *, max_bytes: int = MAX_STATE_BYTES
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Read a file written by :func:`write_state`.
 
     Args:
         path: the state file.
+        max_bytes: refuse a file, or members that declare, more than this many bytes.
 
     Returns:
         ``(arrays, header)``.
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: not a readable state file, or of another format or version.
+        ValueError: not a readable state file, or of another format or version; the message
+            names the file and the problem.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"adaptation state file not found: {path}")
     try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {name: data[name] for name in data.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise ValueError(f"{path} is not a readable adaptation state file: {exc}") from exc
-    raw = arrays.pop(_HEADER_KEY, None)
-    if raw is None:
-        raise ValueError(f"{path} has no {_HEADER_KEY} member: not a realm-tta state file")
-    try:
-        header = json.loads(raw.tobytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: its header is not valid JSON: {exc}") from exc
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise _Damaged(f"{size} bytes, more than a state file holds ({max_bytes})")
+        raw = path.read_bytes()
+        arrays = _read_members(raw, max_bytes)
+        header = _header(arrays.pop(_HEADER_KEY, None))
+    except _Damaged as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    except Exception as exc:
+        # zipfile, zlib, struct and numpy's .npy parser each have their own exceptions for a
+        # damaged file (BadZipFile, zlib.error, NotImplementedError for zip features numpy
+        # never writes, ...): to a caller they all mean the same.
+        raise ValueError(
+            f"{path} is not a readable adaptation state file ({type(exc).__name__}: {exc})"
+        ) from exc
     if header.get("format") != STATE_FORMAT:
         raise ValueError(f"{path}: format {header.get('format')!r}, expected {STATE_FORMAT!r}")
     if header.get("version") != STATE_VERSION:
@@ -94,6 +114,44 @@ def read_state(path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray], dic
             f"(this library reads version {STATE_VERSION})"
         )
     return arrays, header
+
+
+class _Damaged(Exception):
+    """A state file's structure is wrong in a way this module names itself."""
+
+
+def _read_members(raw: bytes, max_bytes: int) -> dict[str, np.ndarray]:
+    with zipfile.ZipFile(io.BytesIO(raw)) as archive:
+        members = archive.infolist()
+        if len(members) > MAX_MEMBERS:
+            raise _Damaged(f"{len(members)} members, more than a state file holds")
+        declared = sum(m.file_size for m in members)
+        if declared > max_bytes:
+            raise _Damaged(
+                f"its members declare {declared} bytes uncompressed, more than a state file "
+                f"holds ({max_bytes}): a damaged directory or a zip bomb"
+            )
+        arrays: dict[str, np.ndarray] = {}
+        for member in members:
+            if not member.filename.endswith(".npy") or member.is_dir():
+                raise _Damaged(f"member {member.filename!r} is not a .npy array")
+            if member.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+                raise _Damaged(f"member {member.filename!r}: compression {member.compress_type}")
+            name = member.filename[: -len(".npy")]
+            if name in arrays:
+                raise _Damaged(f"member {member.filename!r} appears twice")
+            # zipfile stops at the declared size and checks the CRC at the end.
+            data = archive.read(member)
+            arrays[name] = np.lib.format.read_array(io.BytesIO(data), allow_pickle=False)
+    return arrays
+
+
+def _header(raw: np.ndarray | None) -> dict[str, Any]:
+    if raw is None:
+        raise _Damaged(f"no {_HEADER_KEY} member: not a realm-tta state file")
+    if raw.dtype != np.uint8 or raw.ndim != 1 or raw.size > MAX_HEADER_BYTES:
+        raise _Damaged(f"its {_HEADER_KEY} member is not a 1-D uint8 array of JSON bytes")
+    return json_object(raw.tobytes(), "its header", _Damaged)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -122,15 +180,23 @@ COUNTERS: tuple[str, ...] = (
 
 
 def state_header(
-    config: RealmConfig, trainable: list[str], counters: dict[str, int]
+    config: RealmConfig,
+    trainable: list[str],
+    counters: dict[str, int],
+    artifacts: str | None = None,
 ) -> dict[str, Any]:
-    """The header an adaptation state is saved with (and :func:`check_state_header` reads)."""
+    """The header an adaptation state is saved with (and :func:`check_state_header` reads).
+
+    ``artifacts``: the ``manifest_sha256`` of the artifacts the state belongs to (None for a
+    state of the PyTorch reference, which belongs to a model, not to artifacts).
+    """
     return {
         "method": config.method,
         "num_classes": config.num_classes,
         "trainable": list(trainable),
         "counters": dict(counters),
         "config": config.to_dict(),
+        "artifacts": artifacts,
     }
 
 
@@ -141,14 +207,25 @@ def check_state_header(
     method: str,
     num_classes: int,
     trainable: list[str],
+    artifacts: str | None = None,
 ) -> dict[str, int]:
     """Check that a state file's header fits the adapter or runtime that wants to restore it.
+
+    Args:
+        header: the header :func:`read_state` returned.
+        path: the file, for messages.
+        method: the restoring side's method.
+        num_classes: its class count.
+        trainable: its trainable tensor names, in order.
+        artifacts: its artifacts' ``manifest_sha256`` (None: the reference, bound to none). A
+            state that names other artifacts is refused; one that names none (the
+            reference's) fits any artifacts of the same model and configuration.
 
     Returns:
         The counters, as integers.
 
     Raises:
-        ValueError: another method, class count, trainable names, or counter set.
+        ValueError: another method, class count, trainable names, artifacts or counter set.
     """
     if header.get("method") != method:
         raise ValueError(
@@ -163,10 +240,22 @@ def check_state_header(
             f"{path}: its trainable parameter names differ from this one's "
             f"({len(header.get('trainable') or [])} vs {len(trainable)} names)"
         )
+    saved_for = header.get("artifacts")
+    if saved_for is not None and not isinstance(saved_for, str):
+        raise ValueError(f"{path}: header field 'artifacts' is not a digest string")
+    if artifacts is not None and saved_for is not None and saved_for != artifacts:
+        raise ValueError(
+            f"{path}: saved with other artifacts (manifest {saved_for[:16]}…), these are "
+            f"{artifacts[:16]}…: a state belongs to the export it adapted"
+        )
     counters = header.get("counters", {})
     if not isinstance(counters, dict) or set(counters) != set(COUNTERS):
-        raise ValueError(f"{path}: counters {sorted(counters)} != {sorted(COUNTERS)}")
-    return {k: int(counters[k]) for k in COUNTERS}
+        got = sorted(map(str, counters)) if isinstance(counters, dict) else type(counters).__name__
+        raise ValueError(f"{path}: counters {got} != {sorted(COUNTERS)}")
+    bad = [k for k in COUNTERS if type(counters[k]) is not int or counters[k] < 0]
+    if bad:
+        raise ValueError(f"{path}: counters {bad} are not non-negative integers")
+    return {k: counters[k] for k in COUNTERS}
 
 
 def state_array(
@@ -185,3 +274,15 @@ def state_array(
     if a.dtype.kind != "f" or not np.isfinite(a).all():
         raise ValueError(f"{path}: array {key!r} is not finite floating point")
     return a
+
+
+def check_alpha_lambda(alpha: float, lam: float, path: str | os.PathLike[str]) -> None:
+    """α and λ of a state file lie where an update can put them (SPEC §3's projection).
+
+    Raises:
+        ValueError: α outside [ALPHA_MIN, ALPHA_MAX] or λ below LAMBDA_MIN.
+    """
+    if not ALPHA_MIN <= alpha <= ALPHA_MAX:
+        raise ValueError(f"{path}: alpha {alpha} lies outside [{ALPHA_MIN}, {ALPHA_MAX}]")
+    if not lam >= LAMBDA_MIN:
+        raise ValueError(f"{path}: lam {lam} lies below {LAMBDA_MIN}")

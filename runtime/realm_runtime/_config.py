@@ -168,9 +168,12 @@ class RealmConfig:
         if unknown:
             raise ValueError(f"unknown RealmConfig fields: {unknown}")
         data = dict(data)
-        if "frozen" in data:
-            data["frozen"] = tuple(data["frozen"])
-        return cls(**data)
+        try:
+            if "frozen" in data:
+                data["frozen"] = tuple(data["frozen"])
+            return cls(**data)
+        except TypeError as exc:  # a missing field, or a value of a type no check expected
+            raise ValueError(f"not a RealmConfig: {exc}") from exc
 
 
 def _finite(value: object) -> bool:

@@ -2,6 +2,15 @@
 
 Written by ``realm_export`` and read by the runtime; plain JSON and hashlib, no torch, so any
 app (or another language's binding) can check an artifact directory the same way.
+
+The manifest seals itself: its last field, ``manifest_sha256``, is the SHA-256 of the file's
+own bytes with that field's value written as 64 zeros. A reader finds the value, zeroes it in
+the bytes it read, and hashes: any change to any byte of the file (a value, a key, white
+space, the digest itself) is refused, and through the SHA-256 list of every other file, any
+change to any byte of the directory. The rule works on bytes, not on parsed JSON, so that
+JavaScript (examples/web/manifest.js) checks it exactly as Python does, without having to
+reproduce Python's float formatting. It catches corruption and careless edits; whoever can
+write the directory can also re-seal it, which is what signatures are for (``realm.sig``).
 """
 
 from __future__ import annotations
@@ -9,13 +18,21 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._json import json_object
+
 MANIFEST_NAME = "realm.json"
 ARTIFACT_FORMAT = "realm-tta/artifacts"
-ARTIFACT_VERSION = 1
+ARTIFACT_VERSION = 2  # 2: the manifest seals itself (manifest_sha256)
+DIGEST_KEY = "manifest_sha256"
+_UNSEALED = "0" * 64
+# A manifest is a few kB (a few hundred kB for the largest layouts): reading more than this
+# is a wrong file, not a manifest, and must not cost unbounded memory.
+MAX_MANIFEST_BYTES = 16 * 2**20
 
 # Files of an artifact directory, by role (names relative to the directory).
 TRAINING_MODEL = "training_model.onnx"
@@ -60,9 +77,10 @@ class Manifest:
     validation: dict[str, Any] = field(default_factory=dict)  # per-output max differences
     model: dict[str, Any] = field(default_factory=dict)  # model name/class, source
     portable: dict[str, Any] = field(default_factory=dict)  # step graph layout, or its "error"
+    digest: str = ""  # manifest_sha256 of the file it was read from ("" before it is written)
 
-    def to_json(self) -> str:
-        """The manifest as indented JSON."""
+    def to_bytes(self) -> bytes:
+        """The manifest as the sealed UTF-8 JSON file ``realm.json`` (see the module doc)."""
         data = {
             "format": self.format,
             "version": self.version,
@@ -77,40 +95,76 @@ class Manifest:
             "validation": self.validation,
             "model": self.model,
             "portable": self.portable,
+            DIGEST_KEY: _UNSEALED,
         }
-        return json.dumps(data, indent=2, sort_keys=False)
+        return seal(json.dumps(data, indent=2, sort_keys=False).encode("utf-8"))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = MANIFEST_NAME) -> Manifest:
         """Parse and check the fields of a manifest dictionary.
 
         Raises:
-            ArtifactError: another format, an unsupported version, or a missing field.
+            ArtifactError: another format, an unsupported version, a missing field, or a field
+                of the wrong type.
         """
-        if data.get("format") != ARTIFACT_FORMAT:
-            raise ArtifactError(
-                f"{source}: format {data.get('format')!r} is not {ARTIFACT_FORMAT!r}: "
-                "not a realm-tta artifact directory"
-            )
-        if data.get("version") != ARTIFACT_VERSION:
-            raise ArtifactError(
-                f"{source}: artifact format version {data.get('version')!r} is not supported "
-                f"(this realm-tta reads version {ARTIFACT_VERSION}); re-export the model"
-            )
+        check_format(data, source)
         required = ("input", "logits_name", "num_classes", "config", "trainable", "files")
         missing = [k for k in required if k not in data]
         if missing:
             raise ArtifactError(f"{source}: missing fields {missing}")
+        kinds: dict[str, type | tuple[type, ...]] = {
+            "input": dict,
+            "logits_name": str,
+            "num_classes": int,
+            "config": dict,
+            "trainable": dict,
+            "files": dict,
+            "versions": dict,
+            "preprocessing": dict,
+            "validation": dict,
+            "model": dict,
+            "portable": dict,
+        }
+        for key, kind in kinds.items():
+            if key in data and (not isinstance(data[key], kind) or isinstance(data[key], bool)):
+                raise ArtifactError(
+                    f"{source}: field {key!r} is {type(data[key]).__name__}, expected "
+                    f"{getattr(kind, '__name__', kind)}"
+                )
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in data["files"].items()):
+            raise ArtifactError(f"{source}: field 'files' must map file names to SHA-256 strings")
+        outside = [k for k in data["files"] if k in ("", ".", "..") or Path(k).name != k]
+        if outside:
+            # Only plain names: a listed path must never lead a reader outside the directory.
+            raise ArtifactError(f"{source}: file names must be plain names, got {outside[:3]}")
+        if not all(
+            isinstance(v, list) and all(isinstance(d, int) for d in v)
+            for v in data["trainable"].values()
+        ):
+            raise ArtifactError(f"{source}: field 'trainable' must map names to integer shapes")
         try:
             spec = InputSpec(**data["input"])
         except TypeError as exc:
             raise ArtifactError(f"{source}: bad input spec {data['input']!r}: {exc}") from exc
+        dims = spec.shape
+        if (
+            not isinstance(spec.name, str)
+            or not isinstance(dims, list)
+            or len(dims) < 2
+            or not isinstance(dims[0], int | str)
+            or not all(_is_size(d) for d in dims[1:])
+        ):
+            raise ArtifactError(
+                f"{source}: input must name a tensor of shape (batch, dims...), "
+                f"got {data['input']!r}"
+            )
+        _check_portable(data.get("portable", {}), source)
         return cls(
             format=data["format"],
             version=data["version"],
             input=spec,
             logits_name=data["logits_name"],
-            num_classes=int(data["num_classes"]),
+            num_classes=data["num_classes"],
             config=dict(data["config"]),
             trainable={k: list(v) for k, v in data["trainable"].items()},
             files=dict(data["files"]),
@@ -119,7 +173,97 @@ class Manifest:
             validation=dict(data.get("validation", {})),
             model=dict(data.get("model", {})),
             portable=dict(data.get("portable", {})),
+            digest=str(data.get(DIGEST_KEY, "")),
         )
+
+
+def check_format(data: dict[str, Any], source: str) -> None:
+    """The format and version fields, checked first: an old directory is told to re-export.
+
+    Raises:
+        ArtifactError: another format, or a version this library does not read.
+    """
+    if data.get("format") != ARTIFACT_FORMAT:
+        raise ArtifactError(
+            f"{source}: format {data.get('format')!r} is not {ARTIFACT_FORMAT!r}: "
+            "not a realm-tta artifact directory"
+        )
+    if data.get("version") != ARTIFACT_VERSION:
+        raise ArtifactError(
+            f"{source}: artifact format version {data.get('version')!r} is not supported "
+            f"(this realm-tta reads version {ARTIFACT_VERSION}); re-export the model"
+        )
+
+
+def seal(raw: bytes) -> bytes:
+    """Write the digest into manifest bytes that hold ``manifest_sha256`` as 64 zeros."""
+    placeholder = f'"{DIGEST_KEY}": "{_UNSEALED}"'.encode()
+    if raw.count(placeholder) != 1:
+        raise ValueError(f"the manifest must hold {DIGEST_KEY} = 64 zeros exactly once to seal it")
+    digest = hashlib.sha256(raw).hexdigest()
+    return raw.replace(placeholder, f'"{DIGEST_KEY}": "{digest}"'.encode())
+
+
+def check_seal(raw: bytes, data: dict[str, Any], source: str) -> str:
+    """Check that manifest bytes hash to their own ``manifest_sha256``; return the digest.
+
+    Raises:
+        ArtifactError: no digest, a malformed one, or bytes that do not hash to it.
+    """
+    digest = data.get(DIGEST_KEY)
+    if not isinstance(digest, str) or len(digest) != 64 or not _is_hex(digest):
+        raise ArtifactError(
+            f"{source}: no valid {DIGEST_KEY} (the manifest's digest of itself): "
+            "edited, or not written by realm export"
+        )
+    field_bytes = f'"{DIGEST_KEY}": "{digest}"'.encode()
+    if raw.count(field_bytes) != 1:
+        raise ArtifactError(
+            f"{source}: {DIGEST_KEY} must appear exactly once, as the exporter wrote it"
+        )
+    actual = hashlib.sha256(raw.replace(field_bytes, f'"{DIGEST_KEY}": "{_UNSEALED}"'.encode()))
+    if actual.hexdigest() != digest:
+        raise ArtifactError(
+            f"{source}: its bytes do not hash to its own {DIGEST_KEY} "
+            f"({actual.hexdigest()[:16]}… vs {digest[:16]}…): the manifest was modified "
+            "or damaged after export"
+        )
+    return digest
+
+
+def _is_size(value: object) -> bool:
+    return type(value) is int and value > 0
+
+
+def _check_portable(portable: dict[str, Any], source: str) -> None:
+    """The portable section's fields, where it describes a graph (not its ``error``)."""
+    if "step_model" not in portable:
+        return
+    where = f"{source}: portable"
+    for key in ("step_model", "forward_model", "source_params"):
+        if not isinstance(portable.get(key), str):
+            raise ArtifactError(f"{where}.{key} must be a file name")
+    for key in ("size", "batch"):
+        if not _is_size(portable.get(key)):
+            raise ArtifactError(f"{where}.{key} must be a positive integer")
+    layout = portable.get("layout")
+    if not isinstance(layout, list) or not all(
+        isinstance(slot, dict)
+        and isinstance(slot.get("name"), str)
+        and type(slot.get("offset")) is int
+        and isinstance(slot.get("shape"), list)
+        and all(_is_size(d) for d in slot["shape"])
+        and set(slot) == {"name", "offset", "shape"}
+        for slot in layout
+    ):
+        raise ArtifactError(f"{where}.layout must list {{name, offset, shape}} per tensor")
+    for key in ("decide_model", "ort_format"):
+        if key in portable and not isinstance(portable[key], str | dict):
+            raise ArtifactError(f"{where}.{key} has the wrong type")
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text)
 
 
 def sha256_of(path: str | os.PathLike[str]) -> str:
@@ -131,36 +275,76 @@ def sha256_of(path: str | os.PathLike[str]) -> str:
     return digest.hexdigest()
 
 
-def load_manifest(directory: str | os.PathLike[str], *, verify: bool = True) -> Manifest:
+def load_manifest(
+    directory: str | os.PathLike[str],
+    *,
+    verify: bool = True,
+    trusted_keys: Iterable[object] | None = None,
+) -> Manifest:
     """Read ``realm.json`` of an artifact directory and, by default, verify every checksum.
 
     Args:
         directory: the artifact directory.
         verify: also check that every listed file exists and matches its SHA-256.
+        trusted_keys: Ed25519 public keys one of which must have signed the manifest
+            (``realm.sig``); None: a signature is optional, but must verify where present.
 
     Returns:
         The parsed manifest.
 
     Raises:
-        ArtifactError: no directory or manifest, unreadable JSON, wrong format or version,
-            a missing file, or a file whose checksum differs (tampered or truncated).
+        ArtifactError: no directory or manifest, unreadable JSON, wrong format or version, a
+            broken seal, a missing or bad signature, a missing file, or a file whose checksum
+            differs (tampered or truncated).
     """
+    from ._signing import check_signature  # it imports this module
+
     directory = Path(directory)
     if not directory.is_dir():
         raise ArtifactError(f"artifact directory not found: {directory}")
     path = directory / MANIFEST_NAME
     if not path.is_file():
         raise ArtifactError(f"{path} not found: not an artifact directory written by realm export")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ArtifactError(f"{path} is not valid JSON (truncated or edited?): {exc}") from exc
-    if not isinstance(data, dict):
-        raise ArtifactError(f"{path} does not hold a JSON object")
-    manifest = Manifest.from_dict(data, source=str(path))
-    if verify:
+    raw = read_bounded(path, MAX_MANIFEST_BYTES, ArtifactError)
+    check_signature(directory, raw, trusted_keys)  # before anything in the manifest is used
+    return parse_manifest(raw, str(path), directory=directory if verify else None)
+
+
+def parse_manifest(
+    raw: bytes, source: str = MANIFEST_NAME, *, directory: str | os.PathLike[str] | None = None
+) -> Manifest:
+    """Parse manifest bytes: JSON, format and version, the seal, the fields.
+
+    Args:
+        raw: the bytes of ``realm.json``.
+        source: where they came from, for messages.
+        directory: also verify every listed file in this directory.
+
+    Raises:
+        ArtifactError: naming what is wrong; never another exception type.
+    """
+    data = json_object(raw, source, ArtifactError)
+    check_format(data, source)
+    check_seal(raw, data, source)
+    manifest = Manifest.from_dict(data, source=source)
+    if directory is not None:
         verify_files(directory, manifest)
     return manifest
+
+
+def read_bounded(
+    path: str | os.PathLike[str], limit: int, error: type[Exception] = ValueError
+) -> bytes:
+    """A file's bytes, refusing (with ``error``) one larger than ``limit`` before reading it."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > limit:
+            raise error(f"{path}: {size} bytes, more than the {limit} this file can hold")
+        with path.open("rb") as handle:
+            return handle.read(limit + 1)[:limit]
+    except OSError as exc:
+        raise error(f"{path}: cannot be read: {exc}") from exc
 
 
 def verify_files(directory: str | os.PathLike[str], manifest: Manifest) -> None:

@@ -7,6 +7,7 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -16,6 +17,7 @@ import numpy as np
 from ._backend import BACKENDS, BackendName, Candidate, StepBackend, parse_device
 from ._checkpoint import (
     COUNTERS,
+    check_alpha_lambda,
     check_state_header,
     read_state,
     state_array,
@@ -23,7 +25,14 @@ from ._checkpoint import (
     write_state,
 )
 from ._config import RealmConfig
-from ._manifest import ALPHA_NAME, LAMBDA_NAME, Manifest, load_manifest
+from ._manifest import (
+    ALPHA_NAME,
+    LAMBDA_NAME,
+    MANIFEST_NAME,
+    ArtifactError,
+    Manifest,
+    load_manifest,
+)
 from ._step import F32, Selection, ema_update, select, softmax
 
 Schedule = Literal["auto", "train", "infer-first"]
@@ -117,6 +126,10 @@ class RealmRuntime:
             and minimal builds), or ``"auto"`` (default): ``"ort"`` where the export wrote
             them. Same step either way; on x86 the ``.ort`` graphs (converted for ARM) run
             resnet50_gn's step 8–9 % slower than the ``.onnx`` ones (README).
+        trusted_keys: Ed25519 public keys (``.pub`` files, their base64 text, 32 raw bytes)
+            of whoever may sign artifacts: unsigned artifacts, another key or a bad signature
+            are refused before any graph is read. None (default): a signature is not
+            required, but one that is present must verify.
 
     Raises:
         ArtifactError: missing, tampered, truncated or incompatible artifacts, or a backend
@@ -134,6 +147,7 @@ class RealmRuntime:
         backend: BackendName = "auto",
         session_config: dict[str, str] | None = None,
         graph_format: GraphFormat = "auto",
+        trusted_keys: Iterable[object] | None = None,
     ) -> None:
         if graph_format not in ("auto", "onnx", "ort"):
             raise ValueError(f"graph_format must be 'auto', 'onnx' or 'ort', got {graph_format!r}")
@@ -145,13 +159,17 @@ class RealmRuntime:
             raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
         parse_device(device)  # a ValueError naming the accepted values, before any loading
         self.directory = Path(artifact_dir)
-        self.manifest: Manifest = load_manifest(self.directory)
+        self.manifest: Manifest = load_manifest(self.directory, trusted_keys=trusted_keys)
         baked = sorted(set(overrides or {}) & _GRAPH_FIELDS)
         if baked:
             raise ValueError(
                 f"{baked} are part of the exported graph or parameter selection; "
                 "re-export to change them"
             )
+        try:
+            RealmConfig.from_dict(self.manifest.config)
+        except ValueError as exc:
+            raise ArtifactError(f"{self.directory / MANIFEST_NAME}: its config: {exc}") from exc
         self.config = RealmConfig.from_dict({**self.manifest.config, **(overrides or {})})
         self.device = device
         self.schedule: Schedule = schedule
@@ -159,16 +177,25 @@ class RealmRuntime:
             isinstance(k, str) and isinstance(v, str) for k, v in session_config.items()
         ):
             raise ValueError(f"session_config must map str to str, got {session_config!r}")
-        self._backend: StepBackend = open_backend(
-            backend,
-            self.directory,
-            self.manifest,
-            self.config,
-            device,
-            threads,
-            session_config,
-            graph_format,
-        )
+        try:
+            self._backend: StepBackend = open_backend(
+                backend,
+                self.directory,
+                self.manifest,
+                self.config,
+                device,
+                threads,
+                session_config,
+                graph_format,
+            )
+        except (KeyError, TypeError, IndexError, AttributeError) as exc:
+            # The manifest passed its checks but a field the backend reads does not fit (a
+            # re-sealed edit, or a writer this library does not know): say where, not a
+            # KeyError from deep inside.
+            raise ArtifactError(
+                f"{self.directory / MANIFEST_NAME}: a field the {backend} backend reads is "
+                f"missing or of the wrong type ({type(exc).__name__}: {exc})"
+            ) from exc
         self.backend: str = self._backend.name
         # The graphs' file format: "ort" where the onnx backend runs the ORT-format copies.
         self.graph_format: str = self._backend.graph_format
@@ -283,14 +310,17 @@ class RealmRuntime:
             arrays["lam_momentum"] = velocity.get(LAMBDA_NAME, np.zeros((), F32))
             if self._ema is not None:
                 arrays["ema"] = self._ema
-            header = state_header(self.config, self._names, self._counters)
+            header = state_header(
+                self.config, self._names, self._counters, artifacts=self.manifest.digest
+            )
             write_state(path, arrays, header)
 
     def restore(self, path: str | os.PathLike[str]) -> None:
         """Load a state written by :meth:`save` or by ``RealmAdapter.save``.
 
         Everything is read and checked first; a state that does not fit (method, classes,
-        names, shapes, non-finite values) raises and changes nothing.
+        names, shapes, non-finite values, a state saved with other artifacts) raises and
+        changes nothing.
 
         Raises:
             FileNotFoundError: no such file.
@@ -303,6 +333,7 @@ class RealmRuntime:
             method=self.config.method,
             num_classes=self.config.num_classes,
             trainable=self._names,
+            artifacts=self.manifest.digest,
         )
         values: dict[str, np.ndarray] = {}
         velocity: dict[str, np.ndarray] = {}
@@ -314,6 +345,7 @@ class RealmRuntime:
             values[LAMBDA_NAME] = _array(arrays, "lam", (), path)
             velocity[ALPHA_NAME] = _array(arrays, "alpha_momentum", (), path)
             velocity[LAMBDA_NAME] = _array(arrays, "lam_momentum", (), path)
+            check_alpha_lambda(float(values[ALPHA_NAME]), float(values[LAMBDA_NAME]), path)
         ema = None
         if "ema" in arrays:
             ema = _array(arrays, "ema", (self.config.num_classes,), path)

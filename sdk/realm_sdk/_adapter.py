@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from realm_runtime._checkpoint import (
     COUNTERS,
+    check_alpha_lambda,
     check_state_header,
     read_state,
     state_array,
@@ -240,6 +241,7 @@ class RealmAdapter:
                 new[key] = self._tensor_from(arrays, key, tuple(p.shape), path)
         for key in ("alpha", "lam", "alpha_momentum", "lam_momentum"):
             new[key] = self._tensor_from(arrays, key, (), path)
+        check_alpha_lambda(float(new["alpha"]), float(new["lam"]), path)
         ema = None
         if "ema" in arrays:
             ema = self._tensor_from(arrays, "ema", (self.config.num_classes,), path)

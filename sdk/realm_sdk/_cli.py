@@ -357,9 +357,28 @@ def _cmd_parity(args: argparse.Namespace) -> int:
     return 0 if all(r.passed for r in reports) else 1
 
 
+def _cmd_keygen(args: argparse.Namespace) -> int:
+    from realm_runtime import generate_keypair
+
+    try:
+        private, public = generate_keypair(args.prefix)
+    except FileExistsError as exc:
+        print(f"realm keygen: {exc}", file=sys.stderr)
+        return 1
+    print(f"private key: {private} (mode 0600; keep it off devices)")
+    print(f"public key:  {public} (give it to RealmRuntime(trusted_keys=[...]) and the clients)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``realm`` argument parser."""
-    parser = argparse.ArgumentParser(prog="realm", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="realm",
+        description=(
+            "realm-tta: REALM test-time adaptation. Export a model to on-device artifacts, "
+            "run the demo, check parity with the reference, benchmark, make signing keys."
+        ),
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -377,6 +396,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out-dir", default="artifacts", help="where the artifacts are written")
     demo.add_argument("--no-runtime", action="store_true", help="skip export → runtime")
     demo.set_defaults(func=_cmd_demo)
+
+    keygen = sub.add_parser("keygen", help="write an Ed25519 key pair to sign artifacts with")
+    keygen.add_argument("prefix", help="writes PREFIX.key (private, 0600) and PREFIX.pub")
+    keygen.set_defaults(func=_cmd_keygen)
 
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
     speed = bench.add_parser("speed", help="per-sample latency and memory, torch vs runtime")

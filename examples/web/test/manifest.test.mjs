@@ -2,12 +2,12 @@
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { test } from "node:test";
-import { ArtifactError, parseManifest, sha256Hex, verifyFile } from "../manifest.js";
+import { ArtifactError, checkFormat, checkSeal, parseManifest, sha256Hex, verifyFile } from "../manifest.js";
 
 function manifest(overrides = {}) {
   return {
     format: "realm-tta/artifacts",
-    version: 1,
+    version: 2,
     input: { name: "input", shape: ["batch", 1, 4, 4], dtype: "float32" },
     logits_name: "logits",
     num_classes: 3,
@@ -33,7 +33,7 @@ test("a good manifest parses", () => {
 
 test("wrong format, version, missing fields and missing graphs are named", () => {
   assert.throws(() => parseManifest(manifest({ format: "x" })), /format "x" is not 'realm-tta\/artifacts'/);
-  assert.throws(() => parseManifest(manifest({ version: 2 })), /artifact format version 2 is not supported .* re-export/);
+  assert.throws(() => parseManifest(manifest({ version: 3 })), /artifact format version 3 is not supported .* re-export/);
   const { logits_name, ...rest } = manifest();
   assert.equal(logits_name, "logits");
   assert.throws(() => parseManifest(rest), /missing fields \["logits_name"\]/);
@@ -72,4 +72,48 @@ test("verifyFile: missing, tampered and good files", async () => {
     /does not match the manifest's .* modified or truncated after export/,
   );
   await assert.rejects(verifyFile(m, "other", bytes, "dir"), /not listed in realm.json/);
+});
+
+/** The exporter's sealing, written again with node's own hash (not the module's). */
+function sealed(data) {
+  const zeros = "0".repeat(64);
+  const text = JSON.stringify({ ...data, manifest_sha256: zeros }, null, 2);
+  const digest = createHash("sha256").update(text).digest("hex");
+  return new TextEncoder().encode(text.replace(`"manifest_sha256": "${zeros}"`, `"manifest_sha256": "${digest}"`));
+}
+
+test("a sealed manifest passes; an old version is told to re-export", async () => {
+  const raw = sealed(manifest());
+  const data = JSON.parse(new TextDecoder().decode(raw));
+  assert.match(await checkSeal(raw, data), /^[0-9a-f]{64}$/);
+  assert.throws(() => checkFormat({ ...data, version: 1 }), /version 1 is not supported .* re-export/);
+});
+
+test("a change to any byte of the manifest is refused", async () => {
+  const raw = sealed(manifest());
+  for (let i = 0; i < raw.length; i++) {
+    const bad = new Uint8Array(raw);
+    bad[i] ^= 0x01;
+    let data;
+    try {
+      data = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bad));
+    } catch {
+      continue; // not JSON any more: the client refuses it before the seal
+    }
+    await assert.rejects(
+      (async () => { checkFormat(data); await checkSeal(bad, data); parseManifest(data); })(),
+      ArtifactError,
+      `byte ${i} (${JSON.stringify(String.fromCharCode(raw[i]))}) flipped and accepted`,
+    );
+  }
+});
+
+test("a missing or malformed seal is named", async () => {
+  const data = manifest();
+  const raw = new TextEncoder().encode(JSON.stringify(data));
+  await assert.rejects(checkSeal(raw, data), /no valid manifest_sha256/);
+  const good = new TextDecoder().decode(sealed(manifest()));
+  const field = good.match(/"manifest_sha256": "[0-9a-f]{64}"/)[0];
+  const twice = new TextEncoder().encode(good.replace("{", `{\n  ${field},`)); // a duplicate key
+  await assert.rejects(checkSeal(twice, JSON.parse(new TextDecoder().decode(twice))), /must appear exactly once/);
 });
