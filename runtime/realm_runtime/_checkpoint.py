@@ -17,6 +17,7 @@ import json
 import os
 import tempfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -286,3 +287,94 @@ def check_alpha_lambda(alpha: float, lam: float, path: str | os.PathLike[str]) -
         raise ValueError(f"{path}: alpha {alpha} lies outside [{ALPHA_MIN}, {ALPHA_MAX}]")
     if not lam >= LAMBDA_MIN:
         raise ValueError(f"{path}: lam {lam} lies below {LAMBDA_MIN}")
+
+
+@dataclass(frozen=True)
+class StateArrays:
+    """One adaptation state as numpy arrays: a state file's content, for either twin.
+
+    The SDK (torch tensors) and the runtime (ONNX Runtime buffers) convert to and from this;
+    the file's layout (``param/<name>``, ``momentum/<name>``, ``alpha``, ``lam``,
+    ``alpha_momentum``, ``lam_momentum``, ``ema``) is written and read here only.
+    """
+
+    params: dict[str, np.ndarray]  # adapted norm tensor name -> value, in trainable order
+    momentum: dict[str, np.ndarray]  # the same names -> SGD momentum buffer
+    alpha: np.ndarray  # 0-d; α0 where the method does not learn it
+    lam: np.ndarray  # 0-d; λ0 likewise
+    alpha_momentum: np.ndarray  # 0-d
+    lam_momentum: np.ndarray  # 0-d
+    ema: np.ndarray | None  # (num_classes,) EMA of past predictions; None before an update
+    counters: dict[str, int]  # COUNTERS -> count
+
+
+_SCALARS = ("alpha", "lam", "alpha_momentum", "lam_momentum")
+
+
+def save_state(
+    path: str | os.PathLike[str],
+    state: StateArrays,
+    config: RealmConfig,
+    artifacts: str | None = None,
+) -> None:
+    """Write ``state`` as a state file, atomically (see :func:`write_state`)."""
+    arrays: dict[str, np.ndarray] = {}
+    for name, value in state.params.items():
+        arrays[f"param/{name}"] = value
+        arrays[f"momentum/{name}"] = state.momentum[name]
+    for key in _SCALARS:
+        arrays[key] = getattr(state, key)
+    if state.ema is not None:
+        arrays["ema"] = state.ema
+    header = state_header(config, list(state.params), state.counters, artifacts)
+    write_state(path, arrays, header)
+
+
+def load_state(
+    path: str | os.PathLike[str],
+    config: RealmConfig,
+    shapes: dict[str, tuple[int, ...]],
+    artifacts: str | None = None,
+    dtype: type[np.floating] | None = None,
+) -> StateArrays:
+    """Read and check a state file for an adapter or runtime of ``config``.
+
+    Everything is checked before it is returned (header, names, shapes, finite floating
+    point, α and λ within their bounds), so a caller that assigns only what this returns never
+    half-restores.
+
+    Args:
+        path: the state file.
+        config: the restoring side's configuration (method, classes).
+        shapes: its adapted norm tensors, name -> shape, in trainable order.
+        artifacts: its artifacts' ``manifest_sha256`` (None for the reference).
+        dtype: cast every array to this (the runtime's float32); None keeps the file's
+            (the SDK saves its model's dtype, float64 included).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: naming the file and what does not fit.
+    """
+    arrays, header = read_state(path)
+    counters = check_state_header(
+        header,
+        path,
+        method=config.method,
+        num_classes=config.num_classes,
+        trainable=list(shapes),
+        artifacts=artifacts,
+    )
+
+    def take(key: str, shape: tuple[int, ...]) -> np.ndarray:
+        a = state_array(arrays, key, shape, path)
+        return a if dtype is None else a.astype(dtype)
+
+    scalars = {key: take(key, ()) for key in _SCALARS}
+    check_alpha_lambda(float(scalars["alpha"]), float(scalars["lam"]), path)
+    return StateArrays(
+        params={n: take(f"param/{n}", s) for n, s in shapes.items()},
+        momentum={n: take(f"momentum/{n}", s) for n, s in shapes.items()},
+        ema=take("ema", (config.num_classes,)) if "ema" in arrays else None,
+        counters=counters,
+        **scalars,
+    )

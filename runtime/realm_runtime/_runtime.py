@@ -15,15 +15,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ._backend import BACKENDS, BackendName, Candidate, StepBackend, parse_device
-from ._checkpoint import (
-    COUNTERS,
-    check_alpha_lambda,
-    check_state_header,
-    read_state,
-    state_array,
-    state_header,
-    write_state,
-)
+from ._checkpoint import COUNTERS, StateArrays, load_state, save_state
 from ._config import RealmConfig
 from ._manifest import (
     ALPHA_NAME,
@@ -296,63 +288,44 @@ class RealmRuntime:
         """Write the whole adaptation state atomically (temp file, fsync, rename).
 
         The format is the SDK's: a state saved here restores into a ``RealmAdapter`` of the
-        same model and configuration, and the other way round.
+        same model and configuration, and the other way round. It names these artifacts
+        (their ``manifest_sha256``); :meth:`restore` of other artifacts refuses it.
         """
         with self._lock:
             values, velocity = self._backend.tensors()
-            arrays: dict[str, np.ndarray] = {}
-            for n in self._names:
-                arrays[f"param/{n}"] = values[n]
-                arrays[f"momentum/{n}"] = velocity[n]
-            arrays["alpha"] = values.get(ALPHA_NAME, np.array(self.config.alpha0, F32))
-            arrays["lam"] = values.get(LAMBDA_NAME, np.array(self.config.lambda0, F32))
-            arrays["alpha_momentum"] = velocity.get(ALPHA_NAME, np.zeros((), F32))
-            arrays["lam_momentum"] = velocity.get(LAMBDA_NAME, np.zeros((), F32))
-            if self._ema is not None:
-                arrays["ema"] = self._ema
-            header = state_header(
-                self.config, self._names, self._counters, artifacts=self.manifest.digest
+            state = StateArrays(
+                params={n: values[n] for n in self._names},
+                momentum={n: velocity[n] for n in self._names},
+                alpha=values.get(ALPHA_NAME, np.array(self.config.alpha0, F32)),
+                lam=values.get(LAMBDA_NAME, np.array(self.config.lambda0, F32)),
+                alpha_momentum=velocity.get(ALPHA_NAME, np.zeros((), F32)),
+                lam_momentum=velocity.get(LAMBDA_NAME, np.zeros((), F32)),
+                ema=self._ema,
+                counters=dict(self._counters),
             )
-            write_state(path, arrays, header)
+            save_state(path, state, self.config, artifacts=self.manifest.digest)
 
     def restore(self, path: str | os.PathLike[str]) -> None:
         """Load a state written by :meth:`save` or by ``RealmAdapter.save``.
 
         Everything is read and checked first; a state that does not fit (method, classes,
-        names, shapes, non-finite values, a state saved with other artifacts) raises and
-        changes nothing.
+        names, shapes, non-finite values, α or λ out of bounds, a state saved with other
+        artifacts) raises and changes nothing.
 
         Raises:
             FileNotFoundError: no such file.
             ValueError: unreadable file or a state that does not fit these artifacts.
         """
-        arrays, header = read_state(path)
-        counters = check_state_header(
-            header,
-            path,
-            method=self.config.method,
-            num_classes=self.config.num_classes,
-            trainable=self._names,
-            artifacts=self.manifest.digest,
-        )
-        values: dict[str, np.ndarray] = {}
-        velocity: dict[str, np.ndarray] = {}
-        for n in self._names:
-            values[n] = _array(arrays, f"param/{n}", self._source[n].shape, path)
-            velocity[n] = _array(arrays, f"momentum/{n}", self._source[n].shape, path)
+        shapes = {n: self._source[n].shape for n in self._names}
+        state = load_state(path, self.config, shapes, self.manifest.digest, dtype=F32)
+        values, velocity = dict(state.params), dict(state.momentum)
         if self.config.learns_alpha_lambda:
-            values[ALPHA_NAME] = _array(arrays, "alpha", (), path)
-            values[LAMBDA_NAME] = _array(arrays, "lam", (), path)
-            velocity[ALPHA_NAME] = _array(arrays, "alpha_momentum", (), path)
-            velocity[LAMBDA_NAME] = _array(arrays, "lam_momentum", (), path)
-            check_alpha_lambda(float(values[ALPHA_NAME]), float(values[LAMBDA_NAME]), path)
-        ema = None
-        if "ema" in arrays:
-            ema = _array(arrays, "ema", (self.config.num_classes,), path)
+            values[ALPHA_NAME], values[LAMBDA_NAME] = state.alpha, state.lam
+            velocity[ALPHA_NAME], velocity[LAMBDA_NAME] = state.alpha_momentum, state.lam_momentum
         with self._lock:
             self._backend.load(values, velocity)
-            self._ema = ema
-            self._counters = dict(counters)
+            self._ema = state.ema
+            self._counters = dict(state.counters)
 
     def export_inference_model(self, path: str | os.PathLike[str]) -> None:
         """Write the adapted model as a plain ONNX inference model (``input`` → ``logits``).
@@ -516,12 +489,6 @@ class RealmRuntime:
             with np.errstate(all="ignore"):
                 probs = softmax(logits)
         return AdaptResult(logits, probs, logits.argmax(axis=1), keep, updated, loss, reason)
-
-
-def _array(
-    arrays: dict[str, np.ndarray], key: str, shape: tuple[int, ...], path: Any
-) -> np.ndarray:
-    return state_array(arrays, key, shape, path).astype(F32)
 
 
 def open_backend(

@@ -12,15 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from realm_runtime._checkpoint import (
-    COUNTERS,
-    check_alpha_lambda,
-    check_state_header,
-    read_state,
-    state_array,
-    state_header,
-    write_state,
-)
+from realm_runtime._checkpoint import COUNTERS, StateArrays, load_state, save_state
 from realm_runtime._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmConfig
 
 from ._inputs import check_batch, infer_sample_shape
@@ -202,57 +194,48 @@ class RealmAdapter:
         Parameters, momentum buffers, α, λ, the EMA and the counters are saved; the frozen
         rest of the model is not (it is the source model's).
         """
+
+        def host(t: Tensor) -> np.ndarray:
+            return t.detach().cpu().numpy().copy()  # no view of a live parameter
+
         with self._lock:
-            arrays: dict[str, np.ndarray] = {}
-            for n, p in self._params.items():
-                arrays[f"param/{n}"] = p.detach().cpu().numpy()
-                arrays[f"momentum/{n}"] = self._momentum[n].cpu().numpy()
-            arrays["alpha"] = self._alpha.cpu().numpy()
-            arrays["lam"] = self._lam.cpu().numpy()
-            arrays["alpha_momentum"] = self._alpha_v.cpu().numpy()
-            arrays["lam_momentum"] = self._lam_v.cpu().numpy()
-            if self._ema is not None:
-                arrays["ema"] = self._ema.cpu().numpy()
-            header = state_header(self.config, self._names, self._counters)
-        write_state(path, arrays, header)
+            state = StateArrays(
+                params={n: host(p) for n, p in self._params.items()},
+                momentum={n: host(self._momentum[n]) for n in self._params},
+                alpha=host(self._alpha),
+                lam=host(self._lam),
+                alpha_momentum=host(self._alpha_v),
+                lam_momentum=host(self._lam_v),
+                ema=None if self._ema is None else host(self._ema),
+                counters=dict(self._counters),
+            )
+        save_state(path, state, self.config)
 
     def restore(self, path: str | os.PathLike[str]) -> None:
         """Load a state written by :meth:`save` (or by ``RealmRuntime.save``).
 
         Everything is read and checked before anything is assigned: a mismatching file
-        (other method, class count, parameter names or shapes) raises and changes nothing.
+        (other method, class count, parameter names or shapes, α or λ out of bounds) raises
+        and changes nothing.
 
         Raises:
             FileNotFoundError: no such file.
             ValueError: unreadable file, or a state that does not fit this adapter.
         """
-        arrays, header = read_state(path)
-        counters = check_state_header(
-            header,
-            path,
-            method=self.config.method,
-            num_classes=self.config.num_classes,
-            trainable=self._names,
-        )
-        new: dict[str, Tensor] = {}
-        for n, p in self._params.items():
-            for kind in ("param", "momentum"):
-                key = f"{kind}/{n}"
-                new[key] = self._tensor_from(arrays, key, tuple(p.shape), path)
-        for key in ("alpha", "lam", "alpha_momentum", "lam_momentum"):
-            new[key] = self._tensor_from(arrays, key, (), path)
-        check_alpha_lambda(float(new["alpha"]), float(new["lam"]), path)
-        ema = None
-        if "ema" in arrays:
-            ema = self._tensor_from(arrays, "ema", (self.config.num_classes,), path)
+        shapes = {n: tuple(p.shape) for n, p in self._params.items()}
+        state = load_state(path, self.config, shapes)
+
+        def device(a: np.ndarray) -> Tensor:
+            return torch.from_numpy(a.copy()).to(dtype=self._dtype, device=self._device)
+
         with self._lock, torch.no_grad():
             for n, p in self._params.items():
-                p.copy_(new[f"param/{n}"])
-                self._momentum[n] = new[f"momentum/{n}"]
-            self._alpha, self._lam = new["alpha"], new["lam"]
-            self._alpha_v, self._lam_v = new["alpha_momentum"], new["lam_momentum"]
-            self._ema = ema
-            self._counters = dict(counters)
+                p.copy_(device(state.params[n]))
+                self._momentum[n] = device(state.momentum[n])
+            self._alpha, self._lam = device(state.alpha), device(state.lam)
+            self._alpha_v, self._lam_v = device(state.alpha_momentum), device(state.lam_momentum)
+            self._ema = None if state.ema is None else device(state.ema)
+            self._counters = dict(state.counters)
 
     # ------------------------------------------------------------------ internals
 
@@ -268,12 +251,6 @@ class RealmAdapter:
         self._alpha_v = torch.zeros((), **like)
         self._lam_v = torch.zeros((), **like)
         self._ema: Tensor | None = None
-
-    def _tensor_from(
-        self, arrays: dict[str, np.ndarray], key: str, shape: tuple[int, ...], path: Any
-    ) -> Tensor:
-        a = state_array(arrays, key, shape, path)
-        return torch.from_numpy(a.copy()).to(dtype=self._dtype, device=self._device)
 
     def _check_logits(self, logits: Any, x: Tensor) -> None:
         want = (x.shape[0], self.config.num_classes)
