@@ -36,8 +36,6 @@ SIGNATURE_FORMAT = "realm-tta/signature"
 SIGNATURE_VERSION = 1
 MAX_SIGNATURE_BYTES = 64 * 1024
 
-PublicKeyLike = "str | os.PathLike[str] | bytes | Ed25519PublicKey"
-
 
 def _ed25519() -> Any:
     try:
