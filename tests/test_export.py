@@ -353,3 +353,16 @@ def test_bad_arguments(tmp_path):
             config=RealmConfig.preset("cifar", num_classes=7),
             input_shape=(1, 1, 32, 32),
         )
+
+
+def test_every_digits_export_carries_its_preprocessing(digits_artifacts, digits):
+    """train_digits_model describes its input like a timm model, so the tests' export (as the
+    demo's and `realm export --model digits`) writes it into the manifest."""
+    from realm_runtime import load_manifest
+
+    manifest = load_manifest(digits_artifacts[0])
+    assert manifest.preprocessing == {
+        "input_size": [1, 32, 32],
+        "mean": [digits.mean],
+        "std": [digits.std],
+    }

@@ -156,12 +156,13 @@ def export_digits_artifacts(
         input_shape=(1, 1, IMAGE_SIZE, IMAGE_SIZE),
         overwrite=True,
         model_info={"name": "digits", "source": "realm_sdk.train_digits_model"},
-        preprocessing={
-            "input_size": [1, IMAGE_SIZE, IMAGE_SIZE],
-            "mean": [data.mean],
-            "std": [data.std],
-        },
+        preprocessing=None if hasattr(source, "pretrained_cfg") else _digits_prep(data),
     )
+
+
+def _digits_prep(data: DigitsData) -> dict[str, object]:
+    # A digits model built elsewhere than train_digits_model carries no pretrained_cfg.
+    return {"input_size": [1, IMAGE_SIZE, IMAGE_SIZE], "mean": [data.mean], "std": [data.std]}
 
 
 def write_stream_folder(folder: Path, images: Any, labels: Any) -> None:

@@ -161,7 +161,8 @@ def train_digits_model(
         name: the architecture's name in the cache file.
 
     Returns:
-        The trained model in eval mode.
+        The trained model in eval mode, its preprocessing in ``pretrained_cfg`` (as timm's
+        models carry theirs; the export writes it into the manifest).
     """
     from safetensors.torch import load_file, save_file
 
@@ -173,7 +174,7 @@ def train_digits_model(
         if cache.is_file():
             model.load_state_dict(load_file(cache))
             log.info("loaded the digits source model from %s", cache)
-            return model.eval()
+            return _described(model.eval(), data)
 
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
@@ -202,6 +203,17 @@ def train_digits_model(
         tmp = cache.with_suffix(".tmp")
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp))
         os.replace(tmp, cache)
+    return _described(model, data)
+
+
+def _described(model: nn.Module, data: DigitsData) -> nn.Module:
+    # Its preprocessing, where timm models keep theirs: every export of the model (the demo,
+    # `realm export --model digits`, the tests) writes it into the manifest.
+    model.pretrained_cfg = {  # type: ignore[assignment]
+        "input_size": (1, IMAGE_SIZE, IMAGE_SIZE),
+        "mean": (data.mean,),
+        "std": (data.std,),
+    }
     return model
 
 
