@@ -174,7 +174,7 @@ def export_realm_artifacts(
     if not training and not portable:
         raise ValueError("nothing to export: training=False and portable=False")
     if signing_key is not None:
-        load_private_key(signing_key)  # a bad key fails now, not after minutes of export
+        signing_key = load_private_key(signing_key)  # a bad key fails now, not after the export
     if ort_format and not portable:
         raise ValueError("ort_format=True converts the portable graphs: it needs portable=True")
 

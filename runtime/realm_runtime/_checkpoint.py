@@ -25,6 +25,7 @@ import numpy as np
 
 from ._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmConfig
 from ._json import json_object
+from ._manifest import read_bounded
 
 STATE_FORMAT = "realm-tta/adaptation-state"
 STATE_VERSION = 1
@@ -91,11 +92,8 @@ def read_state(
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"adaptation state file not found: {path}")
+    raw = read_bounded(path, max_bytes)
     try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise _Damaged(f"{size} bytes, more than a state file holds ({max_bytes})")
-        raw = path.read_bytes()
         arrays = _read_members(raw, max_bytes)
         header = _header(arrays.pop(_HEADER_KEY, None))
     except _Damaged as exc:

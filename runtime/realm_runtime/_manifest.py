@@ -112,7 +112,7 @@ class Manifest:
         missing = [k for k in required if k not in data]
         if missing:
             raise ArtifactError(f"{source}: missing fields {missing}")
-        kinds: dict[str, type | tuple[type, ...]] = {
+        kinds: dict[str, type] = {
             "input": dict,
             "logits_name": str,
             "num_classes": int,
@@ -129,7 +129,7 @@ class Manifest:
             if key in data and (not isinstance(data[key], kind) or isinstance(data[key], bool)):
                 raise ArtifactError(
                     f"{source}: field {key!r} is {type(data[key]).__name__}, expected "
-                    f"{getattr(kind, '__name__', kind)}"
+                    f"{kind.__name__}"
                 )
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in data["files"].items()):
             raise ArtifactError(f"{source}: field 'files' must map file names to SHA-256 strings")
@@ -342,7 +342,7 @@ def read_bounded(
         if size > limit:
             raise error(f"{path}: {size} bytes, more than the {limit} this file can hold")
         with path.open("rb") as handle:
-            return handle.read(limit + 1)[:limit]
+            return handle.read(limit)  # a file that grew since the stat is cut, never read whole
     except OSError as exc:
         raise error(f"{path}: cannot be read: {exc}") from exc
 

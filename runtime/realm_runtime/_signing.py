@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._json import json_object
-from ._manifest import MANIFEST_NAME, ArtifactError
+from ._manifest import MANIFEST_NAME, ArtifactError, read_bounded
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -183,12 +183,11 @@ def check_signature(
         signature = base64.b64decode(record["signature"], validate=True)
     except (KeyError, ValueError, binascii.Error, TypeError) as exc:
         raise ArtifactError(f"{path}: damaged ({type(exc).__name__}: {exc})") from exc
-    if trusted is not None:
-        signer_text = public_key_text(signer)
-        if signer_text not in {public_key_text(k) for k in trusted}:
-            raise ArtifactError(
-                f"{path}: signed by key {signer_text[:12]}…, which is not among the trusted keys"
-            )
+    signer_text = public_key_text(signer)
+    if trusted is not None and signer_text not in {public_key_text(k) for k in trusted}:
+        raise ArtifactError(
+            f"{path}: signed by key {signer_text[:12]}…, which is not among the trusted keys"
+        )
     from cryptography.exceptions import InvalidSignature
 
     try:
@@ -198,14 +197,13 @@ def check_signature(
             f"{path}: the signature does not verify for {MANIFEST_NAME}'s bytes: the manifest "
             "(or the signature) was changed after signing"
         ) from None
-    return public_key_text(signer)
+    return signer_text
 
 
 def _read_record(path: Path) -> dict[str, Any]:
-    size = path.stat().st_size
-    if size > MAX_SIGNATURE_BYTES:
-        raise ArtifactError(f"{path}: {size} bytes, more than a signature file holds")
-    record = json_object(path.read_bytes(), str(path), ArtifactError)
+    record = json_object(
+        read_bounded(path, MAX_SIGNATURE_BYTES, ArtifactError), str(path), ArtifactError
+    )
     if (record.get("format"), record.get("version")) != (SIGNATURE_FORMAT, SIGNATURE_VERSION):
         raise ArtifactError(
             f"{path}: format {record.get('format')!r} version {record.get('version')!r}, "

@@ -16,7 +16,14 @@ from torch import nn
 from realm_runtime._config import RealmConfig
 
 from ._adapter import RealmAdapter
-from ._digits import IMAGE_SIZE, NUM_CLASSES, DigitsData, load_digits, train_digits_model
+from ._digits import (
+    IMAGE_SIZE,
+    NUM_CLASSES,
+    DigitsData,
+    digits_preprocessing,
+    load_digits,
+    train_digits_model,
+)
 from ._evaluate import run_online
 
 if TYPE_CHECKING:  # the export extra is optional for the SDK
@@ -156,13 +163,8 @@ def export_digits_artifacts(
         input_shape=(1, 1, IMAGE_SIZE, IMAGE_SIZE),
         overwrite=True,
         model_info={"name": "digits", "source": "realm_sdk.train_digits_model"},
-        preprocessing=None if hasattr(source, "pretrained_cfg") else _digits_prep(data),
+        preprocessing=digits_preprocessing(data),  # also for a model not from train_digits_model
     )
-
-
-def _digits_prep(data: DigitsData) -> dict[str, object]:
-    # A digits model built elsewhere than train_digits_model carries no pretrained_cfg.
-    return {"input_size": [1, IMAGE_SIZE, IMAGE_SIZE], "mean": [data.mean], "std": [data.std]}
 
 
 def write_stream_folder(folder: Path, images: Any, labels: Any) -> None:

@@ -206,14 +206,15 @@ def train_digits_model(
     return _described(model, data)
 
 
+def digits_preprocessing(data: DigitsData) -> dict[str, list]:
+    """The model input's preprocessing, as a manifest records it (timm's keys)."""
+    return {"input_size": [1, IMAGE_SIZE, IMAGE_SIZE], "mean": [data.mean], "std": [data.std]}
+
+
 def _described(model: nn.Module, data: DigitsData) -> nn.Module:
     # Its preprocessing, where timm models keep theirs: every export of the model (the demo,
     # `realm export --model digits`, the tests) writes it into the manifest.
-    model.pretrained_cfg = {  # type: ignore[assignment]
-        "input_size": (1, IMAGE_SIZE, IMAGE_SIZE),
-        "mean": (data.mean,),
-        "std": (data.std,),
-    }
+    model.pretrained_cfg = digits_preprocessing(data)  # type: ignore[assignment]
     return model
 
 
