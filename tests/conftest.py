@@ -118,3 +118,41 @@ def edit_manifest(directory: Path, edit: Callable[[dict], None]) -> None:
     edit(data)
     data[DIGEST_KEY] = "0" * 64
     path.write_bytes(seal(json.dumps(data, indent=2).encode()))
+
+
+@pytest.fixture(scope="session")
+def signing_keys(tmp_path_factory):
+    """Two Ed25519 key pairs, ``(vendor, stranger)``, each ``(private .key, public .pub)``."""
+    from realm_runtime import generate_keypair
+
+    folder = tmp_path_factory.mktemp("keys")
+    return generate_keypair(folder / "vendor"), generate_keypair(folder / "stranger")
+
+
+@pytest.fixture(scope="session")
+def signed_artifacts(digits_model, signing_keys, tmp_path_factory):
+    """The digits model exported and signed with the vendor's key (``realm.sig``)."""
+    directory = tmp_path_factory.mktemp("signed") / "artifacts"
+    export_digits(digits_model, directory, signing_key=signing_keys[0][0])
+    return directory
+
+
+def flip(path: Path, offset: int, mask: int = 0x01) -> None:
+    """Flip bits of one byte of a file in place."""
+    data = bytearray(path.read_bytes())
+    data[offset] ^= mask
+    path.write_bytes(bytes(data))
+
+
+def manifest_offset(raw: bytes, kind: str) -> int:
+    """One byte position of a class in realm.json's bytes."""
+    from realm_runtime._manifest import DIGEST_KEY
+
+    text = raw.decode()
+    return {
+        "header": lambda: text.index('"format"') + 2,  # inside the first key
+        "json value": lambda: text.index('"lr": ') + len('"lr": ') + 2,  # a learning-rate digit
+        "file digest": lambda: text.index('"step_model.onnx": "') + len('"step_model.onnx": "') + 5,
+        "own digest": lambda: text.index(f'"{DIGEST_KEY}": "') + len(f'"{DIGEST_KEY}": "') + 10,
+        "white space": lambda: text.index("\n  "),
+    }[kind]()

@@ -12,33 +12,13 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import edit_manifest
+from conftest import edit_manifest, flip, manifest_offset
 
 from realm_runtime import ArtifactError, RealmRuntime
 from realm_runtime._manifest import DIGEST_KEY, parse_manifest
-
-
-def flip(path: Path, offset: int, mask: int = 0x01) -> None:
-    """Flip bits of one byte of a file in place."""
-    data = bytearray(path.read_bytes())
-    data[offset] ^= mask
-    path.write_bytes(bytes(data))
-
-
-def manifest_offsets(raw: bytes) -> dict[str, int]:
-    """One byte position of each class in realm.json."""
-    text = raw.decode()
-    return {
-        "header": text.index('"format"') + 2,  # inside the first key
-        "json value": text.index('"lr": ') + len('"lr": ') + 2,  # a digit of the learning rate
-        "file digest": text.index('"step_model.onnx": "') + len('"step_model.onnx": "') + 5,
-        "own digest": text.index(f'"{DIGEST_KEY}": "') + len(f'"{DIGEST_KEY}": "') + 10,
-        "white space": text.index("\n  "),
-    }
 
 
 def test_every_byte_of_the_manifest_is_sealed(digits_artifacts):
@@ -70,7 +50,7 @@ def test_runtime_refuses_a_flipped_byte(digits_artifacts, tmp_path, target):
             with pytest.raises(ArtifactError, match=rf"{target}: SHA-256 .* does not match"):
                 RealmRuntime(copy)
     else:
-        offset = manifest_offsets((copy / "realm.json").read_bytes())[target]
+        offset = manifest_offset((copy / "realm.json").read_bytes(), target)
         flip(copy / "realm.json", offset)
         with pytest.raises(ArtifactError, match=r"realm\.json"):
             RealmRuntime(copy)

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import assert_same_state, export_digits
+from conftest import assert_same_state, edit_manifest, export_digits, flip, manifest_offset
 
 from realm_runtime import RealmRuntime
+from realm_sdk._demo import write_stream_folder
 from realm_sdk._parity import TOLERANCES
 
 NODE_APP = Path(__file__).resolve().parents[1] / "examples" / "node"
@@ -57,12 +58,7 @@ def _app(artifacts: Path, stream: Path, *extra: str) -> str:
 def stream(digits_stream, tmp_path_factory) -> Path:
     """The shifted digits as the app reads them: one .npy a sample, labels.json."""
     folder = tmp_path_factory.mktemp("stream")
-    xs, ys = digits_stream[0][:SAMPLES], digits_stream[1][:SAMPLES]
-    labels = {}
-    for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
-        np.save(folder / f"{i:05d}.npy", np.ascontiguousarray(x, dtype=np.float32))
-        labels[f"{i:05d}.npy"] = int(y)
-    (folder / "labels.json").write_text(json.dumps(labels))
+    write_stream_folder(folder, digits_stream[0][:SAMPLES], digits_stream[1][:SAMPLES])
     return folder
 
 
@@ -153,26 +149,39 @@ def test_node_app_refuses_tampered_artifacts_and_foreign_states(digits_artifacts
 
 @pytest.mark.parametrize(
     "target",
-    ["realm.json header", "realm.json value", "step_model.onnx", "source_params.npy"],
+    ["realm.json header", "realm.json json value", "step_model.onnx", "source_params.npy"],
 )
 def test_node_app_refuses_a_flipped_byte(digits_artifacts, stream, tmp_path, target):
     """One flipped byte per class of position, in the files the JavaScript client loads."""
     copy = tmp_path / "copy"
     shutil.copytree(digits_artifacts[0], copy)
     name = target.split()[0]
-    data = bytearray((copy / name).read_bytes())
-    if target == "realm.json header":
-        offset = data.index(b'"format"') + 2
-    elif target == "realm.json value":
-        offset = data.index(b'"lr": ') + 8
-    else:
-        offset = len(data) // 2
-    data[offset] ^= 0x01
-    (copy / name).write_bytes(bytes(data))
+    raw = (copy / name).read_bytes()
+    kind = target.removeprefix("realm.json ")
+    flip(copy / name, manifest_offset(raw, kind) if name == "realm.json" else len(raw) // 2)
     done = _run_app(copy, stream, timeout=120)
     assert done.returncode == 1 and name in done.stderr, done.stderr
     expected = {
         "realm.json header": "is not 'realm-tta/artifacts'",  # the key "format" is no more
-        "realm.json value": "its bytes do not hash to its own manifest_sha256",
+        "realm.json json value": "its bytes do not hash to its own manifest_sha256",
     }.get(target, "SHA-256")
     assert expected in done.stderr, done.stderr
+
+
+def test_node_app_checks_signatures(signed_artifacts, signing_keys, stream, tmp_path):
+    """WebCrypto's Ed25519 in Node: the trusted key loads; another key, a re-sealed edit and a
+    missing signature are refused."""
+    (_, vendor_pub), (_, stranger_pub) = signing_keys
+    done = _run_app(signed_artifacts, stream, "--limit", "3", "--trusted-key", str(vendor_pub))
+    assert done.returncode == 0, done.stderr
+    assert "signature verified" in done.stdout and "trusted" in done.stdout
+    done = _run_app(signed_artifacts, stream, "--limit", "3", "--trusted-key", str(stranger_pub))
+    assert done.returncode == 1 and "not among the trusted keys" in done.stderr, done.stderr
+    copy = tmp_path / "copy"
+    shutil.copytree(signed_artifacts, copy)
+    edit_manifest(copy, lambda m: m["config"].update(lr=0.5))
+    done = _run_app(copy, stream, "--limit", "3", "--trusted-key", str(vendor_pub))
+    assert done.returncode == 1 and "signature does not verify" in done.stderr, done.stderr
+    (copy / "realm.sig").unlink()
+    done = _run_app(copy, stream, "--limit", "3", "--trusted-key", str(vendor_pub))
+    assert done.returncode == 1 and "unsigned" in done.stderr, done.stderr

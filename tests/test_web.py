@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import assert_same_state
+from conftest import assert_same_state, flip, manifest_offset
 
 from realm_runtime import RealmRuntime
 from realm_sdk._parity import TOLERANCES
@@ -368,30 +368,26 @@ def test_browser_adapts_on_a_users_picture(sites, server, tmp_path, digits):
     )
 
 
-def test_browser_checks_signatures(digits_model, server, tmp_path_factory, tmp_path):
+def test_browser_checks_signatures(signed_artifacts, signing_keys, server, tmp_path):
     """WebCrypto's Ed25519 in Chromium: a signed export with its trusted key loads; another
     trusted key, a re-sealed manifest edit and a missing signature are refused before any
     graph is read."""
-    from conftest import edit_manifest, export_digits
-
-    from realm_runtime import generate_keypair
+    from conftest import edit_manifest
 
     _browser()
     base, root = server
-    keys = tmp_path_factory.mktemp("keys")
-    (vendor_key, vendor_pub), (_, stranger_pub) = (
-        generate_keypair(keys / "vendor"),
-        generate_keypair(keys / "stranger"),
+    (_, vendor_pub), (_, stranger_pub) = signing_keys
+    build_site.build(
+        root / "signed", artifacts=signed_artifacts, limit=5, trusted_keys=[vendor_pub]
     )
-    artifacts = root / "signed-artifacts"
-    export_digits(digits_model, artifacts, signing_key=vendor_key)
-    build_site.build(root / "signed", artifacts=artifacts, limit=5, trusted_keys=[vendor_pub])
     run = _drive(f"{base}/signed/?auto=1&persist=0", tmp_path / "a.json")["runs"][0]
     assert run["error"] is None, run["error"]
     assert run["signature"]["verified"] and "trusted" in run["signature"]["note"]
     assert run["signature"]["key"] == vendor_pub.read_text().strip()
 
-    build_site.build(root / "stranger", artifacts=artifacts, limit=5, trusted_keys=[stranger_pub])
+    build_site.build(
+        root / "stranger", artifacts=signed_artifacts, limit=5, trusted_keys=[stranger_pub]
+    )
     run = _drive(f"{base}/stranger/?auto=1&persist=0", tmp_path / "b.json")["runs"][0]
     assert "not among the trusted keys" in (run["error"] or ""), run["error"]
 
@@ -411,10 +407,11 @@ def test_browser_refuses_a_flipped_byte(sites, server, tmp_path, target):
     base, root = server
     bad = root / f"flipped-{target}"
     shutil.copytree(sites["realm-cifar"] / "artifacts", bad)
-    raw = bytearray((bad / target).read_bytes())
-    offset = raw.index(b'"lr": ') + 8 if target == "realm.json" else len(raw) // 2
-    raw[offset] ^= 0x01
-    (bad / target).write_bytes(bytes(raw))
+    raw = (bad / target).read_bytes()
+    flip(
+        bad / target,
+        manifest_offset(raw, "json value") if target == "realm.json" else len(raw) // 2,
+    )
     url = f"{base}/realm-cifar/?auto=1&persist=0&artifacts=../flipped-{target}"
     run = _drive(url, tmp_path / "run.json")["runs"][0]
     expected = (

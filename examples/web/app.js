@@ -333,8 +333,6 @@ async function main() {
     run.summary = {
       counters: { ...client.counters },
       accuracy: view.pos ? (100 * view.correct) / view.pos : null,
-      params: Array.from(client.params),
-      velocity: Array.from(client.velocity),
       ema: client.ema ? Array.from(client.ema) : null,
       state: Array.from(client.saveState()), // the SDK's state file, for RealmRuntime.restore
       backend,

@@ -79,7 +79,7 @@ def write_stream(
     return meta
 
 
-def write_stream_folder(
+def write_stream_from_folder(
     out: Path, folder: Path, manifest: dict[str, Any], *, limit: int | None
 ) -> dict[str, object]:
     """A stream folder in the Node app's format, written as the page reads it.
@@ -167,7 +167,7 @@ def build(
         export_demo(target, preset=preset, method=method, cache_dir=cache_dir)
     if stream is not None:
         manifest = json.loads((target / "realm.json").read_text())
-        write_stream_folder(out / "stream", stream, manifest, limit=limit)
+        write_stream_from_folder(out / "stream", stream, manifest, limit=limit)
     else:
         write_stream(
             out / "stream", corruption=corruption, severity=severity, seed=seed, limit=limit

@@ -173,6 +173,24 @@ function checkPortable(d, source) {
 }
 
 /**
+ * Read manifest bytes as the Python runtime's parse_manifest does: JSON, format and version,
+ * the seal, the fields. Every problem is an ArtifactError naming the file.
+ * @param {Uint8Array} raw the bytes of realm.json
+ * @param {string} source where they came from, for messages
+ * @returns {Promise<Manifest>}
+ */
+export async function readManifest(raw, source = MANIFEST_NAME) {
+  let data;
+  try {
+    data = JSON.parse(new TextDecoder().decode(raw));
+  } catch (err) {
+    throw new ArtifactError(`${source} is not valid JSON (truncated or edited?): ${err}`);
+  }
+  await checkSeal(raw, checkFormat(data, source), source);
+  return parseManifest(data, source);
+}
+
+/**
  * Lower-case hex SHA-256 of bytes (WebCrypto; available on https and localhost pages).
  * @param {Uint8Array} bytes
  * @returns {Promise<string>}

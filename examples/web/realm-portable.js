@@ -14,7 +14,7 @@
  */
 
 import { ALPHA, COUNTERS, LAMBDA, argmax, checkSample, decide, zeroCounters } from "./client-common.js";
-import { ArtifactError, MANIFEST_NAME, SIGNATURE_NAME, checkFormat, checkSeal, checkSignature, parseManifest, verifyFile } from "./manifest.js";
+import { ArtifactError, MANIFEST_NAME, SIGNATURE_NAME, checkSignature, readManifest, verifyFile } from "./manifest.js";
 import { StateFileError, float32Array, parseNpy, readState, writeState } from "./state-file.js";
 
 
@@ -57,15 +57,7 @@ export class RealmClient {
     }
     // The signature first: nothing in the manifest is used before it holds.
     const signature = await checkSignature(raw, await read(SIGNATURE_NAME), options.trustedKeys ?? null, where);
-    let data;
-    try {
-      data = JSON.parse(new TextDecoder().decode(raw));
-    } catch (err) {
-      throw new ArtifactError(`${where}/${MANIFEST_NAME} is not valid JSON (truncated or edited?): ${err}`);
-    }
-    const manifestPath = `${where}/${MANIFEST_NAME}`;
-    await checkSeal(raw, checkFormat(data, manifestPath), manifestPath);
-    const manifest = parseManifest(data, manifestPath);
+    const manifest = await readManifest(raw, `${where}/${MANIFEST_NAME}`);
     const p = manifest.portable;
     /** @type {Record<string, Uint8Array>} */
     const bytes = {};

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { test } from "node:test";
 import fc from "fast-check";
-import { ArtifactError, checkFormat, checkSeal, parseManifest } from "../manifest.js";
+import { ArtifactError, parseManifest, readManifest } from "../manifest.js";
 import { StateFileError, float32Array, formatNpy, readState, writeState, writeZip } from "../state-file.js";
 
 const RUNS = Number(process.env.FUZZ_RUNS ?? 300);
@@ -77,19 +77,12 @@ function sealedManifest() {
   return new TextEncoder().encode(text.replace(zeros, digest));
 }
 
-test("a damaged manifest gives ArtifactError (or a JSON SyntaxError before the checks)", async () => {
+test("a damaged manifest gives ArtifactError, unparsable JSON included", async () => {
   const good = sealedManifest();
   await fc.assert(
     fc.asyncProperty(damaged(good), async (bytes) => {
-      let data;
       try {
-        data = JSON.parse(new TextDecoder().decode(bytes));
-      } catch {
-        return; // the clients report unparsable JSON themselves, naming the file
-      }
-      try {
-        await checkSeal(bytes, checkFormat(data));
-        parseManifest(data);
+        await readManifest(bytes);
         assert.deepEqual(bytes, good, "a changed manifest was accepted");
       } catch (error) {
         if (!(error instanceof ArtifactError)) throw error;

@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { test } from "node:test";
-import { ArtifactError, checkFormat, checkSeal, parseManifest, sha256Hex, verifyFile } from "../manifest.js";
+import { ArtifactError, checkFormat, checkSeal, parseManifest, readManifest, sha256Hex, verifyFile } from "../manifest.js";
 
 function manifest(overrides = {}) {
   return {
@@ -94,14 +94,8 @@ test("a change to any byte of the manifest is refused", async () => {
   for (let i = 0; i < raw.length; i++) {
     const bad = new Uint8Array(raw);
     bad[i] ^= 0x01;
-    let data;
-    try {
-      data = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bad));
-    } catch {
-      continue; // not JSON any more: the client refuses it before the seal
-    }
     await assert.rejects(
-      (async () => { checkFormat(data); await checkSeal(bad, data); parseManifest(data); })(),
+      readManifest(bad),
       ArtifactError,
       `byte ${i} (${JSON.stringify(String.fromCharCode(raw[i]))}) flipped and accepted`,
     );
