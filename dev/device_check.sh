@@ -13,7 +13,7 @@ export PYTHONPATH="$PWD/sdk:$PWD/export:$PWD/runtime" PYTHONUNBUFFERED=1
 PY=${PY:-python3}
 REF=${REF:-cuda}  # the SDK's device in the parity runs (REF=cpu tries the script without a GPU)
 QUICK=${QUICK:-0}  # 1: one case per group, no benchmarks (a dry run of the script itself)
-realm() { "$PY" -m realm_sdk._cli "$@"; }
+realm() { "$PY" -m realm_tools "$@"; }
 
 {
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "no GPU"
@@ -35,7 +35,7 @@ cat "$OUT/env.txt"
 group() {  # name, cases...
     local name=$1; shift
     if [ "$QUICK" = 1 ]; then set -- "$1"; fi
-    OMP_NUM_THREADS=4 timeout 330 "$PY" -m realm_sdk._cli parity --reference-device "$REF" \
+    OMP_NUM_THREADS=4 timeout 330 "$PY" -m realm_tools parity --reference-device "$REF" \
         --backend onnx --no-progress --cases "$@" --out "$WORK/parity-$name" >"$WORK/parity-$name.log" 2>&1
     echo "parity group $name: rc $?"
 }
@@ -64,7 +64,7 @@ for name, kw in [("resnet50_gn", {}), ("vit_base_patch16_224", {}), ("convnext_t
     times = []
     for x in xs:
         torch.cuda.synchronize(); t = time.perf_counter()
-        ad.adapt_step(x); torch.cuda.synchronize()
+        ad.adapt(x); torch.cuda.synchronize()
         times.append((time.perf_counter() - t) * 1e3)
     print(f"{name}: SDK updating step on {torch.cuda.get_device_name()}: median {statistics.median(times[5:]):.2f} ms "
           f"(20 steps after 5 warm-up), updates {ad.state.updates} of 25")
@@ -72,7 +72,7 @@ PYEOF
 
 # The CPU speed table on this machine's CPU (2 threads, both sides on the CPU; onnx backend,
 # the only one this onnxruntime has).
-timeout 200 "$PY" -m realm_sdk._cli bench speed --models resnet50_gn --backends onnx --methods realm --json "$OUT/speed.json" \
+timeout 200 "$PY" -m realm_tools bench speed --models resnet50_gn --backends onnx --methods realm --json "$OUT/speed.json" \
     >"$OUT/speed.txt" 2>&1
 echo "bench rc $?"
 cat "$OUT/speed.txt" | tail -30

@@ -13,7 +13,7 @@ import sys
 import torch
 
 from realm_sdk import RealmAdapter
-from realm_sdk._parity import CASES, _margins, build_case, make_stream
+from realm_tools import CASES, build_case, decision_margin, make_stream
 
 
 def _max_abs(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> tuple[float, str]:
@@ -32,10 +32,10 @@ def main(names: list[str]) -> None:
         cpu = RealmAdapter(copy.deepcopy(model), cfg)
         gpu = RealmAdapter(copy.deepcopy(model).cuda(), cfg)
         for step, x in enumerate(make_stream(case, shape)[:40]):
-            margin_cpu, _ = _margins(cpu, x)
-            margin_gpu, _ = _margins(gpu, x)
+            margin_cpu, _ = decision_margin(cpu, x)
+            margin_gpu, _ = decision_margin(gpu, x)
             xt = torch.from_numpy(x)
-            sc, sg = cpu.adapt_step(xt), gpu.adapt_step(xt.cuda())
+            sc, sg = cpu.adapt(xt), gpu.adapt(xt.cuda())
             dl = float((sc.logits - sg.logits.cpu()).abs().nan_to_num(0).max())
             dp, _ = _max_abs(cpu.trainable_parameters(), gpu.trainable_parameters())
             vc, vg = cpu.momentum_buffers(), gpu.momentum_buffers()

@@ -1,4 +1,5 @@
-"""Shared fixtures: small models and the digits task, built once per session."""
+"""Shared fixtures: small models and the digits task, built once per session; helpers that
+test both twins (``RealmAdapter`` and ``RealmRuntime``) alike."""
 
 from __future__ import annotations
 
@@ -9,6 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from realm_runtime import COUNTERS
+
+BACKENDS = ("onnx", "ort-training")  # the runtime's two executions of the step ("auto" aside)
 
 
 @pytest.fixture(autouse=True)
@@ -22,7 +30,7 @@ def _deterministic_threads():
 
 @pytest.fixture(scope="session")
 def digits():
-    from realm_sdk import load_digits
+    from realm_tools import load_digits
 
     return load_digits()
 
@@ -36,7 +44,7 @@ def digits_cache_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def digits_model(digits, digits_cache_dir):
     """A briefly trained source model (6 epochs: good enough for behaviour, fast to make)."""
-    from realm_sdk import train_digits_model
+    from realm_tools import train_digits_model
 
     return train_digits_model(digits, epochs=6, cache_dir=digits_cache_dir)
 
@@ -111,7 +119,7 @@ def edit_manifest(directory: Path, edit: Callable[[dict], None]) -> None:
     An edit that is not re-sealed is refused by the seal alone; this gets past it, to test
     the checks behind it (and to show what only a signature stops).
     """
-    from realm_runtime._manifest import DIGEST_KEY, seal
+    from realm_runtime.contract import DIGEST_KEY, seal
 
     path = directory / "realm.json"
     data = json.loads(path.read_text())
@@ -146,7 +154,7 @@ def flip(path: Path, offset: int, mask: int = 0x01) -> None:
 
 def manifest_offset(raw: bytes, kind: str) -> int:
     """One byte position of a class in realm.json's bytes."""
-    from realm_runtime._manifest import DIGEST_KEY
+    from realm_runtime.contract import DIGEST_KEY
 
     text = raw.decode()
     return {
@@ -156,3 +164,168 @@ def manifest_offset(raw: bytes, kind: str) -> int:
         "own digest": lambda: text.index(f'"{DIGEST_KEY}": "') + len(f'"{DIGEST_KEY}": "') + 10,
         "white space": lambda: text.index("\n  "),
     }[kind]()
+
+
+# ------------------------------------------------------------------ a tiny model for the SDK
+
+D64 = torch.float64
+DIM, CLASSES = 6, 4
+
+
+class Tiny(nn.Module):
+    """x (B, 6) → LayerNorm(6) with affine γ, β → fixed linear map W (4 × 6) → logits."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.norm = nn.LayerNorm(DIM, dtype=D64)
+        self.fc = nn.Linear(DIM, CLASSES, bias=False, dtype=D64)
+        with torch.no_grad():
+            self.norm.weight.copy_(1 + 0.1 * torch.randn(DIM, generator=g, dtype=D64))
+            self.norm.bias.copy_(0.1 * torch.randn(DIM, generator=g, dtype=D64))
+            self.fc.weight.copy_(torch.randn(CLASSES, DIM, generator=g, dtype=D64))
+
+    def forward(self, x):
+        return self.fc(self.norm(x))
+
+
+def tiny_config(**kw):
+    """A REALM configuration for :class:`Tiny` (no momentum, C = 1), with overrides."""
+    from realm_sdk import RealmConfig
+
+    base = dict(
+        num_classes=CLASSES,
+        method="realm",
+        lr=0.05,
+        lr_alpha_lambda=0.1,
+        momentum=0.0,
+        alpha0=0.15,
+        lambda0=0.1,
+        loss_scale="one",
+        diversity_margin=0.4,
+    )
+    base.update(kw)
+    return RealmConfig(**base)
+
+
+def tiny_sample(seed: int) -> torch.Tensor:
+    """One (1, 6) float64 input of :class:`Tiny`."""
+    return torch.randn(1, DIM, generator=torch.Generator().manual_seed(seed), dtype=D64)
+
+
+# ------------------------------------------------------------------ either twin
+
+
+def snapshot(twin, *, counters: bool = True) -> tuple:
+    """Everything adapt/restore may change in a RealmAdapter or a RealmRuntime, as bytes.
+
+    Equal snapshots are bit-identical states: parameters, momentum buffers, α, λ and their
+    momentum, the EMA, and (unless ``counters=False``) the counters.
+    """
+
+    def raw(arrays: dict) -> dict[str, bytes]:
+        return {
+            k: (v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else v).tobytes()
+            for k, v in arrays.items()
+        }
+
+    s = twin.state
+    return (
+        raw(twin.trainable_parameters()),
+        raw(twin.momentum_buffers()),
+        (s.alpha, s.lam, s.alpha_momentum, s.lam_momentum),
+        None if s.ema is None else s.ema.tobytes(),
+        tuple(getattr(s, k) for k in COUNTERS) if counters else None,
+    )
+
+
+# Agreement bounds of the twins over a whole stream (float32, CPU): logits are O(10), so 1e-4
+# absolute is ~1e-5 relative; parameters, α, λ and the EMA are O(1) and agree to a few float32
+# ulps.
+LOGITS_ATOL = 1e-4
+STATE_ATOL = 1e-5
+
+
+def compare_twins(rt, adapter, xs, batch=1):
+    """Feed the same stream to both, compare after every step; returns the max differences."""
+    worst = dict.fromkeys(("logits", "params", "momentum", "alpha", "lam", "ema"), 0.0)
+    for start in range(0, len(xs) - batch + 1, batch):
+        x = xs[start : start + batch]
+        r = rt.adapt(x)
+        s = adapter.adapt(torch.from_numpy(x))
+        assert r.selected.tolist() == s.selected.tolist(), f"S_div differs at sample {start}"
+        assert r.updated == s.updated and r.reason == s.reason
+        worst["logits"] = max(worst["logits"], float(np.abs(r.logits - s.logits.numpy()).max()))
+        pa, pb = rt.trainable_parameters(), adapter.trainable_parameters()
+        assert list(pa) == list(pb)
+        worst["params"] = max(
+            worst["params"], max(float(np.abs(pa[n] - pb[n].numpy()).max()) for n in pa)
+        )
+        va, vb = rt.momentum_buffers(), adapter.momentum_buffers()
+        worst["momentum"] = max(
+            worst["momentum"], max(float(np.abs(va[n] - vb[n].numpy()).max()) for n in va)
+        )
+        sa, sb = rt.state, adapter.state
+        if sa.alpha is not None:
+            worst["alpha"] = max(worst["alpha"], abs(sa.alpha - sb.alpha))
+            worst["lam"] = max(worst["lam"], abs(sa.lam - sb.lam))
+        assert (sa.ema is None) == (sb.ema is None)
+        if sa.ema is not None:
+            worst["ema"] = max(worst["ema"], float(np.abs(sa.ema - sb.ema).max()))
+        for counter in COUNTERS:
+            assert getattr(sa, counter) == getattr(sb, counter), counter
+    assert worst["logits"] <= LOGITS_ATOL, worst
+    assert max(v for k, v in worst.items() if k != "logits") <= STATE_ATOL, worst
+    return worst
+
+
+@pytest.fixture(params=BACKENDS)
+def runtime(request, digits_artifacts, digits_stream):
+    """A RealmRuntime on each backend, five samples into the digits stream."""
+    from realm_runtime import RealmRuntime
+
+    rt = RealmRuntime(digits_artifacts[0], threads=1, backend=request.param)
+    for i in range(5):
+        rt.adapt(digits_stream[0][i : i + 1])
+    return rt
+
+
+# ------------------------------------------------------------------ property-based fuzzing
+
+FAST = 150  # examples per target in `make test`
+FULL = 1000  # examples per target in the slow tier
+
+
+def tiers(prop: Callable, **strategies: st.SearchStrategy) -> tuple[Callable, Callable]:
+    """The same property as a fast test and a slow-tier one with more examples."""
+    common = {
+        "deadline": None,
+        "derandomize": True,  # the same examples on every run: a failure reproduces
+        "suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+        "database": None,
+    }
+    fast = settings(max_examples=FAST, **common)(given(**strategies)(prop))
+    full = pytest.mark.slow(settings(max_examples=FULL, **common)(given(**strategies)(prop)))
+    return fast, full
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@pytest.fixture(scope="module")
+def adapted(digits_artifacts, digits_stream, tmp_path_factory):
+    """A runtime some samples into the stream, and the state file it saved."""
+    from realm_runtime import RealmRuntime
+
+    rt = RealmRuntime(digits_artifacts[0], schedule="infer-first", threads=1)
+    for x in digits_stream[0][:12]:
+        rt.adapt(np.ascontiguousarray(x[None]))
+    path = tmp_path_factory.mktemp("state") / "good.npz"
+    rt.save(path)
+    return rt, path

@@ -1,57 +1,19 @@
-"""SPEC §3: one online step, S_div, momentum, projection, guards, state, save/restore."""
+"""SPEC §3: one online step, S_div, momentum, projection, guards, state (RealmAdapter).
+
+Saving and restoring a state: test_checkpoint.py.
+"""
 
 from __future__ import annotations
 
 import copy
 import math
-import os
 
 import numpy as np
 import pytest
 import torch
-from torch import nn
+from conftest import Tiny, snapshot, tiny_config, tiny_sample
 
 from realm_sdk import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmAdapter, RealmConfig
-
-D64 = torch.float64
-DIM, CLASSES = 6, 4
-
-
-class Tiny(nn.Module):
-    """x (B, 6) → LayerNorm(6) with affine γ, β → fixed linear map W (4 × 6) → logits."""
-
-    def __init__(self, seed: int = 0) -> None:
-        super().__init__()
-        g = torch.Generator().manual_seed(seed)
-        self.norm = nn.LayerNorm(DIM, dtype=D64)
-        self.fc = nn.Linear(DIM, CLASSES, bias=False, dtype=D64)
-        with torch.no_grad():
-            self.norm.weight.copy_(1 + 0.1 * torch.randn(DIM, generator=g, dtype=D64))
-            self.norm.bias.copy_(0.1 * torch.randn(DIM, generator=g, dtype=D64))
-            self.fc.weight.copy_(torch.randn(CLASSES, DIM, generator=g, dtype=D64))
-
-    def forward(self, x):
-        return self.fc(self.norm(x))
-
-
-def _config(**kw) -> RealmConfig:
-    base = dict(
-        num_classes=CLASSES,
-        method="realm",
-        lr=0.05,
-        lr_alpha_lambda=0.1,
-        momentum=0.0,
-        alpha0=0.15,
-        lambda0=0.1,
-        loss_scale="one",
-        diversity_margin=0.4,
-    )
-    base.update(kw)
-    return RealmConfig(**base)
-
-
-def _sample(seed: int) -> torch.Tensor:
-    return torch.randn(1, DIM, generator=torch.Generator().manual_seed(seed), dtype=D64)
 
 
 def _hand_step(model: Tiny, x: np.ndarray, cfg: RealmConfig, alpha: float, lam: float):
@@ -98,34 +60,13 @@ def _hand_step(model: Tiny, x: np.ndarray, cfg: RealmConfig, alpha: float, lam: 
     )
 
 
-def _snapshot(adapter: RealmAdapter):
-    st = adapter.state
-    return (
-        {k: v.clone() for k, v in adapter.trainable_parameters().items()},
-        {k: v.clone() for k, v in adapter.momentum_buffers().items()},
-        (st.alpha, st.lam, st.alpha_momentum, st.lam_momentum),
-        None if st.ema is None else st.ema.copy(),
-    )
-
-
-def _assert_same(a, b):
-    for k in a[0]:
-        assert torch.equal(a[0][k], b[0][k]), k
-        assert torch.equal(a[1][k], b[1][k]), k
-    assert a[2] == b[2]
-    if a[3] is None:
-        assert b[3] is None
-    else:
-        assert np.array_equal(a[3], b[3])
-
-
 @pytest.mark.parametrize("scale", ["one", "lambda"])
 def test_one_step_matches_hand_derivation(scale):
     model = Tiny()
-    cfg = _config(loss_scale=scale)
-    expected = _hand_step(copy.deepcopy(model), _sample(1).numpy(), cfg, 0.15, 0.1)
+    cfg = tiny_config(loss_scale=scale)
+    expected = _hand_step(copy.deepcopy(model), tiny_sample(1).numpy(), cfg, 0.15, 0.1)
     adapter = RealmAdapter(model, cfg)
-    result = adapter.adapt_step(_sample(1))
+    result = adapter.adapt(tiny_sample(1))
     assert result.updated and result.reason == "updated"
     np.testing.assert_allclose(result.logits[0].numpy(), expected["logits"], rtol=1e-12)
     params = adapter.trainable_parameters()
@@ -146,40 +87,40 @@ def test_one_step_matches_hand_derivation(scale):
 
 def test_returned_logits_are_pre_update():
     model = Tiny()
-    adapter = RealmAdapter(model, _config(lr=1.0))
-    before = Tiny()(_sample(2))
-    logits = adapter.adapt(_sample(2))
+    adapter = RealmAdapter(model, tiny_config(lr=1.0))
+    before = Tiny()(tiny_sample(2))
+    logits = adapter.adapt(tiny_sample(2)).logits
     assert torch.equal(logits, before.detach())
-    assert not torch.allclose(adapter.predict(_sample(2)), logits)
+    assert not torch.allclose(adapter.predict(tiny_sample(2)), logits)
 
 
 def _diverse_pair(adapter_cfg):
     """A sample, and another whose prediction is far from the first's (cos < d)."""
     model = Tiny()
-    p0 = torch.softmax(model(_sample(1)), 1)
+    p0 = torch.softmax(model(tiny_sample(1)), 1)
     for seed in range(2, 400):
-        p = torch.softmax(model(_sample(seed)), 1)
+        p = torch.softmax(model(tiny_sample(seed)), 1)
         if float(torch.cosine_similarity(p, p0).detach()) < adapter_cfg.diversity_margin / 2:
-            return _sample(1), _sample(seed)
+            return tiny_sample(1), tiny_sample(seed)
     raise AssertionError("no diverse sample found")
 
 
 def test_sdiv_zero_leaves_state_bit_identical():
-    cfg = _config(momentum=0.9)
+    cfg = tiny_config(momentum=0.9)
     a, _ = _diverse_pair(cfg)
     adapter = RealmAdapter(Tiny(), cfg)
     adapter.adapt(a)
-    before = _snapshot(adapter)
-    result = adapter.adapt_step(a)  # same prediction as the EMA: cos ≈ 1 ≥ d
+    before = snapshot(adapter, counters=False)
+    result = adapter.adapt(a)  # same prediction as the EMA: cos ≈ 1 ≥ d
     assert not result.updated and result.reason == "diversity"
     assert not bool(result.selected.any())
-    _assert_same(before, _snapshot(adapter))
+    assert snapshot(adapter, counters=False) == before
     st = adapter.state
     assert (st.samples, st.updates, st.skipped_diversity) == (2, 1, 1)
 
 
 def test_sdiv_one_updates_and_ema_follows_beta():
-    cfg = _config()
+    cfg = tiny_config()
     a, b = _diverse_pair(cfg)
     adapter = RealmAdapter(Tiny(), cfg)
     adapter.adapt(a)
@@ -187,27 +128,28 @@ def test_sdiv_one_updates_and_ema_follows_beta():
     p_b = torch.softmax(adapter.predict(b), 1)[0].numpy()
     cos = float(p_b @ ema0 / np.linalg.norm(p_b) / np.linalg.norm(ema0))
     assert abs(cos) < cfg.diversity_margin
-    assert adapter.adapt_step(b).updated
+    assert adapter.adapt(b).updated
     np.testing.assert_allclose(adapter.state.ema, 0.9 * ema0 + 0.1 * p_b, rtol=1e-12)
 
 
 def test_momentum_survives_skipped_samples():
-    cfg = _config(momentum=0.9)
+    cfg = tiny_config(momentum=0.9)
     a, b = _diverse_pair(cfg)
     adapter = RealmAdapter(Tiny(), cfg)
     adapter.adapt(a)
     v_a = adapter.momentum_buffers()
     p_a = adapter.trainable_parameters()
     alpha_v_a = adapter.state.alpha_momentum
-    assert not adapter.adapt_step(a).updated  # skipped: must not decay or touch v
+    assert not adapter.adapt(a).updated  # skipped: must not decay or touch v
     # The gradient at b, from the hand derivation at the current state.
     model_now = Tiny()
     with torch.no_grad():
         model_now.norm.weight.copy_(p_a["norm.weight"])
         model_now.norm.bias.copy_(p_a["norm.bias"])
     st = adapter.state
-    exp = _hand_step(model_now, b.numpy(), _config(lr=1.0, lr_alpha_lambda=0.0), st.alpha, st.lam)
-    assert adapter.adapt_step(b).updated
+    cfg_b = tiny_config(lr=1.0, lr_alpha_lambda=0.0)
+    exp = _hand_step(model_now, b.numpy(), cfg_b, st.alpha, st.lam)
+    assert adapter.adapt(b).updated
     v_b = adapter.momentum_buffers()
     np.testing.assert_allclose(
         v_b["norm.weight"].numpy(), 0.9 * v_a["norm.weight"].numpy() + exp["g_gamma"], rtol=1e-10
@@ -221,18 +163,18 @@ def test_momentum_survives_skipped_samples():
 
 
 def test_projection_at_the_bounds():
-    x = _sample(1)
+    x = tiny_sample(1)
     # C = 1: ∂ρ/∂λ < 0 always, so a huge step drives λ up (unbounded above); α is pushed
     # past one of its bounds, whichever the gradient's sign says.
     model = Tiny()
-    exp = _hand_step(copy.deepcopy(model), x.numpy(), _config(lr_alpha_lambda=1e6), 0.15, 0.1)
-    adapter = RealmAdapter(model, _config(lr_alpha_lambda=1e6))
+    exp = _hand_step(copy.deepcopy(model), x.numpy(), tiny_config(lr_alpha_lambda=1e6), 0.15, 0.1)
+    adapter = RealmAdapter(model, tiny_config(lr_alpha_lambda=1e6))
     adapter.adapt(x)
     assert adapter.state.alpha in (ALPHA_MIN, ALPHA_MAX)
     assert adapter.state.alpha == pytest.approx(exp["alpha"])
     assert adapter.state.lam > 1.0
     # C = λ: ∂ρ/∂λ > 0 (ρ_λ grows with λ), so λ is pushed below zero and lands on λ_min.
-    adapter = RealmAdapter(Tiny(), _config(lr_alpha_lambda=1e6, loss_scale="lambda"))
+    adapter = RealmAdapter(Tiny(), tiny_config(lr_alpha_lambda=1e6, loss_scale="lambda"))
     adapter.adapt(x)
     assert adapter.state.lam == pytest.approx(LAMBDA_MIN)
     assert ALPHA_MIN <= adapter.state.alpha <= ALPHA_MAX
@@ -254,12 +196,12 @@ class _PoisonedBackward(Tiny):
 
 
 def test_nonfinite_gradient_is_refused_and_counted():
-    adapter = RealmAdapter(_PoisonedBackward(), _config(momentum=0.9))
-    before = _snapshot(adapter)
-    result = adapter.adapt_step(_sample(1))
+    adapter = RealmAdapter(_PoisonedBackward(), tiny_config(momentum=0.9))
+    before = snapshot(adapter, counters=False)
+    result = adapter.adapt(tiny_sample(1))
     assert torch.isfinite(result.logits).all()  # the forward is fine, only grads are NaN
     assert not result.updated and result.reason == "nonfinite"
-    _assert_same(before, _snapshot(adapter))
+    assert snapshot(adapter, counters=False) == before
     assert adapter.state.skipped_nonfinite == 1 and adapter.state.ema is None
 
 
@@ -267,36 +209,36 @@ def test_nonfinite_logits_are_refused_and_counted():
     model = Tiny()
     with torch.no_grad():
         model.fc.weight[0, 0] = float("inf")
-    adapter = RealmAdapter(model, _config())
-    before = _snapshot(adapter)
-    result = adapter.adapt_step(_sample(1))
+    adapter = RealmAdapter(model, tiny_config())
+    before = snapshot(adapter, counters=False)
+    result = adapter.adapt(tiny_sample(1))
     assert result.reason == "nonfinite"
-    _assert_same(before, _snapshot(adapter))
+    assert snapshot(adapter, counters=False) == before
     assert adapter.state.skipped_nonfinite == 1
 
 
 def test_tent_updates_every_sample_and_has_no_alpha():
-    adapter = RealmAdapter(Tiny(), _config(method="tent"))
+    adapter = RealmAdapter(Tiny(), tiny_config(method="tent"))
     for _ in range(3):
-        assert adapter.adapt_step(_sample(1)).updated
+        assert adapter.adapt(tiny_sample(1)).updated
     st = adapter.state
     assert st.updates == 3 and st.alpha is None and st.lam is None
 
 
 def test_eata_skips_uncertain_samples():
-    adapter = RealmAdapter(Tiny(), _config(method="eata", entropy_margin=1e-6))
-    result = adapter.adapt_step(_sample(1))
+    adapter = RealmAdapter(Tiny(), tiny_config(method="eata", entropy_margin=1e-6))
+    result = adapter.adapt(tiny_sample(1))
     assert not result.updated and result.reason == "entropy"
     assert adapter.state.skipped_entropy == 1
-    adapter = RealmAdapter(Tiny(), _config(method="eata", entropy_margin=10.0))
-    assert adapter.adapt_step(_sample(1)).updated
+    adapter = RealmAdapter(Tiny(), tiny_config(method="eata", entropy_margin=10.0))
+    assert adapter.adapt(tiny_sample(1)).updated
 
 
 def test_batch_gradient_is_the_mean_of_selected_samples():
     # lr = 1, no momentum, α/λ frozen: Δθ of a batch is −mean of the per-sample gradients,
     # and Δθ of a single-sample step is −its gradient.
-    cfg = _config(lr=1.0, lr_alpha_lambda=0.0)
-    xs = [_sample(s) for s in (1, 2, 3)]
+    cfg = tiny_config(lr=1.0, lr_alpha_lambda=0.0)
+    xs = [tiny_sample(s) for s in (1, 2, 3)]
     source = RealmAdapter(Tiny(), cfg).trainable_parameters()
     deltas = []
     for x in xs:
@@ -304,7 +246,7 @@ def test_batch_gradient_is_the_mean_of_selected_samples():
         single.adapt(x)
         deltas.append({k: v - source[k] for k, v in single.trainable_parameters().items()})
     batch = RealmAdapter(Tiny(), cfg)
-    result = batch.adapt_step(torch.cat(xs))
+    result = batch.adapt(torch.cat(xs))
     assert bool(result.selected.all()) and result.updated
     for k, v in batch.trainable_parameters().items():
         mean_delta = sum(d[k] for d in deltas) / 3
@@ -315,19 +257,19 @@ def test_batch_gradient_is_the_mean_of_selected_samples():
 
 
 def test_batch_sdiv_is_per_sample_against_the_same_ema():
-    cfg = _config()
+    cfg = tiny_config()
     a, b = _diverse_pair(cfg)
     adapter = RealmAdapter(Tiny(), cfg)
     adapter.adapt(a)
-    result = adapter.adapt_step(torch.cat([a, b, a]))
+    result = adapter.adapt(torch.cat([a, b, a]))
     assert result.selected.tolist() == [False, True, False]
     assert adapter.state.skipped_diversity == 2 and adapter.state.updated_samples == 2
 
 
 def test_episodic_resets_after_each_call():
-    adapter = RealmAdapter(Tiny(), _config(episodic=True))
+    adapter = RealmAdapter(Tiny(), tiny_config(episodic=True))
     source = adapter.trainable_parameters()
-    assert adapter.adapt_step(_sample(1)).updated
+    assert adapter.adapt(tiny_sample(1)).updated
     for k, v in adapter.trainable_parameters().items():
         assert torch.equal(v, source[k])
     assert adapter.state.alpha == 0.15 and adapter.state.ema is None
@@ -335,89 +277,13 @@ def test_episodic_resets_after_each_call():
 
 
 def test_reset_restores_the_source():
-    adapter = RealmAdapter(Tiny(), _config(momentum=0.9))
-    fresh = _snapshot(adapter)
+    adapter = RealmAdapter(Tiny(), tiny_config(momentum=0.9))
+    fresh = snapshot(adapter, counters=False)
     for s in range(5):
-        adapter.adapt(_sample(s))
+        adapter.adapt(tiny_sample(s))
     adapter.reset()
-    _assert_same(fresh, _snapshot(adapter))
+    assert snapshot(adapter, counters=False) == fresh
     assert adapter.state.samples == 0
-
-
-def _stream(n):
-    g = torch.Generator().manual_seed(7)
-    return [torch.randn(1, DIM, generator=g, dtype=D64) * (1 + 3 * (i % 5 == 0)) for i in range(n)]
-
-
-def test_save_restore_continue_equals_uninterrupted(tmp_path):
-    cfg = _config(momentum=0.9)
-    stream = _stream(40)
-    straight = RealmAdapter(Tiny(), cfg)
-    for x in stream:
-        straight.adapt(x)
-    first = RealmAdapter(Tiny(), cfg)
-    for x in stream[:20]:
-        first.adapt(x)
-    path = tmp_path / "state.npz"
-    first.save(path)
-    resumed = RealmAdapter(Tiny(), cfg)  # a new process: fresh source model
-    resumed.restore(path)
-    for x in stream[20:]:
-        resumed.adapt(x)
-    _assert_same(_snapshot(straight), _snapshot(resumed))
-    a, b = straight.state, resumed.state
-    for counter in ("samples", "updates", "updated_samples", "skipped_diversity"):
-        assert getattr(a, counter) == getattr(b, counter), counter
-    assert resumed.state.updates == straight.state.updates > 0
-    assert 0 < resumed.state.skipped_diversity == straight.state.skipped_diversity
-
-
-def test_restore_refuses_a_mismatching_state(tmp_path):
-    adapter = RealmAdapter(Tiny(), _config())
-    adapter.adapt(_sample(1))
-    path = tmp_path / "s.npz"
-    adapter.save(path)
-    tent = RealmAdapter(Tiny(), _config(method="tent"))
-    with pytest.raises(ValueError, match="method"):
-        tent.restore(path)
-    other = RealmAdapter(
-        nn.Sequential(
-            nn.Linear(DIM, DIM, dtype=D64),
-            nn.LayerNorm(DIM, dtype=D64),
-            nn.Linear(DIM, CLASSES, dtype=D64),
-        ),
-        _config(),
-    )
-    before = _snapshot(other)
-    with pytest.raises(ValueError, match="trainable parameter names"):
-        other.restore(path)
-    _assert_same(before, _snapshot(other))
-    with pytest.raises(FileNotFoundError):
-        adapter.restore(tmp_path / "missing.npz")
-    (tmp_path / "junk.npz").write_bytes(b"not a zip file")
-    with pytest.raises(ValueError, match="not a readable"):
-        adapter.restore(tmp_path / "junk.npz")
-
-
-def test_save_is_atomic(tmp_path, monkeypatch):
-    adapter = RealmAdapter(Tiny(), _config())
-    path = tmp_path / "state.npz"
-    adapter.save(path)
-    good = path.read_bytes()
-    adapter.adapt(_sample(1))
-
-    def crash(*args, **kwargs):
-        raise OSError("simulated crash between write and rename")
-
-    monkeypatch.setattr(os, "replace", crash)
-    with pytest.raises(OSError, match="simulated crash"):
-        adapter.save(path)
-    monkeypatch.undo()
-    assert path.read_bytes() == good
-    assert [p.name for p in tmp_path.iterdir()] == ["state.npz"]  # no temp file left
-    fresh = RealmAdapter(Tiny(), _config())
-    fresh.restore(path)
-    assert fresh.state.samples == 0
 
 
 @pytest.fixture
@@ -431,7 +297,7 @@ def conv_adapter(digits_model):
         (lambda: torch.zeros(1, 32, 32), "rank 4"),
         (lambda: torch.zeros(1, 3, 32, 32), "channel count must be 1"),
         (lambda: torch.zeros(1, 1, 32, 32, dtype=torch.int64), "floating point"),
-        (lambda: torch.zeros(1, 1, 32, 32, dtype=torch.float64), "does not match"),
+        (lambda: torch.zeros(1, 1, 32, 32, dtype=torch.float64), "the model's"),
         (lambda: torch.full((1, 1, 32, 32), float("nan")), "NaN"),
         (lambda: torch.full((1, 1, 32, 32), float("inf")), "Inf"),
         (lambda: torch.zeros(0, 1, 32, 32), "empty"),
@@ -440,13 +306,13 @@ def conv_adapter(digits_model):
 )
 def test_bad_input_is_refused_and_changes_nothing(conv_adapter, make, message):
     conv_adapter.adapt(torch.randn(1, 1, 32, 32))
-    before = _snapshot(conv_adapter)
+    before = snapshot(conv_adapter, counters=False)
     counters = conv_adapter.state.samples
     with pytest.raises(ValueError, match=message):
         conv_adapter.adapt(make())
     with pytest.raises(ValueError, match=message):
         conv_adapter.predict(make())
-    _assert_same(before, _snapshot(conv_adapter))
+    assert snapshot(conv_adapter, counters=False) == before
     assert conv_adapter.state.samples == counters
 
 
@@ -457,7 +323,7 @@ def test_wrong_num_classes_is_named(digits_model):
 
 
 def test_online_smoke_on_shifted_digits(digits, digits_model):
-    from realm_sdk import run_online
+    from realm_tools import run_online
 
     x, y = digits.stream("gaussian_noise", 5, seed=0)
     x, y = x[:300], y[:300]

@@ -10,9 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from realm_sdk._bench import bench_model, build_model, format_speed
-from realm_sdk._cli import main
-from realm_sdk._flops import count_flops, machine_peak
+from realm_tools import bench_model, build_model, count_flops, format_speed, machine_peak, main
 
 
 @pytest.mark.parametrize("kind", ["conv", "linear"])
@@ -112,7 +110,9 @@ def test_speed_cli_quick_json(tmp_path, capsys):
             assert _finite_positive(row[f"{side}_{kind}_ms"]) and row[f"{side}_{kind}_ms"] < 1e4
         for call in ("predict", "step"):
             achieved = row[f"{side}_{call}_achieved"]
-            assert 0 < achieved <= 1
+            # Not ≤ 1: the peak is a matmul probe timed in its own moment, and on a shared
+            # machine it can run slower than the graph did (docs/BENCHMARKS.md: 152 % seen).
+            assert 0 < achieved < 10
             floor = row[f"{call}_floor_ms"]
             assert achieved == pytest.approx(floor / row[f"{side}_{call}_ms"])
     assert 0 < row["predict_gflop"] < row["step_gflop"]

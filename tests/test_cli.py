@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from realm_sdk._cli import main
+from realm_tools import main
 
 
 def test_unknown_corruption_is_refused(capsys):
@@ -21,7 +21,7 @@ def test_demo_runs_end_to_end(tmp_path):
         [
             sys.executable,
             "-m",
-            "realm_sdk._cli",
+            "realm_tools",
             "demo",
             "--corruptions",
             "gaussian_noise",

@@ -18,13 +18,10 @@ from realm_export import (
     ValidationError,
     export_realm_artifacts,
 )
-from realm_runtime._manifest import (
-    ALPHA_NAME,
-    LAMBDA_NAME,
-    ArtifactError,
-    load_manifest,
-)
-from realm_sdk import DigitsGNNet, RealmAdapter, RealmConfig
+from realm_runtime import ArtifactError, load_manifest
+from realm_runtime.contract import ALPHA_NAME, LAMBDA_NAME
+from realm_sdk import RealmAdapter, RealmConfig
+from realm_tools import DigitsGNNet
 
 timm = pytest.importorskip("timm")
 
@@ -86,7 +83,7 @@ def _check_artifacts(info, model, config, tmp_path):
     assert info.trainable == [*expected, *extra]
     assert list(manifest.trainable) == info.trainable
     # The checkpoint's trainable set, read back with ORT's own API.
-    from realm_runtime._ort import training_api
+    from realm_runtime import training_api
 
     state = training_api().CheckpointState.load_checkpoint(str(info.files["checkpoint"]))
     names = {n for n, p in state.parameters if p.requires_grad}

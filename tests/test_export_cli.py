@@ -8,7 +8,7 @@ import textwrap
 import pytest
 import torch
 
-from realm_sdk._cli import main
+from realm_tools import main
 
 USER_MODEL = textwrap.dedent("""
     import torch
@@ -70,7 +70,7 @@ def test_export_user_model_with_weights(user_model, tmp_path, capsys):
     manifest = json.loads((out / "realm.json").read_text())
     assert manifest["model"]["weights"].endswith("w.pt")
     # the exported checkpoint carries the loaded weights, not the factory's init
-    from realm_runtime._ort import training_api
+    from realm_runtime import training_api
 
     state = training_api().CheckpointState.load_checkpoint(str(out / "checkpoint"))
     got = state.parameters["1.weight"].data
@@ -105,7 +105,7 @@ def test_export_timm_model(tmp_path, capsys):
         (["--model", "{user}:missing"], "no callable 'missing'"),
         (["--model", "{user}:not_a_model"], "not a torch.nn.Module"),
         (["--model", "{user}:build", "--input-shape", "1,3,x"], "expected B,C,H,W"),
-        (["--model", "{user}:build", "--weights", "missing.pt"], "file not found"),
+        (["--model", "{user}:build", "--weights", "missing.pt"], "missing.pt does not exist"),
         (["--model", "something"], "expected timm:<name>"),
     ],
 )

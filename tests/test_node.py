@@ -20,8 +20,7 @@ import pytest
 from conftest import assert_same_state, edit_manifest, export_digits, flip, manifest_offset
 
 from realm_runtime import RealmRuntime
-from realm_sdk._demo import write_stream_folder
-from realm_sdk._parity import TOLERANCES
+from realm_tools import TOLERANCES, write_stream_folder
 
 NODE_APP = Path(__file__).resolve().parents[1] / "examples" / "node"
 SAMPLES = 90

@@ -1,30 +1,26 @@
 """Issues 5 and 11: the parity suite — RealmRuntime (both backends) vs. RealmAdapter (torch).
 
 Fast tier: ``pytest -m parity`` (in ``make test``); slow tier: ``pytest -m "parity and slow"``.
-The cases, streams and tolerances live in ``realm_sdk._parity`` (one place, with reasons).
+The cases, streams and tolerances live in ``realm_tools``' parity module (one place, with reasons).
 Every case runs on the ``onnx`` backend (portable step graph, torch-derived gradients, the
 update in the graph) and on ``ort-training`` (ORT's own gradient builder, numpy SGD).
 """
 
 from __future__ import annotations
 
-import copy
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-import torch
+from conftest import BACKENDS  # onnx and ort-training: run_case's sides (not "auto")
 
-from realm_sdk._parity import (
-    BACKENDS,
+from realm_tools import (
     CASES,
-    MODEL_FACTORIES,
     OVERFLOW_INPUT,
     TIE_MARGIN,
     ParityCase,
     format_reports,
     judge_step,
-    make_stream,
     run_case,
 )
 
@@ -92,49 +88,6 @@ def test_parity_cuda(case, tmp_path):
     _check(case, reports, backends=["onnx"])
 
 
-@pytest.mark.parity
-@pytest.mark.parametrize("side", ["onnx", "ort-training", "sdk"])
-def test_save_restore_continue_is_identical_on_each_side(side, tmp_path):
-    from realm_export import export_realm_artifacts
-    from realm_runtime import RealmRuntime
-    from realm_sdk import RealmAdapter, RealmConfig
-
-    case = next(c for c in CASES if c.name == "digits-imagenet-realm")
-    factory, shape, classes = MODEL_FACTORIES[case.model]
-    model = factory()
-    config = RealmConfig.preset(case.preset, num_classes=classes, **case.overrides)
-    export_realm_artifacts(model, tmp_path / "a", config=config, input_shape=(1, *shape))
-    stream = make_stream(case, shape)
-
-    def make():
-        if side != "sdk":
-            return RealmRuntime(tmp_path / "a", threads=1, schedule="train", backend=side)
-        return RealmAdapter(copy.deepcopy(model), config)
-
-    def feed(obj, xs):
-        for x in xs:
-            obj.adapt(x if side != "sdk" else torch.from_numpy(x))
-
-    straight = make()
-    feed(straight, stream)
-    first = make()
-    feed(first, stream[:60])
-    first.save(tmp_path / "s.npz")
-    resumed = make()
-    resumed.restore(tmp_path / "s.npz")
-    feed(resumed, stream[60:])
-    a, b = straight.trainable_parameters(), resumed.trainable_parameters()
-    for n in a:
-        np.testing.assert_array_equal(np.asarray(a[n]), np.asarray(b[n]))
-    va, vb = straight.momentum_buffers(), resumed.momentum_buffers()
-    for n in va:
-        np.testing.assert_array_equal(np.asarray(va[n]), np.asarray(vb[n]))
-    sa, sb = straight.state, resumed.state
-    assert (sa.alpha, sa.lam, sa.updates, sa.samples) == (sb.alpha, sb.lam, sb.updates, sb.samples)
-    np.testing.assert_array_equal(sa.ema, sb.ema)
-    assert sa.updates > 0 and sa.alpha_momentum != 0
-
-
 def _step(reason: str, selected: bool) -> SimpleNamespace:
     return SimpleNamespace(
         reason=reason, selected=np.array([selected]), updated=reason == "updated"
@@ -163,7 +116,7 @@ def test_judge_step(runtime, sdk, margin, input_max, verdict):
 
 
 def test_parity_cli_writes_the_table(tmp_path, capsys):
-    from realm_sdk._cli import main
+    from realm_tools import main
 
     out = tmp_path / "parity"
     code = main(

@@ -30,7 +30,7 @@ def _steps_agree(directory, model, config, steps=12, shape=(1, 3, 32, 32), backe
     for _ in range(steps):
         x = torch.randn(shape, generator=gen) * 1.5
         r = rt.adapt(x.numpy())
-        s = adapter.adapt_step(x)
+        s = adapter.adapt(x)
         assert r.updated == s.updated and r.reason == s.reason
         assert abs(r.logits - s.logits.numpy()).max() < 1e-4
     mine, ref = rt.trainable_parameters(), adapter.trainable_parameters()
@@ -210,7 +210,7 @@ def test_step_graph_reports_a_non_finite_step(digits_artifacts, digits_stream):
     """
     import numpy as np
 
-    from realm_runtime._manifest import load_manifest
+    from realm_runtime import load_manifest
 
     directory = digits_artifacts[0]
     manifest = load_manifest(directory)
@@ -363,10 +363,19 @@ def test_ort_format_needs_the_portable_graph_and_a_working_converter(
             portable=False,
             ort_format=True,
         )
-    import realm_export._ort_format as ort_format
+    import subprocess
 
-    monkeypatch.setattr(ort_format, "CONVERTER", "onnxruntime.tools.no_such_converter")
-    with pytest.raises(ort_format.OrtFormatError, match="no_such_converter"):
+    from realm_export import UnsupportedModelError
+
+    real_run = subprocess.run
+
+    def crashing_converter(command, *args, **kwargs):
+        if "onnxruntime.tools.convert_onnx_models_to_ort" not in command:
+            return real_run(command, *args, **kwargs)
+        return subprocess.CompletedProcess(command, 3, "", "simulated converter crash")
+
+    monkeypatch.setattr(subprocess, "run", crashing_converter)
+    with pytest.raises(UnsupportedModelError, match="exit code 3:\nsimulated converter crash"):
         export_realm_artifacts(
             digits_model,
             tmp_path / "b",

@@ -6,14 +6,20 @@ import json
 
 import numpy as np
 
-from realm_sdk._quality import METHODS, bench_quality, plot_quality, quality_table, runs_to_json
+from realm_tools import (
+    QUALITY_METHODS,
+    bench_quality,
+    plot_quality,
+    quality_table,
+    runs_to_json,
+)
 
 
 def test_quality_bench_outputs(digits_model, tmp_path):
     runs = bench_quality(
         corruptions=["gaussian_noise", "fog"], seeds=[0, 1], limit=40, source=digits_model
     )
-    assert len(runs) == 2 * 2 * len(METHODS)
+    assert len(runs) == 2 * 2 * len(QUALITY_METHODS)
     for r in runs:
         assert 0 <= r.accuracy <= 100 and 0 <= r.clean_after <= 100
         assert len(r.online_accuracy) == 40
@@ -27,7 +33,7 @@ def test_quality_bench_outputs(digits_model, tmp_path):
         assert r.updates == twin.updates and len(r.alpha) == 40
         np.testing.assert_allclose(r.alpha, twin.alpha, atol=1e-5)
     table = quality_table(runs)
-    assert table.count("\n") == 1 + len(METHODS)
+    assert table.count("\n") == 1 + len(QUALITY_METHODS)
     assert "| REALM (runtime) |" in table and "average" in table and "±" in table
     paths = plot_quality(runs, tmp_path)
     assert [p.name for p in paths] == ["online_accuracy.png", "alpha_lambda.png"]
@@ -39,27 +45,27 @@ def test_quality_bench_outputs(digits_model, tmp_path):
 def test_quick_cli_writes_table_json_and_plots(tmp_path, digits_model, digits_cache_dir):
     # --quick's source model is the 6-epoch one of the digits_model fixture, under its own
     # cache name: the session has trained it already, so the smoke run costs seconds.
-    from realm_sdk._cli import _QUICK_EPOCHS, _QUICK_LIMIT, main
+    from realm_tools import QUICK_EPOCHS, QUICK_LIMIT, main
 
     out = tmp_path / "q"
-    cached = [f"digits_gn_e{_QUICK_EPOCHS}_s0.safetensors"]
+    cached = [f"digits_gn_e{QUICK_EPOCHS}_s0.safetensors"]
     assert [p.name for p in digits_cache_dir.iterdir()] == cached
     argv = ["bench", "quality", "--quick", "--out", str(out), "--no-progress"]
     assert main([*argv, "--cache-dir", str(digits_cache_dir)]) == 0
     assert [p.name for p in digits_cache_dir.iterdir()] == cached  # loaded, not retrained
     assert (out / "quality.md").read_text().startswith("# Quality")
     data = json.loads((out / "quality.json").read_text())
-    assert data["settings"]["source_epochs"] == _QUICK_EPOCHS
-    assert data["settings"]["limit"] == _QUICK_LIMIT and data["settings"]["dataset"] == "digits"
+    assert data["settings"]["source_epochs"] == QUICK_EPOCHS
+    assert data["settings"]["limit"] == QUICK_LIMIT and data["settings"]["dataset"] == "digits"
     runs = data["runs"]
-    assert len(runs) == 2 * len(METHODS)
+    assert len(runs) == 2 * len(QUALITY_METHODS)
     assert {(r["corruption"], r["method"]) for r in runs} == {
-        (c, m) for c in ("gaussian_noise", "defocus_blur") for m in METHODS
+        (c, m) for c in ("gaussian_noise", "defocus_blur") for m in QUALITY_METHODS
     }
     for r in runs:
         assert 0 <= r["accuracy"] <= 100 and 0 <= r["clean_after"] <= 100
-        assert len(r["online_accuracy"]) == _QUICK_LIMIT
-        assert 0 <= r["updates"] <= _QUICK_LIMIT
+        assert len(r["online_accuracy"]) == QUICK_LIMIT
+        assert 0 <= r["updates"] <= QUICK_LIMIT
     # The short-trained source model is a classifier: far above chance (10 %) on clean data.
     assert all(r["clean_after"] > 80 for r in runs if r["method"] == "none")
     table = (out / "quality.md").read_text()

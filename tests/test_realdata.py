@@ -11,7 +11,11 @@ import pytest
 import torch
 from torch import nn
 
-from realm_sdk import (
+from realm_tools import (
+    CIFAR10_MEAN,
+    CIFAR10_STD,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
     Cifar10C,
     ImageNetC,
     LazyImages,
@@ -20,10 +24,10 @@ from realm_sdk import (
     load_cifar10c,
     load_imagenetc,
     quality_table,
+    runs_from_json,
+    runs_to_json,
     source_model,
 )
-from realm_sdk._quality import runs_from_json, runs_to_json
-from realm_sdk._realdata import CIFAR10_MEAN, CIFAR10_STD, IMAGENET_MEAN, IMAGENET_STD
 
 PER_SEVERITY = 8  # images per severity in the CIFAR-10-C fixture
 FIXED_PIXEL = (17, 130, 255)  # RGB of pixel (10, 10) in every fixture image
@@ -150,8 +154,6 @@ def test_cifar10c_seeds_shuffle_and_limit_cuts(cifar_root):
 
 
 def test_cifar10c_memory_maps_the_files(cifar_root, monkeypatch):
-    import realm_sdk._realdata as realdata
-
     modes = []
     real_load = np.load
 
@@ -159,7 +161,7 @@ def test_cifar10c_memory_maps_the_files(cifar_root, monkeypatch):
         modes.append((Path(path).name, kwargs.get("mmap_mode")))
         return real_load(path, *args, **kwargs)
 
-    monkeypatch.setattr(realdata.np, "load", spy)
+    monkeypatch.setattr(np, "load", spy)  # the loaders call np.load
     load_cifar10c(cifar_root).stream("fog", 2, seed=0)
     assert ("fog.npy", "r") in modes and ("labels.npy", "r") in modes
     assert all(mode == "r" for _, mode in modes)
@@ -386,7 +388,7 @@ def test_source_model_loads_checks_and_refuses_weights(tmp_path):
 
 
 def test_cli_quality_on_cifar10c_fixture(cifar_root, tmp_path, capsys):
-    from realm_sdk._cli import main
+    from realm_tools import main
 
     out = tmp_path / "q"
     argv = ["bench", "quality", "--dataset", "cifar10c", "--data-root", str(cifar_root)]
@@ -427,7 +429,7 @@ def test_cli_quality_on_cifar10c_fixture(cifar_root, tmp_path, capsys):
     ],
 )  # fmt: skip
 def test_cli_quality_refuses_incomplete_real_data_runs(cifar_root, capsys, extra, message):
-    from realm_sdk._cli import main
+    from realm_tools import main
 
     argv = ["bench", "quality", "--dataset", "cifar10c", "--data-root", str(cifar_root), *extra]
     assert main([*argv, "--no-progress"]) == 2
@@ -435,7 +437,7 @@ def test_cli_quality_refuses_incomplete_real_data_runs(cifar_root, capsys, extra
 
 
 def test_cli_quality_refuses_real_data_flags_on_digits(capsys):
-    from realm_sdk._cli import main
+    from realm_tools import main
 
     assert main(["bench", "quality", "--data-root", "x"]) == 2
     assert "are for --dataset cifar10c or imagenetc" in capsys.readouterr().err

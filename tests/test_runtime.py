@@ -1,62 +1,23 @@
-"""Issues 4 and 11: RealmRuntime on both backends, against the SDK and under bad input."""
+"""Issues 4 and 11: RealmRuntime on both backends, against the SDK and under bad input.
+
+Saving and restoring a state (also across the twins): test_checkpoint.py.
+"""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
 import json
-import os
 import shutil
 import threading
 
 import numpy as np
 import pytest
 import torch
-from conftest import edit_manifest, export_digits
+from conftest import BACKENDS, compare_twins, edit_manifest, export_digits, snapshot
 
 from realm_runtime import ArtifactError, RealmRuntime
-from realm_runtime._checkpoint import COUNTERS
 from realm_sdk import RealmAdapter
-
-BACKENDS = ("onnx", "ort-training")
-
-# Agreement bounds over a whole stream (float32, CPU): logits are O(10), so 1e-4 absolute is
-# ~1e-5 relative; parameters, α, λ and the EMA are O(1) and agree to a few float32 ulps.
-LOGITS_ATOL = 1e-4
-STATE_ATOL = 1e-5
-
-
-def _compare_run(rt, adapter, xs, batch=1):
-    """Feed the same stream to both, compare after every step; returns the max differences."""
-    worst = dict.fromkeys(("logits", "params", "momentum", "alpha", "lam", "ema"), 0.0)
-    for start in range(0, len(xs) - batch + 1, batch):
-        x = xs[start : start + batch]
-        r = rt.adapt(x)
-        s = adapter.adapt_step(torch.from_numpy(x))
-        assert r.selected.tolist() == s.selected.tolist(), f"S_div differs at sample {start}"
-        assert r.updated == s.updated and r.reason == s.reason
-        worst["logits"] = max(worst["logits"], float(np.abs(r.logits - s.logits.numpy()).max()))
-        pa, pb = rt.trainable_parameters(), adapter.trainable_parameters()
-        assert list(pa) == list(pb)
-        worst["params"] = max(
-            worst["params"], max(float(np.abs(pa[n] - pb[n].numpy()).max()) for n in pa)
-        )
-        va, vb = rt.momentum_buffers(), adapter.momentum_buffers()
-        worst["momentum"] = max(
-            worst["momentum"], max(float(np.abs(va[n] - vb[n].numpy()).max()) for n in va)
-        )
-        sa, sb = rt.state, adapter.state
-        if sa.alpha is not None:
-            worst["alpha"] = max(worst["alpha"], abs(sa.alpha - sb.alpha))
-            worst["lam"] = max(worst["lam"], abs(sa.lam - sb.lam))
-        assert (sa.ema is None) == (sb.ema is None)
-        if sa.ema is not None:
-            worst["ema"] = max(worst["ema"], float(np.abs(sa.ema - sb.ema).max()))
-        for counter in COUNTERS:
-            assert getattr(sa, counter) == getattr(sb, counter), counter
-    assert worst["logits"] <= LOGITS_ATOL, worst
-    assert max(v for k, v in worst.items() if k != "logits") <= STATE_ATOL, worst
-    return worst
 
 
 @pytest.mark.parametrize("schedule", ["train", "infer-first", "auto"])
@@ -68,7 +29,7 @@ def test_step_for_step_agreement_with_the_sdk(
     xs = digits_stream[0][:120]
     rt = RealmRuntime(directory, threads=1, schedule=schedule, backend=backend)
     adapter = RealmAdapter(copy.deepcopy(digits_model), config)
-    worst = _compare_run(rt, adapter, xs)
+    worst = compare_twins(rt, adapter, xs)
     st = rt.state
     assert 0 < st.updates < 120 and st.skipped_diversity > 0  # both S_div branches ran
     print(schedule, worst)
@@ -96,35 +57,8 @@ def test_other_settings_agree_with_the_sdk(
     config = export_digits(digits_model, tmp_path / "a", **overrides)
     rt = RealmRuntime(tmp_path / "a", threads=1, backend=backend)
     adapter = RealmAdapter(copy.deepcopy(digits_model), config)
-    _compare_run(rt, adapter, digits_stream[0][: steps * batch], batch=batch)
+    compare_twins(rt, adapter, digits_stream[0][: steps * batch], batch=batch)
     assert rt.state.updates > 0
-
-
-def _snapshot(rt):
-    return (rt.trainable_parameters(), rt.momentum_buffers(), rt.state)
-
-
-def _assert_same(a, b):
-    for k in a[0]:
-        np.testing.assert_array_equal(a[0][k], b[0][k])
-        np.testing.assert_array_equal(a[1][k], b[1][k])
-    sa, sb = a[2], b[2]
-    assert (sa.alpha, sa.lam, sa.alpha_momentum, sa.lam_momentum) == (
-        sb.alpha,
-        sb.lam,
-        sb.alpha_momentum,
-        sb.lam_momentum,
-    )
-    assert sa.samples == sb.samples and sa.updates == sb.updates
-    assert (sa.ema is None and sb.ema is None) or np.array_equal(sa.ema, sb.ema)
-
-
-@pytest.fixture(params=BACKENDS)
-def runtime(request, digits_artifacts, digits_stream):
-    rt = RealmRuntime(digits_artifacts[0], threads=1, backend=request.param)
-    for i in range(5):
-        rt.adapt(digits_stream[0][i : i + 1])
-    return rt
 
 
 GOOD = np.zeros((1, 1, 32, 32), np.float32)
@@ -137,8 +71,8 @@ GOOD = np.zeros((1, 1, 32, 32), np.float32)
         (lambda: GOOD.astype(np.float64), "float32"),
         (lambda: GOOD.astype(np.int32), "float32"),
         (lambda: GOOD[0], "rank 4"),
-        (lambda: np.zeros((1, 3, 32, 32), np.float32), "does not match"),
-        (lambda: np.zeros((1, 1, 28, 28), np.float32), "does not match"),
+        (lambda: np.zeros((1, 3, 32, 32), np.float32), "channel count must be 1"),
+        (lambda: np.zeros((1, 1, 28, 28), np.float32), "size of axis 2 must be 32"),
         (lambda: np.zeros((0, 1, 32, 32), np.float32), "empty"),
         (lambda: np.full((1, 1, 32, 32), np.nan, np.float32), "NaN"),
         (lambda: np.full((1, 1, 32, 32), np.inf, np.float32), "Inf"),
@@ -160,23 +94,23 @@ GOOD = np.zeros((1, 1, 32, 32), np.float32)
     ],
 )
 def test_bad_input_is_refused_and_changes_nothing(runtime, make, message):
-    before = _snapshot(runtime)
+    before = snapshot(runtime)
     with pytest.raises(ValueError, match=message):
         runtime.adapt(make())
     with pytest.raises(ValueError, match=message):
         runtime.predict(make())
-    _assert_same(before, _snapshot(runtime))
+    assert snapshot(runtime) == before
 
 
 def test_nonfinite_logits_are_refused_and_counted(runtime):
-    before = _snapshot(runtime)
+    before, before_state = runtime.trainable_parameters(), runtime.state
     # Finite input whose first convolution overflows float32: the forward yields NaN/Inf.
     result = runtime.adapt(np.full((1, 1, 32, 32), 3e38, np.float32))
     assert result.reason == "nonfinite" and not result.updated
-    after = _snapshot(runtime)
-    for k in before[0]:
-        np.testing.assert_array_equal(before[0][k], after[0][k])
-    assert after[2].skipped_nonfinite == 1 and after[2].updates == before[2].updates
+    after, after_state = runtime.trainable_parameters(), runtime.state
+    for k in before:
+        np.testing.assert_array_equal(before[k], after[k])
+    assert after_state.skipped_nonfinite == 1 and after_state.updates == before_state.updates
 
 
 def test_nonfinite_gradient_is_refused(runtime, monkeypatch):
@@ -195,86 +129,14 @@ def test_nonfinite_gradient_is_refused(runtime, monkeypatch):
 
     monkeypatch.setattr(runtime._backend, "compute", poisoned)
     runtime.reset()
-    before = _snapshot(runtime)
+    before = runtime.trainable_parameters()
     result = runtime.adapt(
         np.random.default_rng(0).standard_normal((1, 1, 32, 32), dtype=np.float32)
     )
     assert result.reason == "nonfinite" and runtime.state.skipped_nonfinite == 1
-    for k in before[0]:
-        np.testing.assert_array_equal(before[0][k], runtime.trainable_parameters()[k])
+    for k in before:
+        np.testing.assert_array_equal(before[k], runtime.trainable_parameters()[k])
     assert runtime.state.ema is None and runtime.state.updates == 0
-
-
-def test_save_restore_continue_equals_uninterrupted(digits_artifacts, digits_stream, tmp_path):
-    directory, _ = digits_artifacts
-    xs = digits_stream[0][:60]
-    straight = RealmRuntime(directory, threads=1, schedule="train")
-    for i in range(60):
-        straight.adapt(xs[i : i + 1])
-    first = RealmRuntime(directory, threads=1, schedule="train")
-    for i in range(30):
-        first.adapt(xs[i : i + 1])
-    first.save(tmp_path / "s.npz")
-    del first
-    resumed = RealmRuntime(directory, threads=1, schedule="train")
-    resumed.restore(tmp_path / "s.npz")
-    for i in range(30, 60):
-        resumed.adapt(xs[i : i + 1])
-    _assert_same(_snapshot(straight), _snapshot(resumed))
-
-
-def test_atomic_save_survives_a_crash_before_rename(runtime, digits_stream, tmp_path, monkeypatch):
-    path = tmp_path / "state.npz"
-    runtime.save(path)
-    good = path.read_bytes()
-    runtime.adapt(digits_stream[0][10:11])
-
-    def crash(*args, **kwargs):
-        raise OSError("simulated crash between write and rename")
-
-    monkeypatch.setattr(os, "replace", crash)
-    with pytest.raises(OSError, match="simulated crash"):
-        runtime.save(path)
-    monkeypatch.undo()
-    assert path.read_bytes() == good
-    assert [p.name for p in tmp_path.iterdir()] == ["state.npz"]
-    fresh = RealmRuntime(runtime.directory, threads=1, backend=runtime.backend)
-    fresh.restore(path)
-    assert fresh.state.samples == 5
-
-
-def test_states_move_between_sdk_and_runtime(
-    digits_artifacts, digits_model, digits_stream, tmp_path
-):
-    directory, config = digits_artifacts
-    xs = digits_stream[0][:80]
-    adapter = RealmAdapter(copy.deepcopy(digits_model), config)
-    for i in range(40):
-        adapter.adapt(torch.from_numpy(xs[i : i + 1]))
-    adapter.save(tmp_path / "sdk.npz")
-    rt = RealmRuntime(directory, threads=1)
-    rt.restore(tmp_path / "sdk.npz")  # adapted in torch, resumed on the device
-    _compare_run(rt, adapter, xs[40:])
-    rt.save(tmp_path / "rt.npz")
-    again = RealmAdapter(copy.deepcopy(digits_model), config)
-    again.restore(tmp_path / "rt.npz")  # and back
-    for n, v in again.trainable_parameters().items():
-        np.testing.assert_array_equal(v.numpy(), rt.trainable_parameters()[n])
-
-
-def test_restore_refuses_a_mismatching_state(runtime, digits_model, tmp_path):
-    export_digits(digits_model, tmp_path / "tent", method="tent")
-    tent = RealmRuntime(tmp_path / "tent", threads=1)
-    tent.save(tmp_path / "tent.npz")
-    before = _snapshot(runtime)
-    with pytest.raises(ValueError, match="method"):
-        runtime.restore(tmp_path / "tent.npz")
-    with pytest.raises(FileNotFoundError):
-        runtime.restore(tmp_path / "missing.npz")
-    (tmp_path / "junk.npz").write_bytes(b"\x00" * 10)
-    with pytest.raises(ValueError, match="not a readable"):
-        runtime.restore(tmp_path / "junk.npz")
-    _assert_same(before, _snapshot(runtime))
 
 
 def test_reset_returns_to_the_source(runtime, digits_artifacts, digits_model):
@@ -282,7 +144,7 @@ def test_reset_returns_to_the_source(runtime, digits_artifacts, digits_model):
     assert runtime.state.updates > 0
     runtime.reset()
     fresh = RealmRuntime(digits_artifacts[0], threads=1, backend=runtime.backend)
-    _assert_same(_snapshot(fresh), _snapshot(runtime))
+    assert snapshot(runtime) == snapshot(fresh)
     with torch.no_grad():
         expected = digits_model(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(runtime.predict(x), expected, atol=1e-4)
@@ -428,7 +290,7 @@ def test_cuda_agrees_with_the_sdk(digits_artifacts, digits_model, digits_stream)
     directory, config = digits_artifacts
     rt = RealmRuntime(directory, device="cuda", backend="onnx")
     adapter = RealmAdapter(copy.deepcopy(digits_model), config)
-    _compare_run(rt, adapter, digits_stream[0][:100])
+    compare_twins(rt, adapter, digits_stream[0][:100])
 
 
 def test_runtime_side_settings_can_be_overridden(digits_artifacts, digits_stream):
@@ -449,7 +311,7 @@ def test_runtime_side_settings_can_be_overridden(digits_artifacts, digits_stream
 def test_auto_schedule_recovers_from_a_slow_measurement(digits_artifacts, digits_stream):
     """Forward-only calls that looked slow (a stall, a cold cache) must not pin the `auto`
     schedule to the training path: the path not taken is re-timed now and then."""
-    from realm_runtime._runtime import REPROBE_EVERY, TIMING_WINDOW
+    REPROBE_EVERY, TIMING_WINDOW = RealmRuntime.REPROBE_EVERY, RealmRuntime.TIMING_WINDOW
 
     rt = RealmRuntime(digits_artifacts[0], schedule="auto", threads=1)
     x = digits_stream[0]

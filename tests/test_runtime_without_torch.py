@@ -205,8 +205,7 @@ def test_ort_format_graphs_load_on_the_newest_onnxruntime(
 
 def test_speed_bench_times_the_newest_onnxruntime_too(runtime_python, tmp_path):
     """`realm bench speed --runtime-python`: a row for the onnx backend on the newest ORT."""
-    from realm_sdk._bench import bench_model
-    from realm_sdk._flops import machine_peak
+    from realm_tools import bench_model, machine_peak
 
     rows = bench_model(
         "digits",

@@ -25,7 +25,7 @@ def test_keygen_writes_a_private_key_only_its_owner_reads(signing_keys, tmp_path
     with pytest.raises(FileExistsError, match="never overwritten"):
         generate_keypair(private.with_suffix(""))
     done = subprocess.run(
-        [sys.executable, "-m", "realm_sdk._cli", "keygen", str(tmp_path / "k")],
+        [sys.executable, "-m", "realm_tools", "keygen", str(tmp_path / "k")],
         capture_output=True,
         text=True,
     )

@@ -134,7 +134,7 @@ if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).parent))
     from conftest import export_digits
 
-    from realm_sdk import load_digits, train_digits_model
+    from realm_tools import load_digits, train_digits_model
 
     data = load_digits()
     model = train_digits_model(data, epochs=6, cache_dir=".cache")

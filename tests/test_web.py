@@ -24,7 +24,7 @@ import pytest
 from conftest import assert_same_state, flip, manifest_offset
 
 from realm_runtime import RealmRuntime
-from realm_sdk._parity import TOLERANCES
+from realm_tools import TOLERANCES
 
 ROOT = Path(__file__).resolve().parents[1]
 WEB = ROOT / "examples" / "web"
@@ -110,7 +110,7 @@ def test_js_typecheck():
 
 def test_preprocessing_matches_python():
     """The page's bilinear upsampling is the Python task's, on a random image."""
-    from realm_sdk._corruptions import resize_bilinear
+    from realm_tools import resize_bilinear
 
     node = _node()
     img = np.random.default_rng(0).random((8, 8)).astype(np.float32)
@@ -292,7 +292,7 @@ def test_decision_graph_decides_like_the_runtime(digits_model, tmp_path, digits_
     """
     from conftest import export_digits
 
-    from realm_runtime._ort import onnxruntime_module
+    from realm_runtime import onnxruntime_module
 
     directory = tmp_path / "a"
     export_digits(digits_model, directory, method=method)

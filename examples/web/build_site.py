@@ -58,7 +58,7 @@ def write_stream(
     out: Path, *, corruption: str, severity: int, seed: int, limit: int | None
 ) -> dict[str, object]:
     """The shifted digits stream as float32 samples + JSON labels and preprocessing."""
-    from realm_sdk._digits import IMAGE_SIZE, load_digits
+    from realm_tools import IMAGE_SIZE, load_digits
 
     data = load_digits()
     x, y = data.stream(corruption, severity, seed=seed)
@@ -115,8 +115,7 @@ def write_stream_from_folder(
 def export_demo(out: Path, *, preset: str, method: str, cache_dir: str) -> None:
     """Export the built-in digits model (trained once, cached) as the demo's artifacts."""
     from realm_sdk import RealmConfig
-    from realm_sdk._demo import export_digits_artifacts
-    from realm_sdk._digits import NUM_CLASSES, load_digits, train_digits_model
+    from realm_tools import NUM_CLASSES, export_digits_artifacts, load_digits, train_digits_model
 
     data = load_digits()
     model = train_digits_model(data, cache_dir=cache_dir)

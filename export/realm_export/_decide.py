@@ -9,13 +9,13 @@ margin falls the same way on every client.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
-from realm_runtime._config import RealmConfig
+from realm_runtime import RealmConfig
+
+from ._onnx_builder import GraphBuilder
 
 DECIDE_MODEL = "decide_model.onnx"
 DECIDE_OPSET = 17
@@ -30,126 +30,140 @@ def decide_model(config: RealmConfig, ir_version: int) -> onnx.ModelProto:
     ``exp(−(H − e0))``, 0 when not kept) and ``next_ema`` (the EMA to commit if the update
     happens). Non-finite logits are never kept.
     """
-    c = config.num_classes
-    nodes: list[onnx.NodeProto] = []
-
-    def op(kind: str, inputs: list[str], output: str, **attrs: Any) -> str:
-        nodes.append(helper.make_node(kind, inputs, [output], name=output, **attrs))
-        return output
-
-    consts = {
-        "axis1": np.array([1], dtype=np.int64),
-        "eps": np.array(1e-8, dtype=np.float32),
-        "beta": np.array(config.ema_beta, dtype=np.float32),
-        "one_minus_beta": np.array(1 - config.ema_beta, dtype=np.float32),
-        "one": np.array([1.0], dtype=np.float32),
-        "zero": np.array([0.0], dtype=np.float32),
-    }
+    b = GraphBuilder()
+    _constants(b, config)
+    probs, entropy = _softmax_entropy(b)
+    cosine = _cosine_to_ema(b, probs)
+    keep = _finite(b)
     if config.uses_diversity:
-        consts["margin"] = np.array(config.diversity_margin, dtype=np.float32)
-    if config.method == "eata":
-        consts["e0"] = np.array(config.e0, dtype=np.float32)
-    # Softmax and entropy as the runtime's numpy computes them: from shifted logits.
-    shifted = op(
-        "Sub", ["logits", op("ReduceMax", ["logits"], "max", axes=[1], keepdims=1)], "shifted"
+        keep = _diversity_gate(b, keep, cosine)
+    keep, certain, weight_if_kept = _entropy_cut(b, config, keep, entropy)
+    b.op("Identity", [certain], "passed_entropy")
+    b.op("Identity", [keep], "keep")
+    b.op("Where", ["keep", weight_if_kept, "zero"], "weight")
+    _next_ema(b, probs, config.num_classes)
+    inputs, outputs = _signature(config.num_classes)
+    model = helper.make_model(
+        b.make_graph("realm_decide", inputs, outputs),
+        opset_imports=[helper.make_opsetid("", DECIDE_OPSET)],
     )
-    e = op("Exp", [shifted], "exp")
-    total = op("ReduceSum", [e, "axis1"], "sum", keepdims=1)
-    probs = op("Div", [e, total], "probs")
-    log_p = op("Sub", [shifted, op("Log", [total], "log_sum")], "log_p")
-    entropy = op(
-        "Neg",
-        [
-            op(
-                "ReduceSum",
-                [op("Mul", [op("Exp", [log_p], "p_again"), log_p], "plogp"), "axis1"],
-                "sum_plogp",
-                keepdims=0,
-            )
-        ],
-        "entropy",
-    )
-    # Cosine to the EMA, with torch's eps on the product of the norms. The dot product as
-    # Mul + ReduceSum: onnxruntime-web's WebGPU MatMul refuses a 1-D operand ((1, C) @ (C,)).
-    dot = op("ReduceSum", [op("Mul", [probs, "ema"], "p_times_m"), "axis1"], "dot", keepdims=0)
-    norm_p = op(
-        "Sqrt",
-        [op("ReduceSum", [op("Mul", [probs, probs], "pp"), "axis1"], "sum_pp", keepdims=0)],
-        "norm_p",
-    )
-    norm_m = op(
-        "Sqrt", [op("ReduceSum", [op("Mul", ["ema", "ema"], "mm")], "sum_mm", keepdims=0)], "norm_m"
-    )
-    cosine = op(
-        "Div", [dot, op("Max", [op("Mul", [norm_p, norm_m], "norms"), "eps"], "denom")], "cosine"
-    )
-    bad = op("Or", [op("IsNaN", ["logits"], "nan"), op("IsInf", ["logits"], "inf")], "bad")
-    worst = op(
-        "ReduceMax",
-        [op("Cast", [bad], "badf", to=TensorProto.FLOAT)],
-        "worst",
-        axes=[1],
-        keepdims=0,
-    )
-    keep = op("Equal", [worst, "zero"], "finite")
-    if config.uses_diversity:
-        diverse = op("Less", [op("Abs", [cosine], "abs_cos"), "margin"], "diverse")
-        keep = op(
-            "And",
-            [keep, op("Or", [op("Not", ["has_ema"], "no_ema"), diverse], "div_ok")],
-            "keep_div",
-        )
-    weight_if_kept = "one"
-    if config.method == "eata":
-        certain = op("Less", [entropy, "e0"], "certain")
-        keep = op("And", [keep, certain], "keep_ent")
-        weight_if_kept = op(
-            "Exp", [op("Neg", [op("Sub", [entropy, "e0"], "h_minus_e0")], "neg_h")], "eata_w"
-        )
-    else:
-        certain = op("Equal", ["one", "one"], "certain")  # no entropy cut: always true
-    op("Identity", [certain], "passed_entropy")
-    op("Identity", [keep], "keep")
-    op("Where", ["keep", weight_if_kept, "zero"], "weight")
-    moved = op(
-        "Add",
-        [op("Mul", ["beta", "ema"], "beta_ema"), op("Mul", ["one_minus_beta", probs], "new_part")],
-        "moved",
-    )
-    op("Where", ["has_ema", moved, probs], "next_ema_2d")
-    op(
-        "Reshape",
-        [
-            "next_ema_2d",
-            op(
-                "Constant",
-                [],
-                "c_shape",
-                value=numpy_helper.from_array(np.array([c], dtype=np.int64)),
-            ),
-        ],
-        "next_ema",
-    )
-    graph = helper.make_graph(
-        nodes,
-        "realm_decide",
-        [
-            helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, c]),
-            helper.make_tensor_value_info("ema", TensorProto.FLOAT, [c]),
-            helper.make_tensor_value_info("has_ema", TensorProto.BOOL, []),
-        ],
-        [
-            helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, c]),
-            helper.make_tensor_value_info("entropy", TensorProto.FLOAT, [1]),
-            helper.make_tensor_value_info("cosine", TensorProto.FLOAT, [1]),
-            helper.make_tensor_value_info("keep", TensorProto.BOOL, [1]),
-            helper.make_tensor_value_info("passed_entropy", TensorProto.BOOL, [1]),
-            helper.make_tensor_value_info("weight", TensorProto.FLOAT, [1]),
-            helper.make_tensor_value_info("next_ema", TensorProto.FLOAT, [c]),
-        ],
-        [numpy_helper.from_array(v, k) for k, v in consts.items()],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", DECIDE_OPSET)])
     model.ir_version = ir_version
     onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def _constants(b: GraphBuilder, config: RealmConfig) -> None:
+    """The initializers the steps below read by name."""
+    b.const("axis1", [1], np.int64)
+    b.const("eps", 1e-8)
+    b.const("beta", config.ema_beta)
+    b.const("one_minus_beta", 1 - config.ema_beta)
+    b.const("one", [1.0])
+    b.const("zero", [0.0])
+    if config.uses_diversity:
+        b.const("margin", config.diversity_margin)
+    if config.method == "eata":
+        b.const("e0", config.e0)
+
+
+def _softmax_entropy(b: GraphBuilder) -> tuple[str, str]:
+    """``probs`` (1, C) and ``entropy`` (1,) of ``logits``.
+
+    As the runtime's numpy computes them: from the shifted logits.
+    """
+    max_logit = b.op("ReduceMax", ["logits"], "max", axes=[1], keepdims=1)
+    shifted = b.op("Sub", ["logits", max_logit], "shifted")
+    e = b.op("Exp", [shifted], "exp")
+    total = b.op("ReduceSum", [e, "axis1"], "sum", keepdims=1)
+    probs = b.op("Div", [e, total], "probs")
+    log_sum = b.op("Log", [total], "log_sum")
+    log_p = b.op("Sub", [shifted, log_sum], "log_p")
+    p = b.op("Exp", [log_p], "p_again")
+    plogp = b.op("Mul", [p, log_p], "plogp")
+    sum_plogp = b.op("ReduceSum", [plogp, "axis1"], "sum_plogp", keepdims=0)
+    return probs, b.op("Neg", [sum_plogp], "entropy")
+
+
+def _cosine_to_ema(b: GraphBuilder, probs: str) -> str:
+    """``cosine`` (1,) of ``probs`` and ``ema``, with torch's eps on the product of the norms.
+
+    The dot product as Mul + ReduceSum: onnxruntime-web's WebGPU MatMul refuses a 1-D
+    operand ((1, C) @ (C,)).
+    """
+    p_times_m = b.op("Mul", [probs, "ema"], "p_times_m")
+    dot = b.op("ReduceSum", [p_times_m, "axis1"], "dot", keepdims=0)
+    pp = b.op("Mul", [probs, probs], "pp")
+    sum_pp = b.op("ReduceSum", [pp, "axis1"], "sum_pp", keepdims=0)
+    norm_p = b.op("Sqrt", [sum_pp], "norm_p")
+    mm = b.op("Mul", ["ema", "ema"], "mm")
+    sum_mm = b.op("ReduceSum", [mm], "sum_mm", keepdims=0)
+    norm_m = b.op("Sqrt", [sum_mm], "norm_m")
+    norms = b.op("Mul", [norm_p, norm_m], "norms")
+    denom = b.op("Max", [norms, "eps"], "denom")
+    return b.op("Div", [dot, denom], "cosine")
+
+
+def _finite(b: GraphBuilder) -> str:
+    """Whether every logit is finite, (1,) bool: the first condition of ``keep``."""
+    nan = b.op("IsNaN", ["logits"], "nan")
+    inf = b.op("IsInf", ["logits"], "inf")
+    bad = b.op("Or", [nan, inf], "bad")
+    badf = b.op("Cast", [bad], "badf", to=TensorProto.FLOAT)
+    worst = b.op("ReduceMax", [badf], "worst", axes=[1], keepdims=0)
+    return b.op("Equal", [worst, "zero"], "finite")
+
+
+def _diversity_gate(b: GraphBuilder, keep: str, cosine: str) -> str:
+    """``keep`` and S_div: no EMA yet, or ``|cosine|`` under the margin."""
+    abs_cos = b.op("Abs", [cosine], "abs_cos")
+    diverse = b.op("Less", [abs_cos, "margin"], "diverse")
+    no_ema = b.op("Not", ["has_ema"], "no_ema")
+    div_ok = b.op("Or", [no_ema, diverse], "div_ok")
+    return b.op("And", [keep, div_ok], "keep_div")
+
+
+def _entropy_cut(
+    b: GraphBuilder, config: RealmConfig, keep: str, entropy: str
+) -> tuple[str, str, str]:
+    """EATA's cut ``H < e0`` and weight ``exp(−(H − e0))``; other methods pass with weight 1.
+
+    Returns:
+        ``keep`` with the cut, whether the cut passed, the weight of a kept sample.
+    """
+    if config.method != "eata":
+        certain = b.op("Equal", ["one", "one"], "certain")  # no entropy cut: always true
+        return keep, certain, "one"
+    certain = b.op("Less", [entropy, "e0"], "certain")
+    keep = b.op("And", [keep, certain], "keep_ent")
+    h_minus_e0 = b.op("Sub", [entropy, "e0"], "h_minus_e0")
+    neg_h = b.op("Neg", [h_minus_e0], "neg_h")
+    return keep, certain, b.op("Exp", [neg_h], "eata_w")
+
+
+def _next_ema(b: GraphBuilder, probs: str, c: int) -> str:
+    """``next_ema`` (C,): ``β·ema + (1−β)·probs``, or ``probs`` where there is no EMA yet."""
+    beta_ema = b.op("Mul", ["beta", "ema"], "beta_ema")
+    new_part = b.op("Mul", ["one_minus_beta", probs], "new_part")
+    moved = b.op("Add", [beta_ema, new_part], "moved")
+    next_2d = b.op("Where", ["has_ema", moved, probs], "next_ema_2d")
+    shape = b.constant("c_shape", [c])
+    return b.op("Reshape", [next_2d, shape], "next_ema")
+
+
+def _signature(c: int) -> tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto]]:
+    """The graph's inputs and outputs, for ``c`` classes."""
+    inputs = [
+        helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, c]),
+        helper.make_tensor_value_info("ema", TensorProto.FLOAT, [c]),
+        helper.make_tensor_value_info("has_ema", TensorProto.BOOL, []),
+    ]
+    outputs = [
+        helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, c]),
+        helper.make_tensor_value_info("entropy", TensorProto.FLOAT, [1]),
+        helper.make_tensor_value_info("cosine", TensorProto.FLOAT, [1]),
+        helper.make_tensor_value_info("keep", TensorProto.BOOL, [1]),
+        helper.make_tensor_value_info("passed_entropy", TensorProto.BOOL, [1]),
+        helper.make_tensor_value_info("weight", TensorProto.FLOAT, [1]),
+        helper.make_tensor_value_info("next_ema", TensorProto.FLOAT, [c]),
+    ]
+    return inputs, outputs

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import functools
 import logging
 import os
 import shutil
@@ -22,27 +21,23 @@ import onnx
 import torch
 from torch import nn
 
-from realm_runtime._manifest import (
+from realm_runtime import InputSpec, Manifest, load_private_key, sign_manifest
+from realm_runtime.contract import (
     ALPHA_NAME,
     ARTIFACT_FORMAT,
     ARTIFACT_VERSION,
     CHECKPOINT,
     EVAL_MODEL,
+    FORWARD_MODEL,
     INFERENCE_MODEL,
     LAMBDA_NAME,
-    MANIFEST_NAME,
-    TRAINING_MODEL,
-    InputSpec,
-    Manifest,
-    sha256_of,
-)
-from realm_runtime._portable_io import (
-    FORWARD_MODEL,
     LAYOUT_VERSION,
+    MANIFEST_NAME,
     SOURCE_PARAMS,
     STEP_MODEL,
+    TRAINING_MODEL,
+    sha256_of,
 )
-from realm_runtime._signing import load_private_key, sign_manifest
 from realm_sdk import RealmAdapter, RealmConfig
 
 from ._decide import DECIDE_MODEL, decide_model
@@ -69,6 +64,13 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
 
+# The portable graphs' files by role, as the manifest's portable section names them.
+_PORTABLE_FILES = {
+    "step_model": STEP_MODEL,
+    "forward_model": FORWARD_MODEL,
+    "source_params": SOURCE_PARAMS,
+}
+
 
 @dataclass(frozen=True)
 class ExportInfo:
@@ -83,6 +85,66 @@ class ExportInfo:
     portable_validation: ValidationReport | None = None  # the portable step graph's figures
     portable_error: str | None = None  # why there is no portable step graph, if there is none
     ort_format_validation: ValidationReport | None = None  # the .ort graphs' figures
+
+
+@dataclass(frozen=True)
+class _ExportPlan:
+    """One export's settled arguments, shared by its stages: trace, build, validate, write."""
+
+    out_dir: Path  # the artifact directory to create
+    config: RealmConfig
+    shape: tuple[int, ...]  # (batch, C, ...) of the export
+    training: bool  # write the ORT training artifacts (None already resolved)
+    portable: bool  # write the portable step and forward graphs
+    web: bool  # and the decision graph beside them
+    ort_format: bool  # and their ORT-format conversions
+    validate: bool
+    atol: float
+    grad_rtol: float
+    validation_inputs: int
+    dynamic_batch: bool
+    overwrite: bool
+    seed: int
+    preprocessing: dict[str, Any] | None  # None: from the model's pretrained_cfg
+    model_info: dict[str, Any] | None
+    signing_key: object | None  # loaded already, so a bad key fails before the export
+    notify: Progress
+
+    def training_inputs(self) -> list[np.ndarray]:
+        """The training artifacts' validation inputs (one more of batch B + 1 if dynamic)."""
+        return validation_batch(
+            self.shape, self.validation_inputs, seed=self.seed + 1, extra_batch=self.dynamic_batch
+        )
+
+    def portable_inputs(self) -> list[np.ndarray]:
+        """The portable graphs' validation inputs: batch 1, the on-device protocol."""
+        return validation_batch(
+            (1, *self.shape[1:]), self.validation_inputs, seed=self.seed + 1, extra_batch=False
+        )
+
+
+@dataclass(frozen=True)
+class _Traced:
+    """What the trace stage made of the model."""
+
+    source: nn.Module  # the private eval-mode copy, parameters frozen: the PyTorch reference
+    example: torch.Tensor  # the traced input, of the export shape
+    trainable: list[str]  # the SDK's norm parameters
+    requires_grad: list[str]  # those, then α and λ where the method learns them
+    forward: onnx.ModelProto  # the inference graph
+    with_loss: onnx.ModelProto  # the forward graph with REALM's loss: the training graph's base
+    branches: list[str]  # where the tracer froze data-dependent control flow
+    versions: dict[str, int]  # IR version and opset of the forward graph
+
+
+@dataclass(frozen=True)
+class _Built:
+    """What the build stage wrote into the temporary directory, beside the training files."""
+
+    directory: Path  # the temporary directory, moved into place by the write stage
+    portable: dict[str, Any]  # the manifest's portable section; {"error": ...}; {} if not asked
+    portable_report: ValidationReport | None = None
+    ort_report: ValidationReport | None = None
 
 
 def export_realm_artifacts(
@@ -162,14 +224,89 @@ def export_realm_artifacts(
             false.
     """
     start = time.perf_counter()
-    out_dir = Path(out_dir)
-    notify = progress or (lambda _label: None)
+    path, shape, training, signing_key = _checked_arguments(
+        out_dir,
+        input_shape,
+        config,
+        overwrite=overwrite,
+        training=training,
+        portable=portable,
+        ort_format=ort_format,
+        signing_key=signing_key,
+    )
+    plan = _ExportPlan(
+        out_dir=path,
+        config=config,
+        shape=shape,
+        training=training,
+        portable=portable,
+        web=web,
+        ort_format=ort_format,
+        validate=validate,
+        atol=atol,
+        grad_rtol=grad_rtol,
+        validation_inputs=validation_inputs,
+        dynamic_batch=dynamic_batch,
+        overwrite=overwrite,
+        seed=seed,
+        preprocessing=preprocessing,
+        model_info=model_info,
+        signing_key=signing_key,
+        notify=progress or (lambda _label: None),
+    )
+    return _run(model, plan, start)
+
+
+def _run(model: nn.Module, plan: _ExportPlan, start: float) -> ExportInfo:
+    """The stages in order: trace, build, validate, write; ``start`` is the export's start."""
+    traced = _trace(model, plan)
+    # Everything goes to a temporary sibling, moved into place last: a failed export leaves
+    # no half-written directory, and an existing one untouched.
+    tmp = plan.out_dir.parent / f".{plan.out_dir.name}.partial-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir(parents=True)
+    try:
+        built = _build(plan, traced, tmp)
+        report = _validate(plan, traced, tmp)
+        manifest = _write(plan, traced, built, report)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return ExportInfo(
+        plan.out_dir,
+        _files(plan, built.portable),
+        traced.requires_grad,
+        report,
+        manifest,
+        time.perf_counter() - start,
+        built.portable_report,
+        built.portable.get("error"),
+        built.ort_report,
+    )
+
+
+def _checked_arguments(
+    out_dir: str | os.PathLike[str],
+    input_shape: Sequence[int],
+    config: RealmConfig,
+    *,
+    overwrite: bool,
+    training: bool | None,
+    portable: bool,
+    ort_format: bool,
+    signing_key: object | None,
+) -> tuple[Path, tuple[int, ...], bool, object | None]:
+    """Check the arguments before anything is traced, in :func:`export_realm_artifacts`' order.
+
+    Returns:
+        The artifact directory, the input shape, whether to write training artifacts
+        (``training`` resolved) and the loaded signing key.
+    """
+    path = Path(out_dir)
     shape = _check_shape(input_shape)
     if not isinstance(config, RealmConfig):
         raise TypeError(f"config must be a RealmConfig, got {type(config).__name__}")
-    if out_dir.exists() and not overwrite and not _empty_dir(out_dir):
-        raise FileExistsError(f"{out_dir} exists; pass overwrite=True to replace it")
-
+    if path.exists() and not overwrite and not _empty_dir(path):
+        raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
     training = _training_wanted(training)
     if not training and not portable:
         raise ValueError("nothing to export: training=False and portable=False")
@@ -177,8 +314,34 @@ def export_realm_artifacts(
         signing_key = load_private_key(signing_key)  # a bad key fails now, not after the export
     if ort_format and not portable:
         raise ValueError("ort_format=True converts the portable graphs: it needs portable=True")
+    return path, shape, training, signing_key
 
-    notify("selecting parameters")
+
+def _trace(model: nn.Module, plan: _ExportPlan) -> _Traced:
+    """Stage 1: the reference copy, its trainable names, its forward and loss graphs."""
+    plan.notify("selecting parameters")
+    source, trainable = _reference(model, plan.config)
+    plan.notify("exporting the forward graph")
+    example = torch.randn(plan.shape, generator=torch.Generator().manual_seed(plan.seed))
+    _check_logits(source, example, plan.shape, plan.config.num_classes)
+    forward, branches = model_to_onnx(source, example, dynamic_batch=plan.dynamic_batch)
+    versions = check_versions(forward)
+    check_trainable_names(forward, trainable)
+    plan.notify("adding the loss graph")
+    with_loss = append_loss(forward, plan.config)
+    extra = [ALPHA_NAME, LAMBDA_NAME] if plan.config.learns_alpha_lambda else []
+    requires_grad = [*trainable, *extra]
+    return _Traced(
+        source, example, trainable, requires_grad, forward, with_loss, branches, versions
+    )
+
+
+def _reference(model: nn.Module, config: RealmConfig) -> tuple[nn.Module, list[str]]:
+    """A frozen eval-mode copy of ``model`` and the parameters the SDK adapts in it.
+
+    Raises:
+        UnsupportedModelError: the SDK finds nothing to adapt (e.g. no norm layer).
+    """
     source = copy.deepcopy(model).eval()
     try:
         trainable = RealmAdapter(copy.deepcopy(source), config).trainable_names
@@ -186,199 +349,187 @@ def export_realm_artifacts(
         raise UnsupportedModelError(str(exc)) from exc
     for p in source.parameters():
         p.requires_grad_(False)
+    return source, trainable
 
-    notify("exporting the forward graph")
-    example = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+
+def _check_logits(
+    source: nn.Module, example: torch.Tensor, shape: tuple[int, ...], num_classes: int
+) -> None:
+    """The model must map the example, of the export ``shape``, to (batch, C) logits.
+
+    Raises:
+        UnsupportedModelError: it returns something else.
+    """
     with torch.no_grad():
         logits = source(example)
-    if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (
-        shape[0],
-        config.num_classes,
-    ):
-        got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+    if isinstance(logits, torch.Tensor) and tuple(logits.shape) == (shape[0], num_classes):
+        return
+    got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+    raise UnsupportedModelError(
+        f"the model must return logits of shape ({shape[0]}, {num_classes}) for an "
+        f"input of shape {shape}, got {got}"
+    )
+
+
+def _build(plan: _ExportPlan, traced: _Traced, directory: Path) -> _Built:
+    """Stage 2: the training artifacts, the inference graph and the portable graphs."""
+    if plan.training:
+        plan.notify("generating training artifacts")
+        _generate(traced.with_loss, traced.requires_grad, directory)
+    onnx.save(traced.forward, str(directory / INFERENCE_MODEL))
+    if not plan.portable:
+        return _Built(directory, {})
+    built = _write_portable(plan, traced, directory)
+    if "error" in built.portable:
+        _portable_missing(plan, built.portable["error"])
+    return built
+
+
+def _portable_missing(plan: _ExportPlan, reason: str) -> None:
+    """No portable step graph: an error where nothing else can stand in for it, else a warning.
+
+    Raises:
+        UnsupportedModelError: ORT-format graphs were asked for, or there are no training
+            artifacts.
+    """
+    if plan.ort_format:
         raise UnsupportedModelError(
-            f"the model must return logits of shape ({shape[0]}, {config.num_classes}) for an "
-            f"input of shape {shape}, got {got}"
+            "ORT-format graphs were asked for, but there is no portable step graph "
+            f"to convert: {reason}"
         )
-    forward, branches = model_to_onnx(source, example, dynamic_batch=dynamic_batch)
-    versions = check_versions(forward)
-    check_trainable_names(forward, trainable)
-
-    notify("adding the loss graph")
-    with_loss = append_loss(forward, config)
-    extra = [ALPHA_NAME, LAMBDA_NAME] if config.learns_alpha_lambda else []
-    requires_grad = [*trainable, *extra]
-
-    tmp = out_dir.parent / f".{out_dir.name}.partial-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir(parents=True)
-    try:
-        if training:
-            notify("generating training artifacts")
-            _generate(with_loss, requires_grad, tmp)
-        onnx.save(forward, str(tmp / INFERENCE_MODEL))
-
-        portable_section: dict[str, Any] = {}
-        portable_report: ValidationReport | None = None
-        ort_report: ValidationReport | None = None
-        if portable:
-            portable_section, portable_report, ort_report = _write_portable(
-                tmp,
-                source,
-                config,
-                trainable,
-                example[:1],
-                notify,
-                validate=validate,
-                inputs=validation_batch(
-                    (1, *shape[1:]), validation_inputs, seed=seed + 1, extra_batch=False
-                ),
-                atol=atol,
-                grad_rtol=grad_rtol,
-                ort_format=ort_format,
-                web=web,
-            )
-            if "error" in portable_section:
-                if ort_format:
-                    raise UnsupportedModelError(
-                        "ORT-format graphs were asked for, but there is no portable step graph "
-                        f"to convert: {portable_section['error']}"
-                    )
-                if not training:
-                    raise UnsupportedModelError(
-                        "no training artifacts (onnxruntime-training is not installed) and no "
-                        f"portable step graph: {portable_section['error']}"
-                    )
-                log.warning(
-                    "no portable step graph (the training artifacts are still written): %s",
-                    portable_section["error"],
-                )
-
-        report = None
-        if validate and training:
-            notify("validating against the PyTorch reference")
-            inputs = validation_batch(
-                shape, validation_inputs, seed=seed + 1, extra_batch=dynamic_batch
-            )
-            report = validate_artifacts(tmp, source, config, inputs, atol=atol, grad_rtol=grad_rtol)
-            log.info("validation of %s:\n%s", out_dir, report.table())
-            if not report.passed:
-                hint = ""
-                if branches:
-                    hint = (
-                        "\nThe trace turned tensors into Python booleans (data-dependent control "
-                        "flow, frozen into one branch) at: " + ", ".join(branches[:5])
-                    )
-                raise ValidationError(
-                    "the exported artifacts disagree with the PyTorch reference:\n"
-                    + report.table()
-                    + hint,
-                    report,
-                )
-
-        notify("writing the manifest")
-        manifest = _manifest(
-            tmp,
-            source,
-            config,
-            forward,
-            shape,
-            dynamic_batch,
-            requires_grad,
-            versions,
-            report,
-            preprocessing,
-            model_info,
-            portable_section,
+    if not plan.training:
+        raise UnsupportedModelError(
+            "no training artifacts (onnxruntime-training is not installed) and no "
+            f"portable step graph: {reason}"
         )
-        (tmp / MANIFEST_NAME).write_bytes(manifest.to_bytes())
-        if signing_key is not None:
-            notify("signing the manifest")
-            sign_manifest(tmp, signing_key)
-        _move_into_place(tmp, out_dir, overwrite=overwrite)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    log.warning("no portable step graph (the training artifacts are still written): %s", reason)
+
+
+def _validate(plan: _ExportPlan, traced: _Traced, directory: Path) -> ValidationReport | None:
+    """Stage 3: the training artifacts against the PyTorch reference (None if not asked).
+
+    Raises:
+        ValidationError: they disagree beyond the tolerances.
+    """
+    if not (plan.validate and plan.training):
+        return None
+    plan.notify("validating against the PyTorch reference")
+    report = validate_artifacts(
+        directory,
+        traced.source,
+        plan.config,
+        plan.training_inputs(),
+        atol=plan.atol,
+        grad_rtol=plan.grad_rtol,
+    )
+    log.info("validation of %s:\n%s", plan.out_dir, report.table())
+    if not report.passed:
+        raise ValidationError(_disagreement(report, traced.branches), report)
+    return report
+
+
+def _disagreement(report: ValidationReport, branches: list[str]) -> str:
+    """The failed validation's message, naming frozen control flow as the likely cause."""
+    hint = ""
+    if branches:
+        hint = (
+            "\nThe trace turned tensors into Python booleans (data-dependent control "
+            "flow, frozen into one branch) at: " + ", ".join(branches[:5])
+        )
+    return "the exported artifacts disagree with the PyTorch reference:\n" + report.table() + hint
+
+
+def _write(
+    plan: _ExportPlan, traced: _Traced, built: _Built, report: ValidationReport | None
+) -> Manifest:
+    """Stage 4: the manifest (signed if asked), then the directory moved into place."""
+    plan.notify("writing the manifest")
+    manifest = _manifest(plan, traced, built, report)
+    (built.directory / MANIFEST_NAME).write_bytes(manifest.to_bytes())
+    if plan.signing_key is not None:
+        plan.notify("signing the manifest")
+        sign_manifest(built.directory, plan.signing_key)
+    _move_into_place(built.directory, plan.out_dir, overwrite=plan.overwrite)
+    return manifest
+
+
+def _files(plan: _ExportPlan, portable: dict[str, Any]) -> dict[str, Path]:
+    """:attr:`ExportInfo.files`: role → path of every file the export wrote."""
+    out_dir = plan.out_dir
     files = {"inference_model": out_dir / INFERENCE_MODEL, "manifest": out_dir / MANIFEST_NAME}
-    if training:
+    if plan.training:
         files |= {
             "training_model": out_dir / TRAINING_MODEL,
             "eval_model": out_dir / EVAL_MODEL,
             "checkpoint": out_dir / CHECKPOINT,
         }
-    if "step_model" in portable_section:
+    if "step_model" in portable:
         for role in ("step_model", "forward_model", "source_params"):
-            files[role] = out_dir / portable_section[role]
-    ort_section = portable_section.get("ort_format", {})
+            files[role] = out_dir / portable[role]
+    ort_section = portable.get("ort_format", {})
     for role in ("step_model", "forward_model", "operators_config"):
         if role in ort_section:
             files[f"{role}_ort" if role != "operators_config" else role] = (
                 out_dir / ort_section[role]
             )
-    return ExportInfo(
-        out_dir,
-        files,
-        requires_grad,
-        report,
-        manifest,
-        time.perf_counter() - start,
-        portable_report,
-        portable_section.get("error"),
-        ort_report,
-    )
+    return files
 
 
-def _write_portable(
-    directory: Path,
-    model: nn.Module,
-    config: RealmConfig,
-    trainable: list[str],
-    example: torch.Tensor,
-    notify: Progress,
-    *,
-    validate: bool,
-    inputs: list[np.ndarray],
-    atol: float,
-    grad_rtol: float,
-    ort_format: bool = False,
-    web: bool = False,
-) -> tuple[dict[str, Any], ValidationReport | None, ValidationReport | None]:
+def _write_portable(plan: _ExportPlan, traced: _Traced, directory: Path) -> _Built:
     """Build, write and validate the portable graphs; on failure, the reason instead.
 
     Returns:
-        The manifest's ``portable`` section (or ``{"error": reason}``), the report, and the
-        ORT-format graphs' report (None unless asked for and validated).
+        The manifest's ``portable`` section (or ``{"error": reason}``) with the portable
+        graphs' report and the ORT-format graphs' report (None unless asked for and
+        validated).
 
     Raises:
         OrtFormatError: ONNX Runtime's converter failed (only with ``ort_format``).
         ValidationError: the ORT-format graphs disagree with the reference.
     """
     started = time.perf_counter()
-    notify("building the portable step graph")
+    plan.notify("building the portable step graph")
     try:
-        graphs: PortableGraphs = build_portable_graphs(model, config, trainable, example)
+        graphs = build_portable_graphs(
+            traced.source, plan.config, traced.trainable, traced.example[:1]
+        )
     except UnsupportedModelError as exc:
-        return {"error": str(exc)}, None, None
-    names = {
-        "step_model": STEP_MODEL,
-        "forward_model": FORWARD_MODEL,
-        "source_params": SOURCE_PARAMS,
-    }
+        return _Built(directory, {"error": str(exc)})
     save_proto(graphs.step, directory / STEP_MODEL)
     save_proto(graphs.forward, directory / FORWARD_MODEL)
     np.save(directory / SOURCE_PARAMS, graphs.source, allow_pickle=False)
-    check = functools.partial(
-        _check_graphs, directory, model, config, graphs.layout, inputs, notify, atol, grad_rtol
-    )
-    report = check("portable step graph", names) if validate else None
+    what = "portable step graph"
+    report = _check_graphs(plan, traced, directory, graphs, what, _PORTABLE_FILES)
     if report is not None and not report.passed:
-        for name in names.values():
-            (directory / name).unlink(missing_ok=True)
-        reason = "the portable step graph disagrees with the PyTorch reference:\n" + report.table()
-        return {"error": reason, "validation": report.to_dict()}, report, None
+        return _Built(directory, _discard_portable(directory, report), report)
+    section = _portable_section(graphs, report, started)
+    if plan.web:
+        # SPEC §3's decision for the JavaScript clients of the portable graphs.
+        decide = decide_model(plan.config, graphs.step.ir_version)
+        onnx.save(decide, str(directory / DECIDE_MODEL))
+        section["decide_model"] = DECIDE_MODEL
+    ort_report = None
+    if plan.ort_format:
+        section["ort_format"], ort_report = _write_ort_format(plan, traced, directory, graphs)
+    return _Built(directory, section, report, ort_report)
+
+
+def _discard_portable(directory: Path, report: ValidationReport) -> dict[str, Any]:
+    """Remove the portable graphs that failed validation; the section that says why."""
+    for name in _PORTABLE_FILES.values():
+        (directory / name).unlink(missing_ok=True)
+    reason = "the portable step graph disagrees with the PyTorch reference:\n" + report.table()
+    return {"error": reason, "validation": report.to_dict()}
+
+
+def _portable_section(
+    graphs: PortableGraphs, report: ValidationReport | None, started: float
+) -> dict[str, Any]:
+    """The manifest's ``portable`` section for graphs written (and validated) since ``started``."""
     opset = max(o.version for o in graphs.step.opset_import if o.domain in ("", "ai.onnx"))
-    section = {
+    return {
         "layout_version": LAYOUT_VERSION,
-        **names,
+        **_PORTABLE_FILES,
         "batch": 1,
         "opset": int(opset),
         "ir_version": int(graphs.step.ir_version),
@@ -389,45 +540,62 @@ def _write_portable(
         "validation": report.to_dict() if report is not None else {},
         "seconds": round(time.perf_counter() - started, 2),
     }
-    if web:
-        # SPEC §3's decision for the JavaScript clients of the portable graphs.
-        onnx.save(decide_model(config, graphs.step.ir_version), str(directory / DECIDE_MODEL))
-        section["decide_model"] = DECIDE_MODEL
-    ort_report = None
-    if ort_format:
-        notify("writing the ORT-format graphs (ONNX Runtime's converter)")
-        converted = write_ort_format(directory, [STEP_MODEL, FORWARD_MODEL])
-        ort_names = {
-            "step_model": converted[STEP_MODEL],
-            "forward_model": converted[FORWARD_MODEL],
-            "source_params": SOURCE_PARAMS,
-        }
-        ort_report = check("ORT-format graphs", ort_names) if validate else None
-        if ort_report is not None and not ort_report.passed:
-            raise ValidationError(
-                "the ORT-format graphs disagree with the PyTorch reference:\n" + ort_report.table(),
-                ort_report,
-            )
-        section["ort_format"] = _ort_format_section(ort_names, converted, ort_report)
-    return section, report, ort_report
+
+
+def _write_ort_format(
+    plan: _ExportPlan, traced: _Traced, directory: Path, graphs: PortableGraphs
+) -> tuple[dict[str, Any], ValidationReport | None]:
+    """Convert the portable graphs to ORT format and validate them.
+
+    Returns:
+        The manifest's ``portable.ort_format`` section, and the report (None unless
+        validated).
+
+    Raises:
+        OrtFormatError: ONNX Runtime's converter failed.
+        ValidationError: the ORT-format graphs disagree with the reference.
+    """
+    plan.notify("writing the ORT-format graphs (ONNX Runtime's converter)")
+    converted = write_ort_format(directory, [STEP_MODEL, FORWARD_MODEL])
+    files = {
+        "step_model": converted[STEP_MODEL],
+        "forward_model": converted[FORWARD_MODEL],
+        "source_params": SOURCE_PARAMS,
+    }
+    report = _check_graphs(plan, traced, directory, graphs, "ORT-format graphs", files)
+    if report is not None and not report.passed:
+        raise ValidationError(
+            "the ORT-format graphs disagree with the PyTorch reference:\n" + report.table(),
+            report,
+        )
+    return _ort_format_section(files, converted, report), report
 
 
 def _check_graphs(
+    plan: _ExportPlan,
+    traced: _Traced,
     directory: Path,
-    model: nn.Module,
-    config: RealmConfig,
-    layout: list[Any],
-    inputs: list[np.ndarray],
-    notify: Progress,
-    atol: float,
-    grad_rtol: float,
+    graphs: PortableGraphs,
     what: str,
     files: dict[str, str],
-) -> ValidationReport:
-    """Validate one pair of step/forward graph files against the reference, and log it."""
-    notify(f"validating the {what} against the PyTorch reference")
+) -> ValidationReport | None:
+    """Validate one pair of step/forward graph files against the reference, and log it.
+
+    Returns:
+        The report, or None where validation is switched off.
+    """
+    if not plan.validate:
+        return None
+    plan.notify(f"validating the {what} against the PyTorch reference")
     report = validate_portable(
-        directory, files, model, config, layout, inputs, atol=atol, grad_rtol=grad_rtol
+        directory,
+        files,
+        traced.source,
+        plan.config,
+        graphs.layout,
+        plan.portable_inputs(),
+        atol=plan.atol,
+        grad_rtol=plan.grad_rtol,
     )
     log.info("validation of the %s:\n%s", what, report.table())
     return report
@@ -561,56 +729,56 @@ def _preprocessing(model: nn.Module, given: dict[str, Any] | None) -> dict[str, 
 
 
 def _manifest(
-    directory: Path,
-    model: nn.Module,
-    config: RealmConfig,
-    forward: onnx.ModelProto,
-    shape: tuple[int, ...],
-    dynamic_batch: bool,
-    requires_grad: list[str],
-    versions: dict[str, int],
-    report: ValidationReport | None,
-    preprocessing: dict[str, Any] | None,
-    model_info: dict[str, Any] | None,
-    portable: dict[str, Any],
+    plan: _ExportPlan, traced: _Traced, built: _Built, report: ValidationReport | None
 ) -> Manifest:
-    import onnxruntime
-
-    inits = {init.name: list(init.dims) for init in forward.graph.initializer}
-    trainable = {n: inits.get(n, []) for n in requires_grad}  # α, λ are scalars: []
-    all_versions: dict[str, Any] = {
-        "onnxruntime": onnxruntime.__version__,
-        "onnx": onnx.__version__,
-        "torch": torch.__version__,
-        **versions,
-    }
-    with contextlib.suppress(ImportError):
-        import timm
-
-        all_versions["timm"] = timm.__version__
-    from realm_sdk import __version__ as realm_version
-
-    all_versions["realm-tta"] = realm_version
-    info = {"class": f"{type(model).__module__}.{type(model).__qualname__}"}
-    info.update(model_info or {})
-    files = {p.name: sha256_of(p) for p in sorted(directory.iterdir()) if p.is_file()}
+    """The manifest of the files in ``built.directory``, as :func:`_write` writes it."""
+    shape = plan.shape
+    inits = {init.name: list(init.dims) for init in traced.forward.graph.initializer}
+    files = {p.name: sha256_of(p) for p in sorted(built.directory.iterdir()) if p.is_file()}
     return Manifest(
         format=ARTIFACT_FORMAT,
         version=ARTIFACT_VERSION,
         input=InputSpec(
-            INPUT_NAME, ["batch" if dynamic_batch else shape[0], *shape[1:]], "float32"
+            INPUT_NAME, ["batch" if plan.dynamic_batch else shape[0], *shape[1:]], "float32"
         ),
         logits_name=LOGITS_NAME,
-        num_classes=config.num_classes,
-        config=config.to_dict(),
-        trainable=trainable,
+        num_classes=plan.config.num_classes,
+        config=plan.config.to_dict(),
+        trainable={n: inits.get(n, []) for n in traced.requires_grad},  # α, λ are scalars: []
         files=files,
-        versions=all_versions,
-        preprocessing=_preprocessing(model, preprocessing),
+        versions=_versions(traced.versions),
+        preprocessing=_preprocessing(traced.source, plan.preprocessing),
         validation=report.to_dict() if report is not None else {},
-        model=info,
-        portable=portable,
+        model=_model_info(traced.source, plan.model_info),
+        portable=built.portable,
     )
+
+
+def _versions(graph_versions: dict[str, int]) -> dict[str, Any]:
+    """The manifest's ``versions``: the libraries of the export, the graph's IR and opset."""
+    import onnxruntime
+
+    versions: dict[str, Any] = {
+        "onnxruntime": onnxruntime.__version__,
+        "onnx": onnx.__version__,
+        "torch": torch.__version__,
+        **graph_versions,
+    }
+    with contextlib.suppress(ImportError):
+        import timm
+
+        versions["timm"] = timm.__version__
+    from realm_sdk import __version__ as realm_version
+
+    versions["realm-tta"] = realm_version
+    return versions
+
+
+def _model_info(model: nn.Module, given: dict[str, Any] | None) -> dict[str, Any]:
+    """The manifest's ``model``: the model's class, then what the caller said about it."""
+    info = {"class": f"{type(model).__module__}.{type(model).__qualname__}"}
+    info.update(given or {})
+    return info
 
 
 def _empty_dir(path: Path) -> bool:

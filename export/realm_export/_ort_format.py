@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from realm_runtime._portable_io import ORT_OPERATORS_CONFIG
+from realm_runtime.contract import ORT_OPERATORS_CONFIG
 
 from ._rewrite import UnsupportedModelError
 

@@ -49,28 +49,27 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from realm_runtime._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN
-from realm_runtime._manifest import (
+from realm_runtime import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN
+from realm_runtime.contract import (
     ALPHA_NAME,
-    LAMBDA_NAME,
-    LOSS_NAME,
-    SAMPLE_WEIGHT_NAME,
-)
-from realm_runtime._portable_io import (
     ENTROPY_MARGIN_NAME,
     FINITE_NAME,
+    LAMBDA_NAME,
+    LOSS_NAME,
     LR_ALPHA_LAMBDA_NAME,
     LR_NAME,
     MOMENTUM_NAME,
     NEW_PARAMS_NAME,
     NEW_VELOCITY_NAME,
     PARAMS_NAME,
+    SAMPLE_WEIGHT_NAME,
     VELOCITY_NAME,
     TensorSlot,
 )
 from realm_sdk import RealmConfig, eata_loss, entropy, robust_loss
 
 from ._graph import INPUT_NAME, LOGITS_NAME
+from ._onnx_builder import GraphBuilder
 from ._rewrite import UnsupportedModelError
 from ._trace import count_ops, max_pool_translation, trace
 
@@ -352,31 +351,19 @@ def _gemm_plan(
     if left not in shapes or out not in shapes:
         return None
     left_shape, out_shape = shapes[left], shapes[out]
-    gemm = onnx.helper.make_node("Gemm", [left, weight], [out], name=f"{user.name}.gemm", transB=1)
+    b = GraphBuilder()
+    gemm = f"{user.name}.gemm"
     if len(left_shape) == 2:
-        return [gemm]
-    k = left_shape[-1]
-    flat, flat_out = f"{user.name}.flat", f"{user.name}.flat_out"
+        b.op("Gemm", [left, weight], out, node_name=gemm, transB=1)
+        return b.nodes
+    # Gemm is 2-D: fold the leading axes of the left operand into one and back.
     shape_in, shape_out = f"{user.name}.shape_in", f"{user.name}.shape_out"
-    return [
-        onnx.helper.make_node(
-            "Constant",
-            [],
-            [shape_in],
-            value=onnx.numpy_helper.from_array(np.array([-1, k], np.int64), shape_in),
-        ),
-        onnx.helper.make_node("Reshape", [left, shape_in], [flat]),
-        onnx.helper.make_node(
-            "Gemm", [flat, weight], [flat_out], name=f"{user.name}.gemm", transB=1
-        ),
-        onnx.helper.make_node(
-            "Constant",
-            [],
-            [shape_out],
-            value=onnx.numpy_helper.from_array(np.array(out_shape, np.int64), shape_out),
-        ),
-        onnx.helper.make_node("Reshape", [flat_out, shape_out], [out]),
-    ]
+    b.constant(shape_in, [-1, left_shape[-1]], node_name="", tensor_name=shape_in)
+    flat = b.op("Reshape", [left, shape_in], f"{user.name}.flat", node_name="")
+    flat_out = b.op("Gemm", [flat, weight], f"{user.name}.flat_out", node_name=gemm, transB=1)
+    b.constant(shape_out, out_shape, node_name="", tensor_name=shape_out)
+    b.op("Reshape", [flat_out, shape_out], out, node_name="")
+    return b.nodes
 
 
 def _exporter_reason(exc: BaseException) -> str:

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from realm_runtime._manifest import (
+from realm_runtime.contract import (
     ALPHA_NAME,
     CHECKPOINT,
     EVAL_MODEL,
@@ -239,7 +239,7 @@ def validate_artifacts(
     Returns:
         The report (check :attr:`ValidationReport.passed`).
     """
-    from realm_runtime._ort import training_api
+    from realm_runtime import training_api
 
     api = training_api()
     state = api.CheckpointState.load_checkpoint(str(directory / CHECKPOINT))
@@ -296,7 +296,7 @@ def validate_portable(
     """
     import onnxruntime as ort
 
-    from realm_runtime._portable_io import (
+    from realm_runtime.contract import (
         ENTROPY_MARGIN_NAME,
         FINITE_NAME,
         LR_ALPHA_LAMBDA_NAME,

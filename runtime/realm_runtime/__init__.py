@@ -11,12 +11,15 @@ importing this package loads neither ONNX Runtime nor torch (ONNX Runtime is loa
 ``RealmRuntime`` is created).
 """
 
+from . import contract
+from ._adaptation import AdaptationState
 from ._backend import BACKENDS
-from ._checkpoint import read_state, write_state
-from ._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmConfig
+from ._checkpoint import COUNTERS, read_state, write_state
+from ._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, METHODS, PRESETS, RealmConfig
 from ._manifest import ArtifactError, InputSpec, Manifest, load_manifest, verify_files
-from ._runtime import AdaptResult, RealmRuntime, RuntimeState
-from ._signing import generate_keypair, load_public_key, sign_manifest
+from ._ort import onnxruntime_module, training_api
+from ._runtime import AdaptResult, RealmRuntime
+from ._signing import generate_keypair, load_private_key, load_public_key, sign_manifest
 
 __version__ = "0.1.0"
 
@@ -24,19 +27,26 @@ __all__ = [
     "ALPHA_MAX",
     "ALPHA_MIN",
     "BACKENDS",
+    "COUNTERS",
     "LAMBDA_MIN",
+    "METHODS",
+    "PRESETS",
     "AdaptResult",
+    "AdaptationState",
     "ArtifactError",
     "InputSpec",
     "Manifest",
     "RealmConfig",
     "RealmRuntime",
-    "RuntimeState",
+    "contract",
     "generate_keypair",
     "load_manifest",
+    "load_private_key",
     "load_public_key",
+    "onnxruntime_module",
     "read_state",
     "sign_manifest",
+    "training_api",
     "verify_files",
     "write_state",
 ]

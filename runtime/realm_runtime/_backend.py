@@ -82,7 +82,7 @@ class StepBackend(ABC):
         """Host copies of ``(values, momentum buffers)``, keyed by trainable name."""
 
     @abstractmethod
-    def load(self, values: dict[str, np.ndarray], velocity: dict[str, np.ndarray]) -> None:
+    def load(self, values: dict[str, np.ndarray], momentum: dict[str, np.ndarray]) -> None:
         """Replace every trainable tensor and momentum buffer (checked by the caller)."""
 
     @abstractmethod

@@ -105,7 +105,7 @@ class PortableBackend(StepBackend):
         self._hyper = {k: np.array(v, dtype=F32) for k, v in hyper.items() if k in graph_inputs}
         source = _read_source(directory / portable["source_params"], self._size)
         self._params = self._on_device(source)
-        self._velocity = self._on_device(np.zeros(self._size, dtype=F32))
+        self._momentum = self._on_device(np.zeros(self._size, dtype=F32))
 
     # ------------------------------------------------------------------ the step
 
@@ -132,32 +132,32 @@ class PortableBackend(StepBackend):
         for name, value in self._hyper.items():
             binding.bind_cpu_input(name, value)
         binding.bind_ortvalue_input(PARAMS_NAME, self._params)
-        binding.bind_ortvalue_input(VELOCITY_NAME, self._velocity)
+        binding.bind_ortvalue_input(VELOCITY_NAME, self._momentum)
         for name in (LOSS_NAME, self._logits_name, FINITE_NAME):
             binding.bind_output(name, "cpu")
         for name in (NEW_PARAMS_NAME, NEW_VELOCITY_NAME):
             binding.bind_output(name, self._device_type, self._device_id)
         self._step.run_with_iobinding(binding)
-        loss, logits, finite, new_params, new_velocity = binding.get_outputs()
+        loss, logits, finite, new_params, new_momentum = binding.get_outputs()
         return Candidate(
             logits=np.asarray(logits.numpy(), dtype=F32),
             loss=float(loss.numpy()),
             finite=bool(finite.numpy()),
-            payload=(new_params, new_velocity),
+            payload=(new_params, new_momentum),
         )
 
     def accept(self, candidate: Candidate) -> None:
-        self._params, self._velocity = candidate.payload  # two references: atomic, no copy
+        self._params, self._momentum = candidate.payload  # two references: atomic, no copy
 
     # ------------------------------------------------------------------ state
 
     def tensors(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        return self._split(self._params.numpy()), self._split(self._velocity.numpy())
+        return self._split(self._params.numpy()), self._split(self._momentum.numpy())
 
-    def load(self, values: dict[str, np.ndarray], velocity: dict[str, np.ndarray]) -> None:
+    def load(self, values: dict[str, np.ndarray], momentum: dict[str, np.ndarray]) -> None:
         params = self._on_device(self._join(values))
-        momentum = self._on_device(self._join(velocity))
-        self._params, self._velocity = params, momentum
+        buffers = self._on_device(self._join(momentum))
+        self._params, self._momentum = params, buffers
 
     def export_inference_model(self, path: str | os.PathLike[str]) -> None:
         # Always from forward_model.onnx, also where the sessions run the .ort graphs: the

@@ -90,7 +90,7 @@ class TrainingBackend(StepBackend):
         self._params = {n: self._state.parameters[n] for n in self.names}
         self._shapes = {n: tuple(manifest.trainable[n]) for n in self.names}
         self._values = {n: np.array(self._params[n].data, dtype=F32) for n in self.names}
-        self._velocity = {n: np.zeros_like(v) for n, v in self._values.items()}
+        self._momentum = {n: np.zeros_like(v) for n, v in self._values.items()}
 
     def infer(self, x: np.ndarray) -> np.ndarray:
         self._module.eval()
@@ -124,28 +124,28 @@ class TrainingBackend(StepBackend):
         cfg = self._config
         grads: dict[str, np.ndarray] = candidate.payload
         values: dict[str, np.ndarray] = {}
-        velocity: dict[str, np.ndarray] = {}
+        momentum: dict[str, np.ndarray] = {}
         for n in self.names:
             special = n in (ALPHA_NAME, LAMBDA_NAME)
             lr = cfg.lr_alpha_lambda if special else cfg.lr
-            values[n], velocity[n] = sgd_momentum(
-                self._values[n], grads[n], self._velocity[n], lr, cfg.momentum
+            values[n], momentum[n] = sgd_momentum(
+                self._values[n], grads[n], self._momentum[n], lr, cfg.momentum
             )
         if ALPHA_NAME in values:
             values[ALPHA_NAME] = project_alpha(values[ALPHA_NAME])
             values[LAMBDA_NAME] = project_lambda(values[LAMBDA_NAME])
         self._commit(values)
-        self._velocity = velocity
+        self._momentum = momentum
 
     def tensors(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         return (
             {n: v.copy() for n, v in self._values.items()},
-            {n: v.copy() for n, v in self._velocity.items()},
+            {n: v.copy() for n, v in self._momentum.items()},
         )
 
-    def load(self, values: dict[str, np.ndarray], velocity: dict[str, np.ndarray]) -> None:
+    def load(self, values: dict[str, np.ndarray], momentum: dict[str, np.ndarray]) -> None:
         self._commit({n: np.asarray(values[n], dtype=F32) for n in self.names})
-        self._velocity = {n: np.array(velocity[n], dtype=F32) for n in self.names}
+        self._momentum = {n: np.array(momentum[n], dtype=F32) for n in self.names}
 
     def export_inference_model(self, path: str | os.PathLike[str]) -> None:
         self._module.export_model_for_inferencing(str(path), [self._logits_name])

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import os
 import tempfile
-import threading
 import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from ._adaptation import OnlineAdaptation
 from ._backend import BACKENDS, BackendName, Candidate, StepBackend, parse_device
-from ._checkpoint import COUNTERS, StateArrays, load_state, save_state
+from ._checkpoint import StateArrays
 from ._config import RealmConfig
+from ._inputs import check_input_shape, input_dtype_error, input_nonfinite_error, input_type_error
 from ._manifest import (
     ALPHA_NAME,
     LAMBDA_NAME,
@@ -30,11 +31,6 @@ from ._step import F32, Selection, ema_update, select, softmax
 Schedule = Literal["auto", "train", "infer-first"]
 GraphFormat = Literal["auto", "onnx", "ort"]
 # Fields baked into the exported graph or its trainable set: not overridable at run time.
-REPROBE_EVERY = 100  # auto schedule: samples between re-timings of the path not taken
-# auto schedule: a graph's cost is the fastest of its last few timed calls (noise and stalls
-# only ever add time, and one slow call must not pin the choice)
-TIMING_WINDOW = 8
-
 _GRAPH_FIELDS = frozenset(
     {
         "num_classes",
@@ -50,23 +46,6 @@ _GRAPH_FIELDS = frozenset(
 
 
 @dataclass(frozen=True)
-class RuntimeState:
-    """α, λ, their momentum, the EMA and the counters (the SDK's ``AdaptationState`` fields)."""
-
-    alpha: float | None  # shape α of ρ (REALM only)
-    lam: float | None  # scale λ of ρ (REALM only)
-    alpha_momentum: float | None  # SGD momentum buffer of α
-    lam_momentum: float | None  # SGD momentum buffer of λ
-    ema: np.ndarray | None  # (C,) EMA of the predictions of updated samples
-    samples: int  # samples seen by adapt()
-    updates: int  # optimizer steps applied
-    updated_samples: int  # samples that contributed to an applied step
-    skipped_diversity: int  # samples refused by S_div
-    skipped_entropy: int  # samples refused by EATA's entropy threshold
-    skipped_nonfinite: int  # samples whose step was refused: non-finite logits, loss or grad
-
-
-@dataclass(frozen=True)
 class AdaptResult:
     """What one :meth:`RealmRuntime.adapt` call returns."""
 
@@ -79,10 +58,10 @@ class AdaptResult:
     reason: str  # "updated", "diversity", "entropy" or "nonfinite"
 
 
-class RealmRuntime:
+class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
     """Online REALM (or Tent/EATA) adaptation on artifacts written by ``realm export``.
 
-    Needs numpy and onnxruntime-training only. The manifest is checked (format version,
+    Needs numpy and onnxruntime only. The manifest is checked (format version,
     SHA-256 of every file, ORT version, trainable names) before anything is loaded.
 
     Two backends run the same step (SPEC §8): ``"onnx"``, the portable step graph on a plain
@@ -96,8 +75,10 @@ class RealmRuntime:
     forward-only graph, decides, and runs the step only for samples that update. ``"auto"``
     (default) measures both and picks the cheaper for the observed update rate.
 
-    Every public method holds one lock: an instance may be shared between threads, and calls
-    are serialised.
+    The twin of ``realm_sdk.RealmAdapter``: the public methods, their locking and the step's
+    bookkeeping (decisions, counters, reasons, state file) are :class:`OnlineAdaptation`'s, the
+    same code for both; this class brings the step's numpy and ONNX Runtime half. Every public
+    method holds one lock: an instance may be shared between threads, and calls are serialised.
 
     Args:
         artifact_dir: the directory written by ``realm export``.
@@ -128,6 +109,13 @@ class RealmRuntime:
             whose graphs the artifacts lack.
         RuntimeError: ``device="cuda"`` without a CUDA-capable onnxruntime.
     """
+
+    # auto schedule: samples between re-timings of the path not taken
+    REPROBE_EVERY: ClassVar[int] = 100
+    # auto schedule: a graph's cost is the fastest of its last few timed calls (noise and
+    # stalls only ever add time, and one slow call must not pin the choice)
+    TIMING_WINDOW: ClassVar[int] = 8
+    _state_dtype = F32  # restored states are cast to the graphs' float32
 
     def __init__(
         self,
@@ -191,141 +179,35 @@ class RealmRuntime:
         self.backend: str = self._backend.name
         # The graphs' file format: "ort" where the onnx backend runs the ORT-format copies.
         self.graph_format: str = self._backend.graph_format
-        self._all_trainable = list(self._backend.names)
-        self._names = [n for n in self._all_trainable if n not in (ALPHA_NAME, LAMBDA_NAME)]
+        self._names = [n for n in self._backend.names if n not in (ALPHA_NAME, LAMBDA_NAME)]
         self._source, _ = self._backend.tensors()
+        self._artifacts = self.manifest.digest  # a saved state names them; restore checks it
         spec = self.manifest.input
         self._sample_shape = tuple(int(d) for d in spec.shape[1:])
         self._static_batch = spec.shape[0] if isinstance(spec.shape[0], int) else None
-        self._lock = threading.RLock()
         self._recent: dict[str, deque[float]] = {  # seconds of the last timed calls
-            "train": deque(maxlen=TIMING_WINDOW),
-            "infer": deque(maxlen=TIMING_WINDOW),
+            "train": deque(maxlen=self.TIMING_WINDOW),
+            "infer": deque(maxlen=self.TIMING_WINDOW),
         }
         self._timed = {"train": 0, "infer": 0}  # calls of each graph so far
         self._rate = 1.0  # EMA of the share of samples that update
         self._calls = 0
-        self._init_adaptation_state()
-        self._counters = dict.fromkeys(COUNTERS, 0)
+        super().__init__()
 
     # ------------------------------------------------------------------ public API
-
-    @property
-    def trainable_names(self) -> list[str]:
-        """Adapted parameter names (as the SDK's and the model's ``named_parameters()``)."""
-        return list(self._names)
+    # adapt, predict, state, reset, save, restore, trainable_names: OnlineAdaptation's.
 
     def trainable_parameters(self) -> dict[str, np.ndarray]:
-        """Copies of the adapted norm parameters, keyed like the SDK's."""
+        """Copies of the adapted parameters, keyed as in ``model.named_parameters()``."""
         with self._lock:
             values, _ = self._backend.tensors()
             return {n: values[n] for n in self._names}
 
     def momentum_buffers(self) -> dict[str, np.ndarray]:
-        """Copies of the SGD momentum buffers of the adapted parameters."""
+        """Copies of the SGD momentum buffers of the adapted parameters (zeros before a step)."""
         with self._lock:
-            _, velocity = self._backend.tensors()
-            return {n: velocity[n] for n in self._names}
-
-    @property
-    def state(self) -> RuntimeState:
-        """A snapshot of α, λ, their momentum, the EMA and the counters."""
-        with self._lock:
-            realm = self.config.learns_alpha_lambda
-            values, velocity = self._backend.tensors() if realm else ({}, {})
-            return RuntimeState(
-                alpha=float(values[ALPHA_NAME]) if realm else None,
-                lam=float(values[LAMBDA_NAME]) if realm else None,
-                alpha_momentum=float(velocity[ALPHA_NAME]) if realm else None,
-                lam_momentum=float(velocity[LAMBDA_NAME]) if realm else None,
-                ema=None if self._ema is None else self._ema.copy(),
-                **self._counters,
-            )
-
-    def predict(self, x: np.ndarray) -> np.ndarray:
-        """Logits of the current model for ``x``, without any update.
-
-        Args:
-            x: float32 ``(B, *input)``, C-contiguous, native byte order, finite.
-
-        Returns:
-            ``(B, num_classes)`` float32 logits.
-
-        Raises:
-            ValueError: bad input, naming the problem.
-        """
-        self._check_input(x)
-        with self._lock:
-            return self._infer(x)
-
-    def adapt(self, x: np.ndarray) -> AdaptResult:
-        """Predict on ``x``, then take at most one adaptation step (SPEC §3).
-
-        Args:
-            x: float32 ``(B, *input)``, C-contiguous, native byte order, finite; B = 1 is the
-                on-device protocol, B > 1 a convenience.
-
-        Returns:
-            The pre-update logits, probabilities and top-1, and what the step did.
-
-        Raises:
-            ValueError: bad input, naming the problem; nothing changes.
-        """
-        self._check_input(x)
-        with self._lock:
-            result = self._adapt(x)
-            if self.config.episodic:
-                self._init_adaptation_state()
-            return result
-
-    def reset(self) -> None:
-        """Back to the exported source parameters, α0, λ0, no EMA, zero momentum and counters."""
-        with self._lock:
-            self._init_adaptation_state()
-            self._counters = dict.fromkeys(COUNTERS, 0)
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the whole adaptation state atomically (temp file, fsync, rename).
-
-        The format is the SDK's: a state saved here restores into a ``RealmAdapter`` of the
-        same model and configuration, and the other way round. It names these artifacts
-        (their ``manifest_sha256``); :meth:`restore` of other artifacts refuses it.
-        """
-        with self._lock:
-            values, velocity = self._backend.tensors()
-            state = StateArrays(
-                params={n: values[n] for n in self._names},
-                momentum={n: velocity[n] for n in self._names},
-                alpha=values.get(ALPHA_NAME, np.array(self.config.alpha0, F32)),
-                lam=values.get(LAMBDA_NAME, np.array(self.config.lambda0, F32)),
-                alpha_momentum=velocity.get(ALPHA_NAME, np.zeros((), F32)),
-                lam_momentum=velocity.get(LAMBDA_NAME, np.zeros((), F32)),
-                ema=self._ema,
-                counters=dict(self._counters),
-            )
-            save_state(path, state, self.config, artifacts=self.manifest.digest)
-
-    def restore(self, path: str | os.PathLike[str]) -> None:
-        """Load a state written by :meth:`save` or by ``RealmAdapter.save``.
-
-        Everything is read and checked first; a state that does not fit (method, classes,
-        names, shapes, non-finite values, α or λ out of bounds, a state saved with other
-        artifacts) raises and changes nothing.
-
-        Raises:
-            FileNotFoundError: no such file.
-            ValueError: unreadable file or a state that does not fit these artifacts.
-        """
-        shapes = {n: self._source[n].shape for n in self._names}
-        state = load_state(path, self.config, shapes, self.manifest.digest, dtype=F32)
-        values, velocity = dict(state.params), dict(state.momentum)
-        if self.config.learns_alpha_lambda:
-            values[ALPHA_NAME], values[LAMBDA_NAME] = state.alpha, state.lam
-            velocity[ALPHA_NAME], velocity[LAMBDA_NAME] = state.alpha_momentum, state.lam_momentum
-        with self._lock:
-            self._backend.load(values, velocity)
-            self._ema = state.ema
-            self._counters = dict(state.counters)
+            _, momentum = self._backend.tensors()
+            return {n: momentum[n] for n in self._names}
 
     def export_inference_model(self, path: str | os.PathLike[str]) -> None:
         """Write the adapted model as a plain ONNX inference model (``input`` → ``logits``).
@@ -344,48 +226,112 @@ class RealmRuntime:
             Path(tmp).unlink(missing_ok=True)
             raise
 
-    # ------------------------------------------------------------------ internals
-
-    def _init_adaptation_state(self) -> None:
-        self._backend.load(self._source, {n: np.zeros_like(v) for n, v in self._source.items()})
-        self._ema: np.ndarray | None = None
+    # ------------------------------------------------------------------ OnlineAdaptation's hooks
 
     def _check_input(self, x: object) -> None:
         if not isinstance(x, np.ndarray):
-            raise ValueError(f"input must be a numpy.ndarray, got {type(x).__name__}")
+            raise input_type_error(x, "numpy.ndarray")
         if x.dtype.kind != "f":
-            raise ValueError(f"input dtype must be float32, got {x.dtype}")
+            raise input_dtype_error(x.dtype, "float32")
         if not x.dtype.isnative:
             raise ValueError(
                 f"input is in non-native byte order ({x.dtype.str}): convert it "
                 "with x.astype(np.float32)"
             )
         if x.dtype != np.float32:
-            raise ValueError(f"input dtype must be float32, got {x.dtype}")
-        want = len(self._sample_shape) + 1
-        if x.ndim != want:
-            raise ValueError(
-                f"input must have rank {want} (batch, "
-                f"{', '.join(map(str, self._sample_shape))}), got shape {x.shape}"
-            )
-        if tuple(x.shape[1:]) != self._sample_shape:
-            raise ValueError(
-                f"input shape {x.shape} does not match the exported "
-                f"(batch, {', '.join(map(str, self._sample_shape))})"
-            )
-        if x.shape[0] < 1:
-            raise ValueError(f"input batch is empty (shape {x.shape})")
-        if self._static_batch is not None and x.shape[0] != self._static_batch:
-            raise ValueError(
-                f"these artifacts were exported for batch {self._static_batch}, got {x.shape[0]}"
-            )
+            raise input_dtype_error(x.dtype, "float32")
+        check_input_shape(x.shape, self._sample_shape, self._static_batch)
         if not x.flags.c_contiguous:
             raise ValueError("input is not C-contiguous: pass np.ascontiguousarray(x)")
         if not np.isfinite(x).all():
-            raise ValueError(
-                f"input contains non-finite values ({int(np.isnan(x).sum())} NaN, "
-                f"{int(np.isinf(x).sum())} Inf)"
-            )
+            raise input_nonfinite_error(int(np.isnan(x).sum()), int(np.isinf(x).sum()))
+
+    def _infer(self, x: np.ndarray) -> np.ndarray:
+        start = time.perf_counter()
+        logits = self._backend.infer(x)
+        self._note_time("infer", time.perf_counter() - start)
+        return logits
+
+    def _forward(self, x: np.ndarray) -> tuple[np.ndarray, Candidate | None]:
+        self._check_step_batch(x)
+        train_first = self._train_first(x.shape[0])
+        self._calls += 1
+        if train_first:  # batch 1: weight 1; EATA's factor is taken from the same logits
+            candidate = self._train(x, np.ones(1, dtype=F32), None)
+            return candidate.logits, candidate
+        return self._infer(x), None
+
+    def _finite(self, logits: np.ndarray) -> bool:
+        return bool(np.isfinite(logits).all())
+
+    def _select(self, logits: np.ndarray, forward: Candidate | None) -> Selection:
+        sel = select(logits, self._ema, self.config)
+        self._rate = 0.95 * self._rate + 0.05 * (int(sel.keep.sum()) / logits.shape[0])
+        return sel
+
+    def _compute(self, x: np.ndarray, forward: Candidate | None, sel: Selection) -> Candidate:
+        if forward is not None:  # the schedule trained first: that call is this step
+            return forward
+        return self._train(x, sel.weights, sel.eata_factor)
+
+    def _accept(self, candidate: Candidate, sel: Selection) -> None:
+        self._backend.accept(candidate)
+        self._ema = ema_update(self._ema, sel.probs[sel.keep], self.config.ema_beta)
+
+    def _result(
+        self,
+        logits: np.ndarray,
+        sel: Selection | None,
+        updated: bool,
+        loss: float | None,
+        reason: str,
+    ) -> AdaptResult:
+        if sel is None:  # non-finite logits: NaN probabilities, without numpy warnings
+            with np.errstate(all="ignore"):
+                probs = softmax(logits)
+            keep = np.zeros(logits.shape[0], bool)
+        else:
+            probs, keep = sel.probs, sel.keep
+        return AdaptResult(logits, probs, logits.argmax(axis=1), keep, updated, loss, reason)
+
+    def _init_adaptation_state(self) -> None:
+        self._backend.load(self._source, {n: np.zeros_like(v) for n, v in self._source.items()})
+        self._ema: np.ndarray | None = None
+
+    def _alpha_lambda(self) -> tuple[float, float, float, float]:
+        values, momentum = self._backend.tensors()
+        return (
+            float(values[ALPHA_NAME]),
+            float(values[LAMBDA_NAME]),
+            float(momentum[ALPHA_NAME]),
+            float(momentum[LAMBDA_NAME]),
+        )
+
+    def _to_numpy(self, a: np.ndarray) -> np.ndarray:
+        return a.copy()
+
+    def _state_arrays(self) -> StateArrays:
+        values, momentum = self._backend.tensors()
+        return StateArrays(
+            params={n: values[n] for n in self._names},
+            momentum={n: momentum[n] for n in self._names},
+            alpha=values.get(ALPHA_NAME, np.array(self.config.alpha0, F32)),
+            lam=values.get(LAMBDA_NAME, np.array(self.config.lambda0, F32)),
+            alpha_momentum=momentum.get(ALPHA_NAME, np.zeros((), F32)),
+            lam_momentum=momentum.get(LAMBDA_NAME, np.zeros((), F32)),
+            ema=self._ema,
+            counters=dict(self._counters),
+        )
+
+    def _assign_state(self, state: StateArrays) -> None:
+        values, momentum = dict(state.params), dict(state.momentum)
+        if self.config.learns_alpha_lambda:
+            values[ALPHA_NAME], values[LAMBDA_NAME] = state.alpha, state.lam
+            momentum[ALPHA_NAME], momentum[LAMBDA_NAME] = state.alpha_momentum, state.lam_momentum
+        self._backend.load(values, momentum)
+        self._ema = state.ema
+
+    # ------------------------------------------------------------------ schedule and timing
 
     def _check_step_batch(self, x: np.ndarray) -> None:
         limit = self._backend.max_batch
@@ -396,13 +342,7 @@ class RealmRuntime:
                 f"{x.shape[0]}: call adapt() per sample, or use backend='ort-training'"
             )
 
-    def _infer(self, x: np.ndarray) -> np.ndarray:
-        start = time.perf_counter()
-        logits = self._backend.infer(x)
-        self._note_time("infer", time.perf_counter() - start)
-        return logits
-
-    def _compute(
+    def _train(
         self, x: np.ndarray, weights: np.ndarray, eata_factor: np.ndarray | None
     ) -> Candidate:
         start = time.perf_counter()
@@ -432,63 +372,11 @@ class RealmRuntime:
         if t_infer == 0.0:  # ... then (b)
             return False
         train_first = t_infer + self._rate * t_train >= t_train
-        if self._calls % REPROBE_EVERY == 0:
+        if self._calls % self.REPROBE_EVERY == 0:
             # (a) never runs the forward-only graph: re-time the path not taken now and then,
             # so one slow measurement cannot pin the choice for the rest of the stream.
             return not train_first
         return train_first
-
-    def _adapt(self, x: np.ndarray) -> AdaptResult:
-        cfg = self.config
-        batch = x.shape[0]
-        self._check_step_batch(x)
-        train_first = self._train_first(batch)
-        self._calls += 1
-        candidate: Candidate | None = None
-        if train_first:  # batch 1: weight 1; EATA's factor is taken from the same logits
-            candidate = self._compute(x, np.ones(1, dtype=F32), None)
-            logits = candidate.logits
-        else:
-            logits = self._infer(x)
-        self._counters["samples"] += batch
-        if not np.isfinite(logits).all():
-            self._counters["skipped_nonfinite"] += batch
-            return self._result(logits, None, np.zeros(batch, bool), False, None, "nonfinite")
-
-        sel: Selection = select(logits, self._ema, cfg)
-        self._counters["skipped_entropy"] += sel.uncertain
-        self._counters["skipped_diversity"] += sel.similar
-        n_keep = int(sel.keep.sum())
-        self._rate = 0.95 * self._rate + 0.05 * (n_keep / batch)
-        if n_keep == 0:
-            reason = "entropy" if sel.uncertain == batch else "diversity"
-            return self._result(logits, sel.probs, sel.keep, False, None, reason)
-
-        if candidate is None:
-            candidate = self._compute(x, sel.weights, sel.eata_factor)
-        if not candidate.finite:
-            self._counters["skipped_nonfinite"] += n_keep
-            return self._result(logits, sel.probs, sel.keep, False, candidate.loss, "nonfinite")
-
-        self._backend.accept(candidate)
-        self._ema = ema_update(self._ema, sel.probs[sel.keep], cfg.ema_beta)
-        self._counters["updates"] += 1
-        self._counters["updated_samples"] += n_keep
-        return self._result(logits, sel.probs, sel.keep, True, candidate.loss, "updated")
-
-    @staticmethod
-    def _result(
-        logits: np.ndarray,
-        probs: np.ndarray | None,
-        keep: np.ndarray,
-        updated: bool,
-        loss: float | None,
-        reason: str,
-    ) -> AdaptResult:
-        if probs is None:  # non-finite logits: NaN probabilities, without numpy warnings
-            with np.errstate(all="ignore"):
-                probs = softmax(logits)
-        return AdaptResult(logits, probs, logits.argmax(axis=1), keep, updated, loss, reason)
 
 
 def open_backend(

@@ -81,10 +81,13 @@ def select(logits: np.ndarray, ema: np.ndarray | None, config: RealmConfig) -> S
 
 
 def sgd_momentum(
-    param: np.ndarray, grad: np.ndarray, velocity: np.ndarray, lr: float, momentum: float
+    param: np.ndarray, grad: np.ndarray, momentum: np.ndarray, lr: float, mu: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """PyTorch SGD (dampening 0, no Nesterov): ``v ← μ·v + g``, ``w ← w − lr·v``; new arrays."""
-    v = (F32(momentum) * velocity + grad).astype(F32)
+    """PyTorch SGD (dampening 0, no Nesterov): ``v ← μ·v + g``, ``w ← w − lr·v``; new arrays.
+
+    ``momentum`` is the buffer v, ``mu`` the coefficient μ (``RealmConfig.momentum``).
+    """
+    v = (F32(mu) * momentum + grad).astype(F32)
     return (param - F32(lr) * v).astype(F32), v
 
 

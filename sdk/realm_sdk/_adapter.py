@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,58 +10,63 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from realm_runtime._checkpoint import COUNTERS, StateArrays, load_state, save_state
-from realm_runtime._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmConfig
+from realm_runtime import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmConfig
+from realm_runtime.contract import OnlineAdaptation, StateArrays
 
-from ._inputs import check_batch, infer_sample_shape
+from ._inputs import check_input, infer_sample_shape
 from ._loss import eata_loss, entropy, robust_loss
 from ._params import select_trainable
 
 
 @dataclass(frozen=True)
-class AdaptationState:
-    """A snapshot of the adaptation state besides the model parameters.
+class AdaptResult:
+    """What one :meth:`RealmAdapter.adapt` call returns (``RealmRuntime``'s, in torch)."""
 
-    Counters count samples, except ``updates`` which counts optimizer steps (one per call
-    that updated, whatever its batch size).
-    """
-
-    alpha: float | None  # shape α of ρ (REALM only)
-    lam: float | None  # scale λ of ρ (REALM only)
-    alpha_momentum: float | None  # SGD momentum buffer of α
-    lam_momentum: float | None  # SGD momentum buffer of λ
-    ema: np.ndarray | None  # (C,) EMA of the predictions of updated samples; None before any
-    samples: int  # samples seen by adapt()
-    updates: int  # optimizer steps applied
-    updated_samples: int  # samples that contributed to an applied step
-    skipped_diversity: int  # samples refused by S_div (too similar to the EMA)
-    skipped_entropy: int  # samples refused by EATA's entropy threshold
-    skipped_nonfinite: int  # samples whose step was refused: non-finite logits, loss or grad
+    logits: Tensor  # (B, C) pre-update logits: this step's prediction
+    probs: Tensor  # (B, C) softmax of the logits
+    top1: Tensor  # (B,) predicted classes
+    selected: Tensor  # (B,) bool: samples that passed the entropy and S_div filters
+    updated: bool  # whether the parameters changed
+    loss: float | None  # loss of the selected samples, when a step was computed
+    reason: str  # "updated", "diversity", "entropy" or "nonfinite"
 
 
 @dataclass(frozen=True)
-class StepResult:
-    """What one :meth:`RealmAdapter.adapt_step` did."""
+class _Selection:
+    """EATA's entropy cut and S_div on one batch (the runtime's ``Selection``, in torch)."""
 
-    logits: Tensor  # (B, C) pre-update logits: the prediction of this step
-    selected: Tensor  # (B,) bool: samples that passed the entropy and S_div filters
-    updated: bool  # whether the parameters changed
-    loss: float | None  # the loss of the selected samples (None when none was selected)
-    reason: str  # "updated", "diversity", "entropy", "nonfinite" (why not, if not updated)
+    keep: Tensor  # (B,) bool: passed EATA's entropy cut and S_div
+    probs: Tensor  # (B, C) softmax of the pre-update logits, no gradient
+    entropy: Tensor  # (B,) entropies, with their autograd graph (the loss is made of them)
+    uncertain: int  # samples refused by EATA's entropy threshold
+    similar: int  # samples refused by S_div
 
 
-class RealmAdapter:
+@dataclass(frozen=True)
+class _Candidate:
+    """A computed but not yet applied step (the runtime's ``Candidate``, in torch)."""
+
+    loss: float  # the mean loss of the kept samples
+    finite: bool  # the loss and every gradient are finite
+    grads: tuple[Tensor, ...]  # of the adapted parameters, then α and λ where they learn
+
+
+class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
     """Online, label-free adaptation of a classifier's normalisation layers (REALM/Tent/EATA).
 
     The model is configured in place (SPEC §1): eval mode, every parameter frozen but the
     affine weight and bias of its normalisation layers (minus ``config.frozen`` and, with the
-    ImageNet preset, the last block). Each :meth:`adapt` call returns the logits computed
-    *before* the update and then applies at most one SGD step.
+    ImageNet preset, the last block). Each :meth:`adapt` call predicts with the logits
+    computed *before* the update and then applies at most one SGD step.
+
+    The twin of ``realm_runtime.RealmRuntime``: the public methods, their locking and the
+    step's bookkeeping (decisions, counters, reasons, state file) are ``OnlineAdaptation``'s,
+    the same code for both; this class brings the step's torch half (autograd and SGD).
 
     Example:
         >>> cfg = RealmConfig.preset("cifar", num_classes=10)
         >>> adapter = RealmAdapter(model, cfg)
-        >>> logits = adapter.adapt(x)  # x: (B, C, H, W) float tensor
+        >>> result = adapter.adapt(x)  # x: (B, C, H, W) float tensor; result.logits pre-update
 
     Args:
         model: the classifier, ``(B, *input) -> (B, num_classes)`` logits.
@@ -103,21 +106,15 @@ class RealmAdapter:
             tuple(input_shape) if input_shape is not None else infer_sample_shape(model)
         )
         self._source = {n: p.detach().clone() for n, p in self._params.items()}
-        self._lock = threading.RLock()
-        self._init_adaptation_state()
-        self._counters = dict.fromkeys(COUNTERS, 0)
+        super().__init__()
 
     # ------------------------------------------------------------------ public API
+    # adapt, predict, state, reset, save, restore, trainable_names: OnlineAdaptation's.
 
     @property
     def device(self) -> torch.device:
         """The device of the adapted parameters: inputs must be on it."""
         return self._device
-
-    @property
-    def trainable_names(self) -> list[str]:
-        """Adapted parameter names, in ``model.named_parameters()`` order."""
-        return list(self._names)
 
     def trainable_parameters(self) -> dict[str, Tensor]:
         """Copies of the adapted parameters, keyed as in ``model.named_parameters()``."""
@@ -129,115 +126,79 @@ class RealmAdapter:
         with self._lock:
             return {n: v.clone() for n, v in self._momentum.items()}
 
-    @property
-    def state(self) -> AdaptationState:
-        """α, λ, their momentum, the EMA and the counters, as a snapshot."""
-        with self._lock:
-            realm = self.config.learns_alpha_lambda
-            return AdaptationState(
-                alpha=float(self._alpha) if realm else None,
-                lam=float(self._lam) if realm else None,
-                alpha_momentum=float(self._alpha_v) if realm else None,
-                lam_momentum=float(self._lam_v) if realm else None,
-                ema=None if self._ema is None else self._ema.detach().cpu().numpy().copy(),
-                **self._counters,
-            )
+    # ------------------------------------------------------------------ OnlineAdaptation's hooks
+
+    def _check_input(self, x: object) -> None:
+        check_input(x, self._sample_shape, self._dtype)
 
     @torch.no_grad()
-    def predict(self, x: Tensor) -> Tensor:
-        """Logits of the current model, without any update.
-
-        Args:
-            x: ``(B, *input)`` float tensor.
-
-        Returns:
-            ``(B, num_classes)`` logits.
-        """
-        check_batch(x, self._sample_shape, self._dtype)
-        with self._lock:
-            logits = self.model(x)
+    def _infer(self, x: Tensor) -> Tensor:
+        logits = self.model(x)
         self._check_logits(logits, x)
         return logits
 
-    def adapt(self, x: Tensor) -> Tensor:
-        """Predict, then adapt on ``x`` (SPEC §3). Returns the pre-update logits.
+    def _forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        with torch.enable_grad():
+            logits = self.model(x)  # (B, C), graph kept for the backward
+        self._check_logits(logits, x)
+        return logits.detach(), logits
 
-        Args:
-            x: ``(B, *input)`` float tensor, finite.
+    def _finite(self, logits: Tensor) -> bool:
+        return bool(logits.isfinite().all())
 
-        Returns:
-            ``(B, num_classes)`` logits computed before the update.
+    def _select(self, logits: Tensor, forward: Tensor) -> _Selection:
+        cfg = self.config
+        batch = logits.shape[0]
+        h = entropy(forward)  # (B,), with the graph of the forward
+        probs = F.softmax(logits, dim=-1)  # (B, C), no gradient
+        keep = torch.ones(batch, dtype=torch.bool, device=logits.device)
+        uncertain = similar = 0
+        if cfg.method == "eata":
+            keep = h.detach() < cfg.e0
+            uncertain = int((~keep).sum())
+        if cfg.uses_diversity and self._ema is not None:
+            cos = F.cosine_similarity(probs, self._ema.unsqueeze(0), dim=1)  # (B,)
+            diverse = cos.abs() < cfg.diversity_margin
+            similar = int((keep & ~diverse).sum())
+            keep = keep & diverse
+        return _Selection(keep, probs, h, uncertain, similar)
 
-        Raises:
-            ValueError: bad input (rank, channels, dtype, NaN/Inf); nothing changes.
-        """
-        return self.adapt_step(x).logits
+    def _compute(self, x: Tensor, forward: Tensor, sel: _Selection) -> _Candidate:
+        learn_al = self.config.learns_alpha_lambda
+        alpha = self._alpha.clone().requires_grad_(learn_al)
+        lam = self._lam.clone().requires_grad_(learn_al)
+        with torch.enable_grad():
+            loss = self._per_sample_loss(sel.entropy[sel.keep], alpha, lam).mean()
+            wrt = list(self._params.values()) + ([alpha, lam] if learn_al else [])
+            grads = torch.autograd.grad(loss, wrt)
+        loss_value = float(loss.detach())
+        finite = np.isfinite(loss_value) and all(bool(g.isfinite().all()) for g in grads)
+        return _Candidate(loss_value, finite, grads)
 
-    def adapt_step(self, x: Tensor) -> StepResult:
-        """:meth:`adapt`, with what happened: the S_div decisions, the loss, the reason."""
-        check_batch(x, self._sample_shape, self._dtype)
-        with self._lock:
-            result = self._step(x)
-            if self.config.episodic:
-                self._init_adaptation_state()
-            return result
+    def _accept(self, candidate: _Candidate, sel: _Selection) -> None:
+        cfg = self.config
+        self._sgd_momentum(candidate.grads)
+        mean_p = sel.probs[sel.keep].mean(dim=0)
+        self._ema = (
+            mean_p
+            if self._ema is None
+            else (cfg.ema_beta * self._ema + (1 - cfg.ema_beta) * mean_p)
+        )
 
-    def reset(self) -> None:
-        """Back to the source parameters, α0, λ0, no EMA, zero momentum and zero counters."""
-        with self._lock:
-            self._init_adaptation_state()
-            self._counters = dict.fromkeys(COUNTERS, 0)
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the whole adaptation state to ``path`` (``.npz`` + JSON header), atomically.
-
-        Parameters, momentum buffers, α, λ, the EMA and the counters are saved; the frozen
-        rest of the model is not (it is the source model's).
-        """
-
-        def host(t: Tensor) -> np.ndarray:
-            return t.detach().cpu().numpy().copy()  # no view of a live parameter
-
-        with self._lock:
-            state = StateArrays(
-                params={n: host(p) for n, p in self._params.items()},
-                momentum={n: host(self._momentum[n]) for n in self._params},
-                alpha=host(self._alpha),
-                lam=host(self._lam),
-                alpha_momentum=host(self._alpha_v),
-                lam_momentum=host(self._lam_v),
-                ema=None if self._ema is None else host(self._ema),
-                counters=dict(self._counters),
-            )
-        save_state(path, state, self.config)
-
-    def restore(self, path: str | os.PathLike[str]) -> None:
-        """Load a state written by :meth:`save` (or by ``RealmRuntime.save``).
-
-        Everything is read and checked before anything is assigned: a mismatching file
-        (other method, class count, parameter names or shapes, α or λ out of bounds) raises
-        and changes nothing.
-
-        Raises:
-            FileNotFoundError: no such file.
-            ValueError: unreadable file, or a state that does not fit this adapter.
-        """
-        shapes = {n: tuple(p.shape) for n, p in self._params.items()}
-        state = load_state(path, self.config, shapes)
-
-        def device(a: np.ndarray) -> Tensor:
-            return torch.from_numpy(a.copy()).to(dtype=self._dtype, device=self._device)
-
-        with self._lock, torch.no_grad():
-            for n, p in self._params.items():
-                p.copy_(device(state.params[n]))
-                self._momentum[n] = device(state.momentum[n])
-            self._alpha, self._lam = device(state.alpha), device(state.lam)
-            self._alpha_v, self._lam_v = device(state.alpha_momentum), device(state.lam_momentum)
-            self._ema = None if state.ema is None else device(state.ema)
-            self._counters = dict(state.counters)
-
-    # ------------------------------------------------------------------ internals
+    def _result(
+        self,
+        logits: Tensor,
+        sel: _Selection | None,
+        updated: bool,
+        loss: float | None,
+        reason: str,
+    ) -> AdaptResult:
+        if sel is None:  # non-finite logits: NaN probabilities, nothing selected
+            probs = F.softmax(logits, dim=-1)
+            keep = torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
+        else:
+            probs, keep = sel.probs, sel.keep
+        return AdaptResult(logits, probs, logits.argmax(dim=1), keep, updated, loss, reason)
 
     def _init_adaptation_state(self) -> None:
         cfg = self.config
@@ -248,9 +209,48 @@ class RealmAdapter:
         self._momentum = {n: torch.zeros_like(p) for n, p in self._params.items()}
         self._alpha = torch.tensor(cfg.alpha0, **like)
         self._lam = torch.tensor(cfg.lambda0, **like)
-        self._alpha_v = torch.zeros((), **like)
-        self._lam_v = torch.zeros((), **like)
+        self._alpha_momentum = torch.zeros((), **like)
+        self._lam_momentum = torch.zeros((), **like)
         self._ema: Tensor | None = None
+
+    def _alpha_lambda(self) -> tuple[float, float, float, float]:
+        return (
+            float(self._alpha),
+            float(self._lam),
+            float(self._alpha_momentum),
+            float(self._lam_momentum),
+        )
+
+    def _to_numpy(self, a: Tensor) -> np.ndarray:
+        return a.detach().cpu().numpy().copy()  # never a view of a live tensor
+
+    def _state_arrays(self) -> StateArrays:
+        host = self._to_numpy
+        return StateArrays(
+            params={n: host(p) for n, p in self._params.items()},
+            momentum={n: host(self._momentum[n]) for n in self._params},
+            alpha=host(self._alpha),
+            lam=host(self._lam),
+            alpha_momentum=host(self._alpha_momentum),
+            lam_momentum=host(self._lam_momentum),
+            ema=None if self._ema is None else host(self._ema),
+            counters=dict(self._counters),
+        )
+
+    def _assign_state(self, state: StateArrays) -> None:
+        def device(a: np.ndarray) -> Tensor:
+            return torch.from_numpy(a.copy()).to(dtype=self._dtype, device=self._device)
+
+        with torch.no_grad():
+            for n, p in self._params.items():
+                p.copy_(device(state.params[n]))
+                self._momentum[n] = device(state.momentum[n])
+        self._alpha, self._lam = device(state.alpha), device(state.lam)
+        self._alpha_momentum = device(state.alpha_momentum)
+        self._lam_momentum = device(state.lam_momentum)
+        self._ema = None if state.ema is None else device(state.ema)
+
+    # ------------------------------------------------------------------ the maths, in torch
 
     def _check_logits(self, logits: Any, x: Tensor) -> None:
         want = (x.shape[0], self.config.num_classes)
@@ -268,74 +268,22 @@ class RealmAdapter:
             return eata_loss(h, cfg.e0)
         return h  # tent
 
-    def _step(self, x: Tensor) -> StepResult:
-        cfg = self.config
-        batch = x.shape[0]
-        with torch.enable_grad():
-            logits = self.model(x)  # (B, C), graph kept for the backward
-        self._check_logits(logits, x)
-        out = logits.detach()
-        self._counters["samples"] += batch
-        none = torch.zeros(batch, dtype=torch.bool, device=out.device)
-        if not bool(out.isfinite().all()):
-            self._counters["skipped_nonfinite"] += batch
-            return StepResult(out, none, False, None, "nonfinite")
-
-        h = entropy(logits)  # (B,)
-        probs = F.softmax(out, dim=-1)  # (B, C), no gradient
-        keep = torch.ones(batch, dtype=torch.bool, device=out.device)
-        if cfg.method == "eata":
-            keep = h.detach() < cfg.e0
-            self._counters["skipped_entropy"] += int((~keep).sum())
-        if cfg.uses_diversity and self._ema is not None:
-            cos = F.cosine_similarity(probs, self._ema.unsqueeze(0), dim=1)  # (B,)
-            diverse = cos.abs() < cfg.diversity_margin
-            self._counters["skipped_diversity"] += int((keep & ~diverse).sum())
-            keep = keep & diverse
-        n_keep = int(keep.sum())
-        if n_keep == 0:
-            all_uncertain = cfg.method == "eata" and not bool((h.detach() < cfg.e0).any())
-            return StepResult(out, keep, False, None, "entropy" if all_uncertain else "diversity")
-
-        learn_al = cfg.learns_alpha_lambda
-        alpha = self._alpha.clone().requires_grad_(learn_al)
-        lam = self._lam.clone().requires_grad_(learn_al)
-        with torch.enable_grad():
-            loss = self._per_sample_loss(h[keep], alpha, lam).mean()
-            wrt = list(self._params.values()) + ([alpha, lam] if learn_al else [])
-            grads = torch.autograd.grad(loss, wrt)
-        loss_value = float(loss.detach())
-        finite = np.isfinite(loss_value) and all(bool(g.isfinite().all()) for g in grads)
-        if not finite:
-            self._counters["skipped_nonfinite"] += n_keep
-            return StepResult(out, keep, False, loss_value, "nonfinite")
-
-        self._apply_sgd(grads, learn_al)
-        mean_p = probs[keep].mean(dim=0)
-        self._ema = (
-            mean_p
-            if self._ema is None
-            else (cfg.ema_beta * self._ema + (1 - cfg.ema_beta) * mean_p)
-        )
-        self._counters["updates"] += 1
-        self._counters["updated_samples"] += n_keep
-        return StepResult(out, keep, True, loss_value, "updated")
-
     @torch.no_grad()
-    def _apply_sgd(self, grads: tuple[Tensor, ...], learn_al: bool) -> None:
+    def _sgd_momentum(self, grads: tuple[Tensor, ...]) -> None:
         # PyTorch SGD, dampening 0, no Nesterov, no weight decay: v ← μ·v + g; w ← w − lr·v.
         # Zero-initialised buffers give v = g on the first step, as PyTorch's lazy buffers do.
+        # The runtime's twin: _step.sgd_momentum (numpy) or the portable step graph.
         cfg = self.config
         mu = cfg.momentum
         for (n, p), g in zip(self._params.items(), grads, strict=False):
             v = self._momentum[n]
             v.mul_(mu).add_(g)
             p.sub_(cfg.lr * v)
-        if learn_al:
+        if cfg.learns_alpha_lambda:
             g_alpha, g_lam = grads[-2], grads[-1]
-            self._alpha_v = mu * self._alpha_v + g_alpha
-            self._lam_v = mu * self._lam_v + g_lam
-            self._alpha = (self._alpha - cfg.lr_alpha_lambda * self._alpha_v).clamp(
+            self._alpha_momentum = mu * self._alpha_momentum + g_alpha
+            self._lam_momentum = mu * self._lam_momentum + g_lam
+            self._alpha = (self._alpha - cfg.lr_alpha_lambda * self._alpha_momentum).clamp(
                 ALPHA_MIN, ALPHA_MAX
             )
-            self._lam = (self._lam - cfg.lr_alpha_lambda * self._lam_v).clamp(min=LAMBDA_MIN)
+            self._lam = (self._lam - cfg.lr_alpha_lambda * self._lam_momentum).clamp(min=LAMBDA_MIN)

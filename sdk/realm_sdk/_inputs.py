@@ -1,9 +1,16 @@
-"""Input checks: a bad batch is refused with a ValueError before anything runs."""
+"""Input checks of the reference: a bad batch is refused with a ValueError before anything runs."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+
+from realm_runtime.contract import (
+    check_input_shape,
+    input_dtype_error,
+    input_nonfinite_error,
+    input_type_error,
+)
 
 
 def infer_sample_shape(model: nn.Module) -> tuple[int | None, ...] | None:
@@ -23,10 +30,13 @@ def infer_sample_shape(model: nn.Module) -> tuple[int | None, ...] | None:
     return None
 
 
-def check_batch(
+def check_input(
     x: object, sample_shape: tuple[int | None, ...] | None, dtype: torch.dtype | None = None
 ) -> None:
     """Raise ``ValueError`` naming the problem if ``x`` is not a usable input batch.
+
+    The shape rules and every message are the runtime's (``realm_runtime.contract``), so a
+    bad batch reads the same in both twins; the tensor-specific checks are made here.
 
     Args:
         x: the candidate input, expected a floating-point tensor ``(B, *sample_shape)``.
@@ -34,35 +44,15 @@ def check_batch(
         dtype: the model's floating-point dtype, which the input must match.
 
     Raises:
-        ValueError: not a tensor, wrong rank, wrong channel count or size, non-float dtype,
-            empty batch, or NaN/Inf values.
+        ValueError: not a tensor, non-float dtype or not the model's, wrong rank, wrong
+            channel count or size, empty batch, or NaN/Inf values.
     """
     if not isinstance(x, Tensor):
-        raise ValueError(f"input must be a torch.Tensor, got {type(x).__name__}")
+        raise input_type_error(x, "torch.Tensor")
     if not x.is_floating_point():
-        raise ValueError(
-            f"input dtype must be floating point (float32 images, normalised), got {x.dtype}"
-        )
+        raise input_dtype_error(x.dtype, "floating point (float32 images, normalised)")
     if dtype is not None and x.dtype != dtype:
-        raise ValueError(f"input dtype {x.dtype} does not match the model's {dtype}")
-    if sample_shape is not None:
-        want_rank = len(sample_shape) + 1
-        if x.dim() != want_rank:
-            raise ValueError(
-                f"input must have rank {want_rank} (batch, {', '.join(_dims(sample_shape))}), "
-                f"got shape {tuple(x.shape)}"
-            )
-        for axis, (got, want) in enumerate(zip(x.shape[1:], sample_shape, strict=True), 1):
-            if want is not None and got != want:
-                what = "channel count" if axis == 1 else f"size of axis {axis}"
-                raise ValueError(f"input {what} must be {want}, got {got} (shape {tuple(x.shape)})")
-    if x.dim() == 0 or x.shape[0] == 0:
-        raise ValueError(f"input batch is empty (shape {tuple(x.shape)})")
+        raise input_dtype_error(x.dtype, f"the model's {dtype}")
+    check_input_shape(tuple(x.shape), sample_shape)
     if not bool(x.isfinite().all()):
-        n_nan = int(x.isnan().sum())
-        n_inf = int(x.isinf().sum())
-        raise ValueError(f"input contains non-finite values ({n_nan} NaN, {n_inf} Inf)")
-
-
-def _dims(sample_shape: tuple[int | None, ...]) -> list[str]:
-    return [str(d) if d is not None else "*" for d in sample_shape]
+        raise input_nonfinite_error(int(x.isnan().sum()), int(x.isinf().sum()))

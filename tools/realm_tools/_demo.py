@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from realm_runtime._config import RealmConfig
+from realm_runtime import RealmConfig
+from realm_sdk import RealmAdapter
 
-from ._adapter import RealmAdapter
 from ._digits import (
     IMAGE_SIZE,
     NUM_CLASSES,
@@ -236,7 +236,7 @@ def run_runtime_demo(
     for i in range(len(x)):
         xi = torch.from_numpy(x[i : i + 1])
         start = time.perf_counter()
-        sdk_preds[i] = int(adapter.adapt(xi).argmax(1))
+        sdk_preds[i] = int(adapter.adapt(xi).top1[0])
         sdk_times[i] = time.perf_counter() - start
     return RuntimeDemo(
         artifacts=str(artifacts),

@@ -1,4 +1,4 @@
-"""The ``realm`` command line: a thin wrapper over the library (it owns flags and output)."""
+"""The ``realm`` command line: flags, files and printed output over the four packages."""
 
 from __future__ import annotations
 
@@ -6,12 +6,16 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # torch stays an import of the commands that need it
     from torch import nn
 
     from ._realdata import ShiftDataset
+
+# `realm bench quality --quick`, a smoke run for CI (also the tests' recipe).
+QUICK_EPOCHS = 6  # epochs of the digits source model: ~10 s to train
+QUICK_LIMIT = 150  # samples per stream
 
 
 def _tqdm_factory() -> Callable[[str, int], Callable[[int], None]]:
@@ -84,16 +88,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_bench_speed(args: argparse.Namespace) -> int:
     import json
 
-    from ._bench import (
-        METHODS,
-        MODELS,
-        bench_model,
-        format_speed,
-        known_model,
-        plot_speed,
-        rows_to_json,
-    )
+    from realm_runtime import METHODS
+
+    from ._bench import bench_model, format_speed, plot_speed, rows_to_json
     from ._flops import machine_peak
+    from ._models import MODELS, known_model
 
     # --quick: a smoke run for CI (seconds): digits only unless --models names others, few
     # samples, a smaller peak matmul, and no torch-only RSS process (a fresh torch import
@@ -158,7 +157,7 @@ def _quality_data(
                 "--dataset cifar10c or imagenetc"
             )
         return None, None
-    from ._quality import source_model
+    from ._models import source_model
     from ._realdata import load_cifar10c, load_imagenetc
 
     if args.epochs is not None:
@@ -226,9 +225,9 @@ def _cmd_bench_quality(args: argparse.Namespace) -> int:
         quick = default[:2]
     preset = args.preset or ("imagenet" if args.dataset == "imagenetc" else "cifar")
     # --quick: a smoke run; on the digits with a briefly trained source model (own cache file).
-    epochs = args.epochs or (_QUICK_EPOCHS if args.quick else 30)
+    epochs = args.epochs or (QUICK_EPOCHS if args.quick else 30)
     if args.quick:
-        corruptions, seeds, limit = args.corruptions or quick, [0], args.limit or _QUICK_LIMIT
+        corruptions, seeds, limit = args.corruptions or quick, [0], args.limit or QUICK_LIMIT
     else:
         corruptions = args.corruptions or default
         seeds, limit = args.seeds, args.limit
@@ -287,10 +286,6 @@ def _cmd_bench_quality(args: argparse.Namespace) -> int:
         + ", ".join(str(p) for p in plots)
     )
     return 0
-
-
-_QUICK_EPOCHS = 6  # digits source model of --quick (the tests' recipe): ~10 s to train
-_QUICK_LIMIT = 150  # samples per stream of --quick
 
 
 def _run_header(title: str, argv: Sequence[str]) -> str:
@@ -381,7 +376,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_demo(sub)
+    _add_keygen(sub)
+    bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
+    _add_bench_speed(bench)
+    _add_bench_quality(bench)
+    _add_parity(sub)
+    _add_export(sub)
+    return parser
 
+
+def _add_demo(sub: Any) -> None:
     demo = sub.add_parser("demo", help="adapt the built-in digits model on shifted streams")
     demo.add_argument(
         "--corruptions",
@@ -397,11 +402,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-runtime", action="store_true", help="skip export → runtime")
     demo.set_defaults(func=_cmd_demo)
 
+
+def _add_keygen(sub: Any) -> None:
     keygen = sub.add_parser("keygen", help="write an Ed25519 key pair to sign artifacts with")
     keygen.add_argument("prefix", help="writes PREFIX.key (private, 0600) and PREFIX.pub")
     keygen.set_defaults(func=_cmd_keygen)
 
-    bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
+
+def _add_bench_speed(bench: Any) -> None:
     speed = bench.add_parser("speed", help="per-sample latency and memory, torch vs runtime")
     speed.add_argument(
         "--models",
@@ -443,14 +451,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     speed.add_argument("--json", default=None, help="also write every figure to this file")
     speed.set_defaults(func=_cmd_bench_speed)
+
+
+def _add_bench_quality(bench: Any) -> None:
     quality = bench.add_parser(
         "quality", help="online accuracy on corrupted streams (digits, CIFAR-10-C, ImageNet-C)"
     )
     quality.add_argument(
         "--quick",
         action="store_true",
-        help=f"2 corruptions, 1 seed, {_QUICK_LIMIT} samples; on the digits a "
-        f"{_QUICK_EPOCHS}-epoch source model (a smoke run for CI)",
+        help=f"2 corruptions, 1 seed, {QUICK_LIMIT} samples; on the digits a "
+        f"{QUICK_EPOCHS}-epoch source model (a smoke run for CI)",
     )
     quality.add_argument(
         "--dataset",
@@ -482,7 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--epochs",
         type=int,
         default=None,
-        help=f"training epochs of the digits source model (default 30; --quick: {_QUICK_EPOCHS})",
+        help=f"training epochs of the digits source model (default 30; --quick: {QUICK_EPOCHS})",
     )
     quality.add_argument(
         "--corruptions",
@@ -507,6 +518,8 @@ def build_parser() -> argparse.ArgumentParser:
     quality.add_argument("--no-progress", action="store_true")
     quality.set_defaults(func=_cmd_bench_quality)
 
+
+def _add_parity(sub: Any) -> None:
     parity = sub.add_parser("parity", help="RealmRuntime vs. the torch reference, step by step")
     parity.add_argument("--cases", nargs="+", default=None, help="case names (default: tier)")
     tier = parity.add_mutually_exclusive_group()
@@ -532,8 +545,10 @@ def build_parser() -> argparse.ArgumentParser:
     parity.add_argument("--no-progress", action="store_true")
     parity.set_defaults(func=_cmd_parity)
 
-    try:  # the export command needs the export extra (onnx, onnxruntime-training)
-        from realm_export._cli import add_export_parser
+
+def _add_export(sub: Any) -> None:
+    try:  # the export command needs the export extra (onnx, onnxscript, ONNX Runtime)
+        import realm_export  # noqa: F401
     except ImportError as exc:
         missing = str(exc)
 
@@ -546,8 +561,9 @@ def build_parser() -> argparse.ArgumentParser:
 
         sub.add_parser("export", help="(needs the export extra)").set_defaults(func=_no_export)
     else:
+        from ._cli_export import add_export_parser
+
         add_export_parser(sub)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -45,11 +45,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from realm_runtime._checkpoint import COUNTERS
-from realm_runtime._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmConfig
+from realm_runtime import ALPHA_MAX, ALPHA_MIN, COUNTERS, LAMBDA_MIN, RealmConfig
+from realm_sdk import RealmAdapter
 
-from ._adapter import RealmAdapter
-from ._digits import load_digits, train_digits_model
+from ._digits import load_digits
+from ._models import MODELS
 
 # Tolerances, in one place, with the reason for each (float32 on CPU, whole streams). Every
 # figure is a max abs difference over the run; the momentum buffers' is divided by the
@@ -89,7 +89,7 @@ class ParityCase:
     """One architecture × configuration × stream to compare."""
 
     name: str
-    model: str  # key of MODEL_FACTORIES
+    model: str  # key of realm_tools' MODELS
     preset: str  # "cifar" or "imagenet"
     method: str = "realm"
     steps: int = 100  # calls (each of `batch` samples)
@@ -99,74 +99,6 @@ class ParityCase:
     # Per-case tolerance changes, each with its measured reason (see CASES).
     tolerance: dict[str, float] = field(default_factory=dict)
     why: str = ""  # why the overrides and tolerance changes are there
-
-
-def _timm(name: str, **kwargs: Any) -> Callable[[], nn.Module]:
-    def build() -> nn.Module:
-        import timm
-
-        return timm.create_model(name, pretrained=False, **kwargs)
-
-    return build
-
-
-# name -> (factory, per-sample input shape, classes). Random init unless said otherwise.
-MODEL_FACTORIES: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], int]] = {
-    "digits_gn": (lambda: _trained_digits(), (1, 32, 32), 10),
-    "resnet18_bn": (lambda: _trained_digits_resnet18(), (1, 32, 32), 10),
-    "convnext_atto": (_timm("convnext_atto", num_classes=10), (3, 64, 64), 10),
-    "swin_small_cfg": (
-        _timm(
-            "swin_tiny_patch4_window7_224",
-            num_classes=10,
-            img_size=64,
-            window_size=4,
-            embed_dim=24,
-            depths=(1, 1, 2, 1),
-            num_heads=(1, 2, 2, 4),
-        ),
-        (3, 64, 64),
-        10,
-    ),
-    "vit_tiny": (_timm("vit_tiny_patch16_224", num_classes=1000), (3, 224, 224), 1000),
-    "resnet50_gn": (
-        _timm("resnet50_gn", num_classes=1000),
-        (3, 224, 224),
-        1000,
-    ),
-    "swin_tiny": (_timm("swin_tiny_patch4_window7_224", num_classes=1000), (3, 224, 224), 1000),
-}
-
-_DIGITS_CACHE: dict[str, nn.Module] = {}
-
-
-def _trained_digits_resnet18() -> nn.Module:
-    """A BatchNorm ResNet (timm's resnet18) trained on the digits: real running statistics.
-
-    A random-init BatchNorm network in eval mode normalises with the default statistics
-    (0, 1), so its activations grow with depth and its zero-initialised last norms put ReLU
-    inputs at exact zeros, where float32 rounding picks the ReLU branch differently in ORT and
-    torch (measured: one spatial position of layer4.1 in or out, a bias gradient exactly 2×
-    on one side). A trained network is what anyone adapts, and has neither.
-    """
-    if "resnet18" not in _DIGITS_CACHE:
-        cache = Path(os.environ.get("REALM_CACHE_DIR", ".cache"))
-        _DIGITS_CACHE["resnet18"] = train_digits_model(
-            load_digits(),
-            epochs=4,
-            cache_dir=cache,
-            name="digits_resnet18",
-            build=_timm("resnet18", num_classes=10, in_chans=1),
-        )
-    return copy.deepcopy(_DIGITS_CACHE["resnet18"])
-
-
-def _trained_digits() -> nn.Module:
-    # Trained briefly (6 epochs), so the stream has real structure for S_div to act on.
-    if "model" not in _DIGITS_CACHE:
-        cache = Path(os.environ.get("REALM_CACHE_DIR", ".cache"))
-        _DIGITS_CACHE["model"] = train_digits_model(load_digits(), epochs=6, cache_dir=cache)
-    return copy.deepcopy(_DIGITS_CACHE["model"])
 
 
 # Random-init models predict nearly the same distribution for every input (|cos| to the EMA
@@ -376,9 +308,10 @@ def make_stream(case: ParityCase, shape: tuple[int, ...], seed: int = 0) -> np.n
 
 def build_case(case: ParityCase) -> tuple[nn.Module, RealmConfig, tuple[int, ...]]:
     """The case's source model (seed 0, eval mode), its configuration and sample shape."""
-    factory, shape, classes = MODEL_FACTORIES[case.model]
+    spec = MODELS[case.model]
     torch.manual_seed(0)
-    model = factory().eval()
+    model = spec.build().eval()
+    shape, classes = spec.input_shape, spec.classes
     config = RealmConfig.preset(
         case.preset,
         num_classes=classes,
@@ -471,7 +404,7 @@ def _offset(on_step: Callable[[int], None], base: int) -> Callable[[int], None]:
     return lambda done: on_step(base + done)
 
 
-def _margins(adapter: RealmAdapter, x: np.ndarray) -> tuple[float, np.ndarray | None]:
+def decision_margin(adapter: RealmAdapter, x: np.ndarray) -> tuple[float, np.ndarray | None]:
     """Smallest distance of this step's decisions from their thresholds, on the SDK side."""
     cfg = adapter.config
     x_ref = torch.from_numpy(x).to(adapter.device)
@@ -518,10 +451,10 @@ def _run_stream(
     with tempfile.TemporaryDirectory() as scratch, _full_float32(ref):
         sync = Path(scratch) / "sdk-state.npz"
         for step, x in enumerate(make_stream(case, shape)):
-            margin, cos_sdk = _margins(adapter, x)
+            margin, cos_sdk = decision_margin(adapter, x)
             ema_rt = rt.state.ema
             r = rt.adapt(np.ascontiguousarray(x))
-            s = adapter.adapt_step(torch.from_numpy(x).to(ref))
+            s = adapter.adapt(torch.from_numpy(x).to(ref))
             if cos_sdk is not None and ema_rt is not None and np.isfinite(r.logits).all():
                 finite = np.isfinite(cos_sdk)
                 if finite.any():
@@ -563,7 +496,7 @@ def judge_step(runtime: Any, sdk: Any, margin: float, input_max: float) -> str:
 
     Args:
         runtime: the runtime's ``AdaptResult`` (``reason``, ``selected``, ``updated``).
-        sdk: the SDK's ``StepResult``, same fields.
+        sdk: the SDK's ``AdaptResult``, same fields.
         margin: the smallest distance of the step's decisions from their thresholds (SDK).
         input_max: the largest absolute input value of the step.
 
@@ -666,7 +599,7 @@ def format_reports(reports: Sequence[ParityReport]) -> str:
     lines.append(
         f"Tolerances (max abs difference over the run; momentum relative to the run's largest "
         f"buffer entry, λ to max(1, λ)): {tol}. Decisions within {TIE_MARGIN:.0e} of their "
-        "threshold are near-ties (module docstring of realm_sdk._parity); the largest |cos| "
+        "threshold are near-ties (module docstring of realm_tools._parity); the largest |cos| "
         "difference between the sides must stay below a tenth of that margin."
     )
     reasons = {c.name: c for c in CASES if c.why}

@@ -32,64 +32,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from realm_runtime._config import METHODS, RealmConfig
+from realm_runtime import METHODS, RealmConfig
+from realm_sdk import RealmAdapter
 
-from ._adapter import RealmAdapter
-from ._digits import DigitsGNNet
 from ._flops import MachinePeak, count_flops, machine_peak
-
-# name -> (timm model name, "" for the built-in digits CNN; per-sample input (C, H, W); classes).
-# Any other timm model runs as "timm:<name>" (1000 classes, 224 px unless overridden).
-MODELS: dict[str, tuple[str, tuple[int, ...], int]] = {
-    "digits": ("", (1, 32, 32), 10),
-    "resnet50_gn": ("resnet50_gn", (3, 224, 224), 1000),
-    "vit_tiny": ("vit_tiny_patch16_224", (3, 224, 224), 1000),
-    "vit_base": ("vit_base_patch16_224", (3, 224, 224), 1000),
-    "convnext_tiny": ("convnext_tiny", (3, 224, 224), 1000),
-}
-TIMM_PREFIX = "timm:"
-
-
-def known_model(name: str) -> bool:
-    """Whether :func:`build_model` accepts ``name`` (a key of MODELS or ``timm:<name>``)."""
-    return name in MODELS or (name.startswith(TIMM_PREFIX) and len(name) > len(TIMM_PREFIX))
-
-
-def build_model(name: str, image_size: int | None = None) -> tuple[nn.Module, tuple[int, ...], int]:
-    """A benchmark model (random weights), its per-sample input shape and its class count.
-
-    Args:
-        name: a key of :data:`MODELS`, or ``"timm:<model>"`` for any timm model.
-        image_size: square input side instead of the model's (a smoke run on a small input;
-            timm models that fix their input size, such as ViTs, are built for it).
-
-    Returns:
-        ``(model in eval mode, (C, H, W), classes)``.
-
-    Raises:
-        ValueError: an unknown name.
-    """
-    if name in MODELS:
-        timm_name, shape, classes = MODELS[name]
-    elif known_model(name):
-        timm_name, shape, classes = name[len(TIMM_PREFIX) :], (3, 224, 224), 1000
-    else:
-        raise ValueError(f"unknown model {name!r}; known: {sorted(MODELS)} or timm:<name>")
-    if image_size is not None:
-        shape = (shape[0], image_size, image_size)
-    model = _timm(timm_name, image_size) if timm_name else DigitsGNNet()
-    return model.eval(), shape, classes
-
-
-def _timm(name: str, image_size: int | None) -> nn.Module:
-    import timm
-
-    if image_size is not None:
-        try:  # models with position embeddings are built for their input size
-            return timm.create_model(name, pretrained=False, num_classes=1000, img_size=image_size)
-        except TypeError:  # convolutional models take any size and no img_size argument
-            pass
-    return timm.create_model(name, pretrained=False, num_classes=1000)
+from ._models import build_model
 
 
 class _AdaptRatios:
@@ -283,7 +230,7 @@ def _counted_flops(model: nn.Module, config: RealmConfig, x: torch.Tensor) -> tu
     adapter = RealmAdapter(copy.deepcopy(model), config.with_overrides(**forced_overrides(config)))
     predict = count_flops(lambda: adapter.predict(x))
     results = []
-    step = count_flops(lambda: results.append(adapter.adapt_step(x)))
+    step = count_flops(lambda: results.append(adapter.adapt(x)))
     if not results[0].updated:  # counted a skip, not a step: the floor would be a forward's
         raise RuntimeError(f"the counted {config.method} step did not update ({results[0].reason})")
     return predict / 1e9, step / 1e9
@@ -345,7 +292,6 @@ def bench_model(
         m: RealmConfig.preset(preset, num_classes=classes, method=m)  # type: ignore[arg-type]
         for m in dict.fromkeys(["realm", *methods])
     }
-    config = configs["realm"]
     # (warmup + samples, C, H, W): distinct warm-up samples, then the timed ones.
     xs = np.random.default_rng(seed).standard_normal((warmup + samples, *shape)).astype(np.float32)
     peak = peak if peak is not None else machine_peak(threads)
@@ -353,98 +299,111 @@ def bench_model(
         dirs = {m: Path(tmp) / f"{name.replace(':', '_')}-{m}" for m in configs}
         for m, cfg in configs.items():
             export_realm_artifacts(model, dirs[m], config=cfg, input_shape=(1, *shape))
-        artifacts = dirs["realm"]
-
         torch.set_num_threads(threads)
         flops = {
             m: _counted_flops(model, cfg, torch.from_numpy(xs[0][None]))
             for m, cfg in configs.items()
         }
-        # Torch and every in-process backend take turns on the same samples (_interleaved).
-        predict = _predict_sides(model, config, artifacts, backends, threads, xs, warmup)
-        t_pred = predict["torch"]
-        # Per method: (adapt times, update rate), then the same with the filters forced open.
-        adapt = {
-            m: _adapt_sides(model, cfg, {}, dirs[m], backends, threads, xs, warmup)
-            for m, cfg in configs.items()
-        }
-        # Tent has no filter: every sample updates, and its adapt is its step.
-        step = {
-            m: adapt[m]
-            if m == "tent"
-            else _adapt_sides(
-                model, cfg, forced_overrides(cfg), dirs[m], backends, threads, xs, warmup
-            )
-            for m, cfg in configs.items()
-        }
-        t_adapt = {m: adapt[m]["torch"] for m in configs}
-        t_step = {m: step[m]["torch"] for m in configs}
-        runtime: dict[str, dict[str, Any]] = {
-            b: {
-                "predict": predict[b],
-                "adapt": {m: adapt[m][b] for m in configs},
-                "step": {m: step[m][b] for m in configs},
-            }
-            for b in backends
-        }
-
-        torch_mb = None
+        timings = _time_sides(model, configs, dirs, backends, threads, xs, warmup)
+        memory: dict[str, float] = {}
         if torch_rss:
             torch.save(model.state_dict(), Path(tmp) / "weights.pt")
-            torch_mb = torch_only_peak_rss(
+            memory["torch"] = torch_only_peak_rss(
                 name, Path(tmp) / "weights.pt", preset, xs, threads, image_size
             )
-        runtime_mb = {b: runtime_only_peak_rss(artifacts, xs, threads, b) for b in backends}
+        for b in backends:
+            memory[b] = runtime_only_peak_rss(dirs["realm"], xs, threads, b)
         if runtime_python is not None:
             label, external = _external_timed(runtime_python, dirs, configs, xs, warmup, threads)
-            runtime[label] = external
-            runtime_mb[label] = external["peak_rss_mb"]
+            timings[label] = external
+            memory[label] = external["peak_rss_mb"]
             backends = [*backends, label]
+    common = {"model": name, "threads": threads, "samples": samples}
+    return [_speed_row(common, b, timings, flops, memory, peak, methods) for b in backends]
 
-    rows = []
-    for backend in backends:
-        r_pred, r_adapt, r_step = (runtime[backend][k] for k in ("predict", "adapt", "step"))
-        method_rows = tuple(
-            MethodRow(
-                model=name,
-                backend=backend,
-                method=m,
-                threads=threads,
-                samples=samples,
-                step_gflop=flops[m][1],
-                update_rate=r_adapt[m][1],
-                step_update_rate=min(t_step[m][1], r_step[m][1]),
-                torch_adapt_ms=float(np.median(t_adapt[m][0])),
-                torch_step_ms=float(np.median(t_step[m][0])),
-                runtime_adapt_ms=float(np.median(r_adapt[m][0])),
-                runtime_step_ms=float(np.median(r_step[m][0])),
-            )
-            for m in methods
+
+def _time_sides(
+    model: nn.Module,
+    configs: dict[str, RealmConfig],
+    dirs: dict[str, Path],
+    backends: Sequence[str],
+    threads: int,
+    xs: np.ndarray,
+    warmup: int,
+) -> dict[str, dict[str, Any]]:
+    """Per side (torch, each backend): predict times; per method, (times, update rate).
+
+    Twice per method: the preset's adapt, and the updating step (the filters forced open).
+    """
+    # Torch and every in-process backend take turns on the same samples (_interleaved).
+    predict = _predict_sides(model, configs["realm"], dirs["realm"], backends, threads, xs, warmup)
+    adapt = {
+        m: _adapt_sides(model, cfg, {}, dirs[m], backends, threads, xs, warmup)
+        for m, cfg in configs.items()
+    }
+    # Tent has no filter: every sample updates, and its adapt is its step.
+    step = {
+        m: adapt[m]
+        if m == "tent"
+        else _adapt_sides(model, cfg, forced_overrides(cfg), dirs[m], backends, threads, xs, warmup)
+        for m, cfg in configs.items()
+    }
+    return {
+        side: {
+            "predict": predict[side],
+            "adapt": {m: adapt[m][side] for m in configs},
+            "step": {m: step[m][side] for m in configs},
+        }
+        for side in ("torch", *backends)
+    }
+
+
+def _speed_row(
+    common: dict[str, Any],
+    backend: str,
+    timings: dict[str, dict[str, Any]],
+    flops: dict[str, tuple[float, float]],
+    memory: dict[str, float],
+    peak: MachinePeak,
+    methods: Sequence[str],
+) -> SpeedRow:
+    """One backend's row beside the torch figures (medians; p90 of REALM's adapt)."""
+    t_pred, t_adapt, t_step = (timings["torch"][k] for k in ("predict", "adapt", "step"))
+    r_pred, r_adapt, r_step = (timings[backend][k] for k in ("predict", "adapt", "step"))
+    method_rows = tuple(
+        MethodRow(
+            **common,
+            backend=backend,
+            method=m,
+            step_gflop=flops[m][1],
+            update_rate=r_adapt[m][1],
+            step_update_rate=min(t_step[m][1], r_step[m][1]),
+            torch_adapt_ms=float(np.median(t_adapt[m][0])),
+            torch_step_ms=float(np.median(t_step[m][0])),
+            runtime_adapt_ms=float(np.median(r_adapt[m][0])),
+            runtime_step_ms=float(np.median(r_step[m][0])),
         )
-        rows.append(
-            SpeedRow(
-                model=name,
-                backend=backend,
-                threads=threads,
-                samples=samples,
-                update_rate=r_adapt["realm"][1],
-                torch_predict_ms=float(np.median(t_pred)),
-                torch_adapt_ms=float(np.median(t_adapt["realm"][0])),
-                torch_adapt_p90_ms=float(np.percentile(t_adapt["realm"][0], 90)),
-                torch_step_ms=float(np.median(t_step["realm"][0])),
-                runtime_predict_ms=float(np.median(r_pred)),
-                runtime_adapt_ms=float(np.median(r_adapt["realm"][0])),
-                runtime_adapt_p90_ms=float(np.percentile(r_adapt["realm"][0], 90)),
-                runtime_step_ms=float(np.median(r_step["realm"][0])),
-                torch_peak_rss_mb=torch_mb,
-                runtime_peak_rss_mb=runtime_mb[backend],
-                predict_gflop=flops["realm"][0],
-                step_gflop=flops["realm"][1],
-                peak=peak,
-                methods=method_rows,
-            )
-        )
-    return rows
+        for m in methods
+    )
+    return SpeedRow(
+        **common,
+        backend=backend,
+        update_rate=r_adapt["realm"][1],
+        torch_predict_ms=float(np.median(t_pred)),
+        torch_adapt_ms=float(np.median(t_adapt["realm"][0])),
+        torch_adapt_p90_ms=float(np.percentile(t_adapt["realm"][0], 90)),
+        torch_step_ms=float(np.median(t_step["realm"][0])),
+        runtime_predict_ms=float(np.median(r_pred)),
+        runtime_adapt_ms=float(np.median(r_adapt["realm"][0])),
+        runtime_adapt_p90_ms=float(np.percentile(r_adapt["realm"][0], 90)),
+        runtime_step_ms=float(np.median(r_step["realm"][0])),
+        torch_peak_rss_mb=memory.get("torch"),
+        runtime_peak_rss_mb=memory[backend],
+        predict_gflop=flops["realm"][0],
+        step_gflop=flops["realm"][1],
+        peak=peak,
+        methods=method_rows,
+    )
 
 
 _EXTERNAL = textwrap.dedent("""
@@ -542,7 +501,7 @@ _TORCH_ONLY = textwrap.dedent("""
     import numpy as np
     import torch
     from realm_sdk import RealmAdapter, RealmConfig
-    from realm_sdk._bench import build_model
+    from realm_tools import build_model
 
     torch.set_num_threads(int(sys.argv[6]))
     size = int(sys.argv[4]) or None

@@ -23,9 +23,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from realm_runtime._config import RealmConfig
+from realm_runtime import RealmConfig
+from realm_sdk import RealmAdapter
 
-from ._adapter import RealmAdapter
 from ._corruptions import CORRUPTIONS
 from ._digits import NUM_CLASSES, DigitsData, load_digits, train_digits_model
 from ._evaluate import run_online
@@ -87,77 +87,6 @@ class _DigitsShift:
 
     def clean(self) -> tuple[np.ndarray, np.ndarray]:
         return self.data.stream("clean", 1, seed=0)
-
-
-def source_model(
-    name: str,
-    *,
-    num_classes: int,
-    weights: str | os.PathLike[str] | None = None,
-    seed: int = 0,
-) -> nn.Module:
-    """A timm architecture with the weights of a ``state_dict`` file, in eval mode.
-
-    The paper's source models are GroupNorm ResNets: ResNet-26-GN for CIFAR-10-C (not a timm
-    architecture: a CIFAR checkpoint must match the timm ``name`` given, or go through
-    :func:`bench_quality`'s ``source`` as any ``nn.Module``) and timm's ``resnet50_gn`` for
-    ImageNet-C.
-
-    Args:
-        name: a ``timm.create_model`` name, e.g. ``"resnet50_gn"``.
-        num_classes: classes of the head (10 for CIFAR-10-C, 1000 for ImageNet-C).
-        weights: a file saved with ``torch.save(model.state_dict(), path)``; a checkpoint
-            holding it under ``"state_dict"`` or ``"model"``, or with DataParallel's
-            ``module.`` prefixes, is unwrapped. None: random initialisation (seeded).
-        seed: the initialisation seed (matters only without weights).
-
-    Returns:
-        The model in eval mode.
-
-    Raises:
-        FileNotFoundError: the weights file is missing.
-        ValueError: an unknown timm name, an unreadable file, or keys or shapes that do not
-            match the architecture.
-    """
-    import timm
-
-    path = None if weights is None else Path(weights)
-    if path is not None and not path.is_file():
-        raise FileNotFoundError(f"weights file {path} does not exist")
-    torch.manual_seed(seed)
-    try:
-        model = timm.create_model(name, pretrained=False, num_classes=num_classes)
-    except RuntimeError as exc:  # timm: "Unknown model (...)"
-        raise ValueError(f"cannot build timm model {name!r}: {exc}") from exc
-    if path is None:
-        return model.eval()
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # pickle, zip and weights-only errors alike
-        raise ValueError(f"{path}: not a readable torch state_dict file ({exc})") from exc
-    for key in ("state_dict", "model"):
-        if isinstance(state, dict) and isinstance(state.get(key), dict):
-            state = state[key]
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ValueError(f"{path}: expected a state_dict (a dict of tensors)")
-    if state and all(k.startswith("module.") for k in state):
-        state = {k.removeprefix("module."): v for k, v in state.items()}
-    own = model.state_dict()
-    missing = sorted(set(own) - set(state))
-    unexpected = sorted(set(state) - set(own))
-    shapes = [
-        f"{k}: file {tuple(state[k].shape)} vs model {tuple(v.shape)}"
-        for k, v in own.items()
-        if k in state and state[k].shape != v.shape
-    ]
-    if missing or unexpected or shapes:
-        raise ValueError(
-            f"{path} does not fit timm {name!r} with {num_classes} classes: "
-            f"{len(missing)} missing keys {missing[:5]}, {len(unexpected)} unexpected keys "
-            f"{unexpected[:5]}, {len(shapes)} shape mismatches {shapes[:3]}"
-        )
-    model.load_state_dict(state)
-    return model.eval()
 
 
 def _clean_accuracy(

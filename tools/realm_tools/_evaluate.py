@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ._adapter import RealmAdapter
+from realm_sdk import RealmAdapter
 
 
 @dataclass
@@ -51,7 +51,7 @@ def run_online(
     for start in range(0, len(images), batch_size):
         x = torch.from_numpy(np.ascontiguousarray(images[start : start + batch_size]))
         if adapter is not None:
-            logits = adapter.adapt(x)
+            logits = adapter.adapt(x).logits
             st = adapter.state
             if st.alpha is not None and st.lam is not None:
                 alphas.append(st.alpha)

@@ -1,9 +1,8 @@
-"""``realm export``: the command line over :func:`export_realm_artifacts` (flags, files, output)."""
+"""``realm export``: flags, files and output over ``realm_export.export_realm_artifacts``."""
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -16,9 +15,11 @@ def add_export_parser(sub: Any) -> None:
     """Register the ``export`` sub-command on an argparse sub-parser set."""
     p = sub.add_parser(
         "export",
-        help="export a model as validated ONNX Runtime training artifacts",
-        description="Export a torch/timm classifier as ONNX Runtime on-device training "
-        "artifacts whose loss is REALM's, validated against the PyTorch reference.",
+        help="export a model as validated on-device artifacts",
+        description="Export a torch/timm classifier as on-device artifacts whose loss is "
+        "REALM's: the portable step graph (any onnxruntime >= 1.19) and, where "
+        "onnxruntime-training 1.19.2 is installed, its training artifacts, each validated "
+        "against the PyTorch reference before anything is written.",
     )
     p.add_argument(
         "--model",
@@ -75,81 +76,6 @@ def add_export_parser(sub: Any) -> None:
     p.set_defaults(func=run_export)
 
 
-def load_model(spec: str, num_classes: int, cache_dir: str) -> tuple[nn.Module, dict[str, Any]]:
-    """Build the model named by a ``--model`` spec.
-
-    Returns:
-        ``(model, description for the manifest)``.
-
-    Raises:
-        ValueError: an unknown spec, a missing file or factory, or a factory that does not
-            return an ``nn.Module``.
-    """
-    if spec == "digits":
-        from realm_sdk import load_digits, train_digits_model
-
-        if num_classes != 10:
-            raise ValueError(f"the digits model has 10 classes, not {num_classes}")
-        return train_digits_model(load_digits(), cache_dir=cache_dir), {"name": "digits"}
-    if spec.startswith("timm:"):
-        import timm
-
-        name = spec[len("timm:") :]
-        if not timm.is_model(name):
-            raise ValueError(f"timm has no model {name!r} (timm {timm.__version__})")
-        model = timm.create_model(name, pretrained=False, num_classes=num_classes)
-        return model, {"name": spec}
-    path_text, sep, factory = spec.rpartition(":")
-    if not sep or not path_text.endswith(".py"):
-        raise ValueError(
-            f"--model {spec!r}: expected timm:<name>, digits, or path/to/file.py:factory"
-        )
-    path = Path(path_text)
-    if not path.is_file():
-        raise ValueError(f"--model: file not found: {path}")
-    module_spec = importlib.util.spec_from_file_location(f"realm_user_model_{path.stem}", path)
-    assert module_spec is not None and module_spec.loader is not None
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    fn = getattr(module, factory, None)
-    if not callable(fn):
-        raise ValueError(f"--model: {path} has no callable {factory!r}")
-    model = fn()
-    if not isinstance(model, nn.Module):
-        raise ValueError(
-            f"--model: {path}:{factory}() returned {type(model).__name__}, not a torch.nn.Module"
-        )
-    return model, {"name": spec}
-
-
-def load_weights(model: nn.Module, path: str) -> None:
-    """Load a local state dict into ``model`` (strict: every key must match).
-
-    Raises:
-        ValueError: missing file, unreadable file, or keys/shapes that do not match.
-    """
-    import torch
-
-    file = Path(path)
-    if not file.is_file():
-        raise ValueError(f"--weights: file not found: {file}")
-    try:
-        if file.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
-            state = load_file(str(file))
-        else:
-            state = torch.load(file, map_location="cpu", weights_only=True)
-            if isinstance(state, dict) and "state_dict" in state:
-                state = state["state_dict"]
-    except Exception as exc:
-        raise ValueError(f"--weights: cannot read {file}: {exc}") from exc
-    try:
-        model.load_state_dict(state, strict=True)
-    except RuntimeError as exc:
-        raise ValueError(f"--weights: {file} does not fit the model: {exc}") from exc
-
-
 def _default_shape(model: nn.Module, spec: str) -> tuple[int, ...]:
     if spec == "digits":
         return (1, 1, 32, 32)
@@ -161,15 +87,14 @@ def _default_shape(model: nn.Module, spec: str) -> tuple[int, ...]:
 
 def run_export(args: argparse.Namespace) -> int:
     """Run ``realm export`` with parsed arguments; returns the exit code."""
-    from realm_sdk import RealmConfig
+    from realm_export import UnsupportedModelError, ValidationError, export_realm_artifacts
+    from realm_runtime import RealmConfig
 
-    from ._export import export_realm_artifacts
-    from ._rewrite import UnsupportedModelError
-    from ._validate import ValidationError
+    from ._models import load_weights, model_from_spec
 
     num_classes = args.num_classes or (10 if args.model == "digits" else 1000)
     try:
-        model, info = load_model(args.model, num_classes, args.cache_dir)
+        model, info = model_from_spec(args.model, num_classes, args.cache_dir)
         if args.weights:
             load_weights(model, args.weights)
             info["weights"] = str(Path(args.weights).resolve())
@@ -181,7 +106,7 @@ def run_export(args: argparse.Namespace) -> int:
         else:
             shape = _default_shape(model, args.model)
         config = RealmConfig.preset(args.preset, num_classes=num_classes, method=args.method)
-    except ValueError as exc:
+    except (ValueError, FileNotFoundError) as exc:
         print(f"realm export: {exc}", file=sys.stderr)
         return 2
 
