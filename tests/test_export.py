@@ -363,3 +363,38 @@ def test_every_digits_export_carries_its_preprocessing(digits_artifacts, digits)
         "mean": [digits.mean],
         "std": [digits.std],
     }
+
+
+def test_alpha_lambda_gradients_are_judged_at_the_scale_of_their_cancelling_terms():
+    """∂ρ/∂α and ∂(λρ)/∂λ cancel at small H (a confident model): float32 resolves them only to
+    their terms' scale, 2·loss/(α|α−2|) and loss/λ, which the report takes as their scale."""
+    from realm_export import ValidationReport
+    from realm_sdk import entropy, robust_loss
+
+    alpha0, lam0 = 0.15, 0.1
+    logits = torch.tensor([[9.0, 0.0, -1.0, 0.5]])  # H ≈ 4e-3
+    grads = {}
+    for dtype in (torch.float32, torch.float64):
+        a = torch.tensor(alpha0, dtype=dtype, requires_grad=True)
+        lam = torch.tensor(lam0, dtype=dtype, requires_grad=True)
+        total = robust_loss(entropy(logits.to(dtype)), a, lam, scale_by_lambda=True).sum()
+        pair = torch.autograd.grad(total, [a, lam])
+        grads[dtype] = dict(zip((ALPHA_NAME, LAMBDA_NAME), pair, strict=True))
+    loss = float(total.detach())
+    exact = {n: g.numpy() for n, g in grads[torch.float64].items()}
+    f32 = {n: g.double().numpy() for n, g in grads[torch.float32].items()}
+    err = {n: abs(float(f32[n] - exact[n])) for n in exact}
+    # float32 itself is farther from the exact value than grad_rtol allows, relative to |g| ...
+    assert all(err[n] > 1e-3 * abs(float(exact[n])) for n in exact)
+    # ... and far below it at the terms' scale
+    assert err[ALPHA_NAME] < 1e-4 * 2 * loss / (alpha0 * (2 - alpha0))
+    assert err[LAMBDA_NAME] < 1e-4 * loss / lam0
+
+    def judged(**terms: float) -> dict[str, float]:
+        report = ValidationReport(atol=1e-4, grad_rtol=1e-3, inputs=1, **terms)
+        zero = np.zeros((1, 4), np.float32)
+        report.add(zero, loss, f32, (zero, loss, exact))
+        return report.grad_max_rel
+
+    assert max(judged(alpha=alpha0, lam=lam0).values()) < 1e-4
+    assert min(judged().values()) > 1e-3  # without the terms' scale: refused

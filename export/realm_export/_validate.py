@@ -46,6 +46,15 @@ class ValidationReport:
     leaves on them ~1e-6 of the global gradient scale (resnet50_gn, batch 2: ORT 1.6e-4 from a
     float64 reference relative to that tensor, torch float32 2e-6), an error far below
     anything an SGD step can see.
+
+    REALM's ``∂ρ/∂α`` is the sum of ``−(2/α²)·(P − 1)`` and a second term of nearly the same
+    size (``P = b^{α/2}``): where the entropy is small they cancel to ~1e-4 of either, and
+    float32 resolves the sum only to the terms' scale, ``Σ w·ρ · 2/(α·|α − 2|)``, i.e.
+    ``2·loss/(α·|α − 2|)`` (measured on a trained BatchNorm ResNet: torch float32 itself 2.4 %
+    from float64 on one sample, and ORT 6.7e-3 from torch relative to the gradient). So α's
+    scale is at least that (``alpha`` set: a REALM export). Likewise ``∂(λ·ρ)/∂λ = ρ + λ·∂ρ/∂λ``
+    with C = λ (the ImageNet preset; ``lam`` set): for small H both terms are ±H/2, and λ's
+    scale is at least ``loss/λ`` (measured: 3.3e-3 relative to the gradient without it).
     """
 
     atol: float  # tolerance on logits and loss (absolute)
@@ -55,6 +64,8 @@ class ValidationReport:
     loss_max_abs: float = 0.0
     grad_max_rel: dict[str, float] = field(default_factory=dict)  # per trainable tensor
     grad_max_abs: dict[str, float] = field(default_factory=dict)
+    alpha: float | None = None  # REALM's α0: sets the float32 scale of ∂ρ/∂α (see above)
+    lam: float | None = None  # REALM's λ0 where C = λ: sets the float32 scale of ∂(λρ)/∂λ
 
     def add(
         self,
@@ -78,6 +89,10 @@ class ValidationReport:
         for name, g_t in grads_t.items():
             diff = float(np.abs(grads[name] - g_t).max())
             scale = max(float(np.abs(g_t).max()), 1e-2 * global_scale, 1e-30)
+            if name == ALPHA_NAME and self.alpha is not None:
+                scale = max(scale, 2 * abs(loss_t) / (self.alpha * abs(self.alpha - 2)))
+            if name == LAMBDA_NAME and self.lam is not None:
+                scale = max(scale, abs(loss_t) / self.lam)
             self.grad_max_abs[name] = max(self.grad_max_abs.get(name, 0.0), diff)
             self.grad_max_rel[name] = max(self.grad_max_rel.get(name, 0.0), diff / scale)
 
@@ -173,6 +188,15 @@ def training_graph_error(message: str, doing: str = "run the training graph") ->
     return f"onnxruntime-training 1.19.2 could not {doing}: {first[-400:]}"
 
 
+def _cancelling_terms(config: RealmConfig) -> dict[str, float | None]:
+    """α0 and λ0 where ∂ρ/∂α and ∂(λρ)/∂λ are sums of cancelling terms (ValidationReport)."""
+    realm = config.method == "realm"
+    return {
+        "alpha": config.alpha0 if realm else None,
+        "lam": config.lambda0 if realm and config.loss_scale == "lambda" else None,
+    }
+
+
 def sample_weights(batch: int) -> np.ndarray:
     """Validation weights: every sample selected, loss = mean (SPEC §3)."""
     return np.full((batch,), 1.0 / batch, dtype=np.float32)
@@ -250,7 +274,9 @@ def validate_artifacts(
     except RuntimeError as exc:
         raise UnsupportedModelError(training_graph_error(str(exc))) from exc
     module.train()
-    report = ValidationReport(atol=atol, grad_rtol=grad_rtol, inputs=len(inputs))
+    report = ValidationReport(
+        atol=atol, grad_rtol=grad_rtol, inputs=len(inputs), **_cancelling_terms(config)
+    )
     for x in inputs:
         weights = sample_weights(x.shape[0])
         module.lazy_reset_grad()
@@ -316,7 +342,9 @@ def validate_portable(
     source = np.load(directory / files["source_params"])
     step_inputs = {i.name for i in step.get_inputs()}
     out_names = [o.name for o in step.get_outputs()]
-    report = ValidationReport(atol=atol, grad_rtol=grad_rtol, inputs=len(inputs))
+    report = ValidationReport(
+        atol=atol, grad_rtol=grad_rtol, inputs=len(inputs), **_cancelling_terms(config)
+    )
     for x in inputs:
         weights = sample_weights(1)
         if config.method == "eata":  # the graph applies EATA's weight itself
