@@ -7,8 +7,8 @@ export_inference_model on artifacts that this (torch) process exported beforehan
 its steps are compared with the same stream on this process's onnxruntime-training 1.19.2
 ``InferenceSession`` (the same portable graphs on another ORT version and Python).
 
-The environment is kept in ``.venv-runtime`` (rebuilt when pyproject.toml changes), so
-``make test`` pays for the install once.
+The environment is kept in ``.venv-runtime`` (rebuilt when pyproject.toml or the runtime's
+code changes), so ``make test`` pays for the install once.
 """
 
 from __future__ import annotations
@@ -113,7 +113,10 @@ def _newest_python() -> str:
 def runtime_python() -> Path:
     """``.venv-runtime/bin/python`` with ``.[runtime]`` installed (made when missing/stale)."""
     stamp = VENV / ".realm-tta-runtime"
-    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    # A plain (non-editable) install: rebuilt when pyproject.toml or the runtime's code
+    # changes, or the venv would go on testing the runtime as it was when first installed.
+    sources = [ROOT / "pyproject.toml", *sorted((ROOT / "runtime").rglob("*.py"))]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()
     py = VENV / "bin" / "python"
     if not (py.exists() and stamp.exists() and stamp.read_text() == digest):
         shutil.rmtree(VENV, ignore_errors=True)
