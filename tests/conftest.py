@@ -56,19 +56,15 @@ def digits_stream(digits):
 
 
 def export_digits(model, directory, *, ort_format=False, signing_key=None, **config_overrides):
-    """Export the digits model with the CIFAR preset (and overrides) into ``directory``."""
-    from realm_export import export_realm_artifacts
+    """Export the digits model with the CIFAR preset (and overrides) into ``directory``,
+    through the demo's own export (``realm_tools.export_digits_artifacts``)."""
     from realm_sdk import RealmConfig
+    from realm_tools import export_digits_artifacts
 
     preset = config_overrides.pop("preset", "cifar")
     config = RealmConfig.preset(preset, num_classes=10, **config_overrides)
-    export_realm_artifacts(
-        model,
-        directory,
-        config=config,
-        input_shape=(1, 1, 32, 32),
-        ort_format=ort_format,
-        signing_key=signing_key,
+    export_digits_artifacts(
+        model, None, directory, config, ort_format=ort_format, signing_key=signing_key
     )
     return config
 

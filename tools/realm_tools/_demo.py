@@ -141,15 +141,24 @@ class RuntimeDemo:
 
 
 def export_digits_artifacts(
-    source: nn.Module, data: DigitsData, directory: str | os.PathLike[str], config: RealmConfig
+    source: nn.Module,
+    data: DigitsData | None,
+    directory: str | os.PathLike[str],
+    config: RealmConfig,
+    **options: Any,
 ) -> ExportInfo:
-    """Export the digits model as the demo's artifacts, its preprocessing in the manifest.
+    """Export the digits model, its preprocessing in the manifest: the one digits export.
+
+    The demo, the web page's site builder and the test suite's fixtures all export through
+    this, so their artifacts differ only in the configuration and ``options``.
 
     Args:
-        source: the trained digits model.
-        data: the digits task (its mean/std go into the manifest).
+        source: the digits model (trained, or any model of the task's input).
+        data: the digits task, whose mean/std go into the manifest (None: :func:`load_digits`).
         directory: the artifact directory (replaced if it exists).
         config: the adaptation settings of the export.
+        **options: further :func:`realm_export.export_realm_artifacts` keywords
+            (``ort_format``, ``signing_key``, ``web``, ...).
 
     Returns:
         What :func:`realm_export.export_realm_artifacts` wrote.
@@ -162,8 +171,10 @@ def export_digits_artifacts(
         config=config,
         input_shape=(1, 1, IMAGE_SIZE, IMAGE_SIZE),
         overwrite=True,
-        model_info={"name": "digits", "source": "realm_sdk.train_digits_model"},
-        preprocessing=digits_preprocessing(data),  # also for a model not from train_digits_model
+        model_info={"name": "digits", "source": "realm_tools.train_digits_model"},
+        # also for a model that does not come from train_digits_model
+        preprocessing=digits_preprocessing(data if data is not None else load_digits()),
+        **options,
     )
 
 
