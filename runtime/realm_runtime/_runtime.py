@@ -6,9 +6,10 @@ import os
 import tempfile
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -26,6 +27,7 @@ from ._manifest import (
     Manifest,
     load_manifest,
 )
+from ._ort import DEFAULT_SESSION_CONFIG
 from ._step import F32, Selection, ema_update, select, softmax
 
 Schedule = Literal["auto", "train", "infer-first"]
@@ -93,7 +95,8 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
         session_config: ONNX Runtime session configuration entries for the backend's
             sessions, e.g. ``{"session.disable_prepacking": "1"}``: vit_base's step session
             then peaks at 1141 MB instead of 1596, for a step ~8 % slower (measured on
-            2 cores; docs/BENCHMARKS.md).
+            2 cores; docs/BENCHMARKS.md). They go on top of :attr:`DEFAULT_SESSION_CONFIG`;
+            an entry named in both takes this value.
         graph_format: which files the onnx backend loads: ``"onnx"``, ``"ort"`` (the
             ORT-format copies of ``realm export --ort-format``, made for ONNX Runtime's mobile
             and minimal builds), or ``"auto"`` (default): ``"ort"`` where the export wrote
@@ -112,6 +115,9 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
 
     # auto schedule: samples between re-timings of the path not taken
     REPROBE_EVERY: ClassVar[int] = 100
+    # every session's entries unless session_config says otherwise: ORT's workers stop
+    # spinning when a Run returns, so the next graph (or the app) gets the cores at once
+    DEFAULT_SESSION_CONFIG: ClassVar[Mapping[str, str]] = MappingProxyType(DEFAULT_SESSION_CONFIG)
     # auto schedule: a graph's cost is the fastest of its last few timed calls (noise and
     # stalls only ever add time, and one slow call must not pin the choice)
     TIMING_WINDOW: ClassVar[int] = 8
