@@ -326,3 +326,34 @@ def test_auto_schedule_recovers_from_a_slow_measurement(digits_artifacts, digits
     for i in range(4, 4 + 2 * REPROBE_EVERY):
         rt.adapt(np.ascontiguousarray(x[i % len(x) : i % len(x) + 1]))
     assert rt._cost("infer") < 10.0  # re-timed at least once
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_first_runtime_of_a_process_is_freed(backend, digits_artifacts):
+    """Dropping the runtime that first imported onnxruntime frees it (and its sessions).
+
+    onnxruntime-training's import-time check keeps an exception whose traceback held every
+    frame of the importing stack: the first RealmRuntime of a process lived until shutdown.
+    Run in a fresh interpreter, where onnxruntime is not imported yet.
+    """
+    import subprocess
+    import sys
+
+    script = (
+        "import gc, sys, weakref\n"
+        "from realm_runtime import RealmRuntime\n"
+        "assert 'onnxruntime' not in sys.modules\n"
+        f"rt = RealmRuntime(sys.argv[1], backend={backend!r})\n"
+        "ref = weakref.ref(rt)\n"
+        "del rt\n"
+        "gc.collect()\n"
+        "print('freed' if ref() is None else 'alive')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(digits_artifacts[0])],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "freed"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+import threading
 from types import ModuleType
 from typing import Any
 
@@ -34,6 +35,8 @@ _INSTALL_HINT = (
 def onnxruntime_module() -> ModuleType:
     """``import onnxruntime``, with an install hint when it is missing."""
     try:
+        if "onnxruntime" not in sys.modules:
+            _import_on_a_bare_stack("onnxruntime")
         import onnxruntime
     except ImportError as exc:
         raise ImportError(
@@ -42,6 +45,29 @@ def onnxruntime_module() -> ModuleType:
             "'realm-tta[runtime-training]' (onnxruntime-training 1.19.2, Python 3.11)"
         ) from exc
     return onnxruntime
+
+
+def _import_on_a_bare_stack(name: str) -> None:
+    """Import ``name`` in a thread of its own, with no caller's frames above it.
+
+    onnxruntime-training's import-time check imports ``training.ortmodule`` where torch is
+    installed, and that keeps a wrapped exception for good, whose traceback holds every frame
+    on the importing stack: the first ``RealmRuntime`` made in a process (the caller of the
+    first import) was never freed, its sessions living on until interpreter shutdown.
+    """
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            importlib.import_module(name)
+        except BaseException as exc:  # re-raised in the caller's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name=f"import {name}")
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
 
 
 def training_api() -> ModuleType:
