@@ -398,3 +398,33 @@ def test_alpha_lambda_gradients_are_judged_at_the_scale_of_their_cancelling_term
 
     assert max(judged(alpha=alpha0, lam=lam0).values()) < 1e-4
     assert min(judged().values()) > 1e-3  # without the terms' scale: refused
+
+
+def test_the_first_export_of_a_process_frees_the_model(tmp_path):
+    """After the export that first imported onnxruntime, the model can be freed.
+
+    onnxruntime-training's import-time check keeps a traceback for good; an export that
+    imported onnxruntime itself left every frame on its stack, the model in them, alive.
+    """
+    script = (
+        "import gc, sys, weakref\n"
+        "from realm_export import export_realm_artifacts\n"
+        "from realm_runtime import RealmConfig\n"
+        "from realm_tools import build_model\n"
+        "assert 'onnxruntime' not in sys.modules\n"
+        "model, shape, classes = build_model('digits')\n"
+        "config = RealmConfig.preset('cifar', num_classes=classes)\n"
+        "ref = weakref.ref(model)\n"
+        "export_realm_artifacts(model, sys.argv[1], config=config, input_shape=(1, *shape))\n"
+        "del model\n"
+        "gc.collect()\n"
+        "print('freed' if ref() is None else 'alive')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "artifacts")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "freed"

@@ -21,7 +21,7 @@ import onnx
 import torch
 from torch import nn
 
-from realm_runtime import InputSpec, Manifest, load_private_key, sign_manifest
+from realm_runtime import InputSpec, Manifest, load_private_key, onnxruntime_module, sign_manifest
 from realm_runtime.contract import (
     ALPHA_NAME,
     ARTIFACT_FORMAT,
@@ -622,9 +622,12 @@ def _training_wanted(training: bool | None) -> bool:
     """Whether to build training artifacts: asked for, or onnxruntime-training is installed."""
     import importlib.util
 
-    available = importlib.util.find_spec("onnxruntime") is not None and (
-        importlib.util.find_spec("onnxruntime.training") is not None
-    )
+    available = importlib.util.find_spec("onnxruntime") is not None
+    if available:
+        # Imported through realm_runtime, on a bare stack: onnxruntime-training's import-time
+        # check keeps a traceback for good, which would pin this export's frames (the model).
+        onnxruntime_module()
+        available = importlib.util.find_spec("onnxruntime.training") is not None
     if training is None:
         if not available:
             log.info(
