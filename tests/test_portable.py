@@ -287,6 +287,13 @@ def test_session_config_reaches_onnx_runtime(backend, digits_artifacts, digits_s
         RealmRuntime(digits_artifacts[0], session_config={"session.disable_prepacking": 1})
 
 
+def _config_entry(rt, key, x):
+    """``key`` as ONNX Runtime holds it for the onnx backend's step and forward sessions."""
+    rt.predict(x)  # makes the forward session, made on first use
+    sessions = (rt._backend._step, rt._backend._forward)  # white-box: ORT's own objects
+    return [s.get_session_options().get_session_config_entry(key) for s in sessions]
+
+
 def test_sessions_stop_spinning_after_a_run_unless_told_otherwise(digits_artifacts, digits_stream):
     """Both graphs' sessions carry DEFAULT_SESSION_CONFIG; session_config overrides it.
 
@@ -297,15 +304,33 @@ def test_sessions_stop_spinning_after_a_run_unless_told_otherwise(digits_artifac
     key = "session.force_spinning_stop"
     assert dict(RealmRuntime.DEFAULT_SESSION_CONFIG) == {key: "1"}
     x = digits_stream[0][:1]
-
-    def entries(rt):
-        rt.predict(x)  # makes the forward session, made on first use
-        sessions = (rt._backend._step, rt._backend._forward)  # white-box: ORT's own objects
-        return [s.get_session_options().get_session_config_entry(key) for s in sessions]
-
-    assert entries(RealmRuntime(digits_artifacts[0], backend="onnx")) == ["1", "1"]
+    assert _config_entry(RealmRuntime(digits_artifacts[0], backend="onnx"), key, x) == ["1", "1"]
     spinning = RealmRuntime(digits_artifacts[0], backend="onnx", session_config={key: "0"})
-    assert entries(spinning) == ["0", "0"]
+    assert _config_entry(spinning, key, x) == ["0", "0"]
+
+
+def test_onnx_sessions_share_one_arena_unless_told_otherwise(digits_artifacts, digits_stream):
+    """The onnx backend's sessions allocate from ORT's shared CPU arena (vit_base: −346 MB).
+
+    Two runtimes, one on the shared arena and one with an arena per session, run the same
+    stream side by side (so the shared arena is in use by the other sessions meanwhile) and
+    agree bit for bit: where memory comes from changes nothing in the numbers.
+    """
+    key = "session.use_env_allocators"
+    xs = digits_stream[0][:40]
+    shared = RealmRuntime(digits_artifacts[0], backend="onnx", schedule="infer-first")
+    own = RealmRuntime(
+        digits_artifacts[0], backend="onnx", schedule="infer-first", session_config={key: "0"}
+    )
+    assert _config_entry(shared, key, xs[:1]) == ["1", "1"]
+    assert _config_entry(own, key, xs[:1]) == ["0", "0"]
+    for i in range(len(xs)):
+        a, b = shared.adapt(xs[i : i + 1]), own.adapt(xs[i : i + 1])
+        assert a.updated == b.updated
+        assert np.array_equal(a.logits, b.logits)
+    assert shared.state.updates == own.state.updates > 0
+    for name, value in shared.trainable_parameters().items():
+        assert np.array_equal(value, own.trainable_parameters()[name]), name
 
 
 # --------------------------------------------------------------------- ORT format (issue 12)

@@ -20,7 +20,7 @@ import numpy as np
 from ._backend import Candidate, StepBackend, parse_device
 from ._config import RealmConfig
 from ._manifest import LOSS_NAME, SAMPLE_WEIGHT_NAME, ArtifactError, Manifest
-from ._ort import onnxruntime_module, session_options
+from ._ort import SHARED_ARENA_ENTRY, onnxruntime_module, session_options, share_cpu_arena
 from ._portable_io import (
     ENTROPY_MARGIN_NAME,
     FINITE_NAME,
@@ -68,7 +68,10 @@ class PortableBackend(StepBackend):
             )
         self._ort = ort
         self._device_type, self._device_id = _device(device, ort)
-        options = session_options(ort, threads, quiet=True, config=session_config)
+        entries = {SHARED_ARENA_ENTRY: "1", **(session_config or {})}
+        if entries[SHARED_ARENA_ENTRY] == "1":
+            share_cpu_arena(ort)  # before the first session that uses it
+        options = session_options(ort, threads, quiet=True, config=entries)
         providers: list[Any] = ["CPUExecutionProvider"]
         if self._device_type == "cuda":
             providers.insert(0, ("CUDAExecutionProvider", {"device_id": self._device_id}))

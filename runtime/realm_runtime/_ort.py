@@ -106,6 +106,40 @@ def training_api() -> ModuleType:
 DEFAULT_SESSION_CONFIG: dict[str, str] = {"session.force_spinning_stop": "1"}
 
 
+# The onnx backend's sessions allocate from one CPU arena registered in ONNX Runtime's process
+# environment, not from an arena each: the forward and the step session (and several
+# runtimes) reuse the same blocks. vit_base, 224 px, `auto` schedule, runtime-only process
+# (ORT 1.19.2, 2 threads): peak RSS 1885 MB with an arena per session, 1571 MB shared;
+# resnet50_gn's step graph unchanged in speed (63.8-65.8 ms against 65.3-68.6, three
+# alternating processes). The arena outlives the runtimes: its blocks are reused, not
+# returned to the operating system, until the process ends.
+SHARED_ARENA_ENTRY = "session.use_env_allocators"
+_arena_lock = threading.Lock()
+_arena_registered = False
+
+
+def share_cpu_arena(ort: ModuleType) -> None:
+    """Register one CPU arena in ONNX Runtime's environment, once per process.
+
+    Sessions whose configuration sets :data:`SHARED_ARENA_ENTRY` to ``"1"`` allocate from it.
+    Where the application registered an arena already (ORT 1.19 refuses a second one), the
+    sessions share the application's.
+    """
+    global _arena_registered
+    with _arena_lock:
+        if _arena_registered:
+            return
+        info = ort.OrtMemoryInfo(
+            "Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT
+        )
+        try:  # ORT's defaults: no limit, chunks growing by powers of two
+            ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, 0, -1, -1))
+        except RuntimeError as exc:
+            if "already been registered" not in str(exc):
+                raise
+        _arena_registered = True
+
+
 def session_options(
     ort: ModuleType,
     threads: int | None,
