@@ -283,6 +283,13 @@ def test_session_config_reaches_onnx_runtime(backend, digits_artifacts, digits_s
         assert a.updated == b.updated
         np.testing.assert_allclose(a.logits, b.logits, rtol=0, atol=1e-5)
     assert plain.state.updates == lean.state.updates > 0
+    key = "session.disable_prepacking"
+    if backend == "onnx":
+        assert _config_entry(lean, key, xs[:1]) == ["1", "1"]
+        with pytest.raises(RuntimeError, match="does not have configuration"):
+            _config_entry(plain, key, xs[:1])  # ORT's own answer for an entry never set
+    else:  # ORT's training Module offers no read-back: the options it was handed
+        assert lean._backend._module._session_options.get_session_config_entry(key) == "1"
     with pytest.raises(ValueError, match="session_config must map str to str"):
         RealmRuntime(digits_artifacts[0], session_config={"session.disable_prepacking": 1})
 
