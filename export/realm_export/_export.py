@@ -605,8 +605,7 @@ def _ort_format_section(
     files: dict[str, str], converted: dict[str, str], report: ValidationReport | None
 ) -> dict[str, Any]:
     """The manifest's ``portable.ort_format``: the files, how they were made, their figures."""
-    import onnxruntime
-
+    onnxruntime = onnxruntime_module()
     return {
         "step_model": files["step_model"],
         "forward_model": files["forward_model"],
@@ -759,8 +758,7 @@ def _manifest(
 
 def _versions(graph_versions: dict[str, int]) -> dict[str, Any]:
     """The manifest's ``versions``: the libraries of the export, the graph's IR and opset."""
-    import onnxruntime
-
+    onnxruntime = onnxruntime_module()
     versions: dict[str, Any] = {
         "onnxruntime": onnxruntime.__version__,
         "onnx": onnx.__version__,

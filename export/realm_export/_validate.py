@@ -320,8 +320,7 @@ def validate_portable(
         atol: tolerance on logits and loss.
         grad_rtol: relative tolerance on gradients (see :class:`ValidationReport`).
     """
-    import onnxruntime as ort
-
+    from realm_runtime import onnxruntime_module
     from realm_runtime.contract import (
         ENTROPY_MARGIN_NAME,
         FINITE_NAME,
@@ -335,6 +334,7 @@ def validate_portable(
 
     from ._graph import INPUT_NAME, LOGITS_NAME
 
+    ort = onnxruntime_module()
     options = ort.SessionOptions()
     options.log_severity_level = 3
     step = ort.InferenceSession(str(directory / files["step_model"]), options)
