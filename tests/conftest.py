@@ -124,6 +124,18 @@ def edit_manifest(directory: Path, edit: Callable[[dict], None]) -> None:
     path.write_bytes(seal(json.dumps(data, indent=2).encode()))
 
 
+def last_line_in_a_fresh_interpreter(script: str, *argv: str, timeout: int) -> str:
+    """Run ``script`` in a new interpreter (``sys.argv[1:]`` = ``argv``); its last output line."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=timeout
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
 @pytest.fixture(scope="session")
 def signing_keys(tmp_path_factory):
     """Two Ed25519 key pairs, ``(vendor, stranger)``, each ``(private .key, public .pub)``."""

@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
+from conftest import last_line_in_a_fresh_interpreter
 from torch import nn
 
 from realm_export import (
@@ -420,11 +421,5 @@ def test_the_first_export_of_a_process_frees_the_model(tmp_path):
         "gc.collect()\n"
         "print('freed' if ref() is None else 'alive')\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path / "artifacts")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == "freed"
+    last = last_line_in_a_fresh_interpreter(script, str(tmp_path / "artifacts"), timeout=600)
+    assert last == "freed"

@@ -305,7 +305,7 @@ def test_sessions_stop_spinning_after_a_run_unless_told_otherwise(digits_artifac
     """Both graphs' sessions carry DEFAULT_SESSION_CONFIG; session_config overrides it.
 
     ORT's workers spinning on after a Run took the cores from the runtime's next graph (the
-    infer-first schedule's forward then step: 142-155 ms a sample instead of 91-95 on
+    infer-first schedule's forward then step: 145-161 ms a sample instead of 93-94 on
     resnet50_gn); the entry is read back from the sessions ONNX Runtime made.
     """
     key = "session.force_spinning_stop"

@@ -14,7 +14,14 @@ import threading
 import numpy as np
 import pytest
 import torch
-from conftest import BACKENDS, compare_twins, edit_manifest, export_digits, snapshot
+from conftest import (
+    BACKENDS,
+    compare_twins,
+    edit_manifest,
+    export_digits,
+    last_line_in_a_fresh_interpreter,
+    snapshot,
+)
 
 from realm_runtime import ArtifactError, RealmRuntime
 from realm_sdk import RealmAdapter
@@ -336,9 +343,6 @@ def test_the_first_runtime_of_a_process_is_freed(backend, digits_artifacts):
     frame of the importing stack: the first RealmRuntime of a process lived until shutdown.
     Run in a fresh interpreter, where onnxruntime is not imported yet.
     """
-    import subprocess
-    import sys
-
     script = (
         "import gc, sys, weakref\n"
         "from realm_runtime import RealmRuntime\n"
@@ -349,11 +353,5 @@ def test_the_first_runtime_of_a_process_is_freed(backend, digits_artifacts):
         "gc.collect()\n"
         "print('freed' if ref() is None else 'alive')\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script, str(digits_artifacts[0])],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == "freed"
+    last = last_line_in_a_fresh_interpreter(script, str(digits_artifacts[0]), timeout=300)
+    assert last == "freed"

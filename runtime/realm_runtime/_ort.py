@@ -99,9 +99,10 @@ def training_api() -> ModuleType:
 # ORT-training's train and eval sessions) that run one after the other, and it lives in an app
 # that has other work for the cores: the spinning workers of one session then take the cores
 # from the next. Measured (resnet50_gn 224 px, 2 threads, ORT 1.19.2, AMD EPYC Zen 5): the
-# infer-first schedule with every sample updating, forward + step, took 142-155 ms a sample
-# with spinning after Run and 91-95 ms without (the two graphs alone: 27 + 64 ms); two sessions
-# run in turn took 91-94 ms a call each instead of 63-65; one session alone, unchanged.
+# infer-first schedule with every sample updating, forward + step, took 145-161 ms a sample
+# with spinning after Run and 93-94 ms without (the two graphs alone: 27 + 64 ms); two sessions
+# run in turn took 90-104 ms a call each instead of 63-65; one session alone, unchanged
+# (docs/BENCHMARKS.md).
 # Workers still spin inside a Run, where the next parallel section follows within microseconds.
 DEFAULT_SESSION_CONFIG: dict[str, str] = {"session.force_spinning_stop": "1"}
 
