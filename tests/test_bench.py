@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -139,6 +140,31 @@ def test_speed_cli_quick_json(tmp_path, capsys):
     realm = methods["realm"]
     assert realm["torch_step_ms"] == row["torch_step_ms"]  # one measurement, two tables
     assert methods["tent"]["update_rate"] == 1  # Tent has no filter
+
+
+def test_sides_take_turns_on_the_same_samples():
+    """Every side runs the warm-up, then every timed sample once, in blocks that alternate."""
+    from realm_tools._bench import _interleaved
+
+    calls: list[tuple[str, tuple[int, ...]]] = []
+
+    def side(name):
+        def block(idx):
+            calls.append((name, tuple(int(i) for i in idx)))
+            return np.full(len(idx), 10.0 * len(name)) + np.asarray(idx)
+
+        return block
+
+    times = _interleaved({"a": side("a"), "bb": side("bb")}, samples=8, warmup=2, rounds=3)
+    assert calls[:2] == [("a", (0, 1)), ("bb", (0, 1))]  # warm-up first, untimed
+    # Blocks of the timed samples 2..7, the order of the sides reversed every other block.
+    assert calls[2:] == [
+        ("a", (2, 3)), ("bb", (2, 3)),
+        ("bb", (4, 5)), ("a", (4, 5)),
+        ("a", (6, 7)), ("bb", (6, 7)),
+    ]  # fmt: skip
+    np.testing.assert_array_equal(times["a"], 10.0 + np.arange(2, 8))
+    np.testing.assert_array_equal(times["bb"], 20.0 + np.arange(2, 8))
 
 
 def test_speed_cli_rejects_unknown_names(capsys):

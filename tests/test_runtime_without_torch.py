@@ -228,3 +228,23 @@ def test_speed_bench_times_the_newest_onnxruntime_too(runtime_python, tmp_path):
     for value in (external.runtime_predict_ms, external.runtime_step_ms):
         assert 0 < value < 10_000
     assert 10 < external.runtime_peak_rss_mb < 2_000
+
+
+def test_external_runtime_server_names_what_failed(runtime_python, tmp_path):
+    """The bench's other-interpreter side: a bad request or a dead server is a clear error."""
+    from realm_tools._external import ExternalRuntime
+
+    xs = np.zeros((2, 1, 8, 8), np.float32)
+    with ExternalRuntime(str(runtime_python), xs, threads=1) as server:
+        assert server.label.startswith("onnx@ORT 1.")
+        with pytest.raises(RuntimeError, match="failed on open"):
+            server.side(tmp_path / "missing", {}, "adapt")
+        with pytest.raises(RuntimeError, match="unknown request 'nope'"):
+            server.request(op="nope")
+    dead = tmp_path / "python"
+    dead.write_text("#!/bin/sh\necho 'no such module' >&2\nexit 3\n")
+    dead.chmod(0o755)
+    with pytest.raises(RuntimeError, match=r"could not time the runtime:\n(.|\n)*no such module"):
+        ExternalRuntime(str(dead), xs, threads=1)
+    with pytest.raises(RuntimeError, match="imported torch"):  # the dev venv: training build
+        ExternalRuntime(sys.executable, xs, threads=1)

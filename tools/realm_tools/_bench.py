@@ -1,11 +1,12 @@
 """Speed and memory: per-sample predict/adapt latency, torch reference vs. RealmRuntime.
 
-Both sides run in one process, on the same machine, with the same thread count and the same
-input stream: torch first, then ONNX Runtime (whose idle worker threads spin for a while and
-would otherwise slow torch down), once per runtime backend (SPEC §8: the portable ``onnx``
-step graph and the ``ort-training`` artifacts), each beside the same torch figures. The
-runtime's peak memory is measured in a separate process that imports only ``realm_runtime``,
-with torch made unimportable, as on a device.
+Torch and every runtime backend (SPEC §8: the portable ``onnx`` step graph and the
+``ort-training`` artifacts) run on the same machine, with the same thread count and the same
+input stream, taking turns in blocks (``_interleaved``), so each backend's figures stand
+beside the same torch figures. With ``runtime_python``, one more side runs the onnx backend
+in another interpreter (the newest onnxruntime, no torch), driven block by block in the same
+turns (``_external``). The runtime's peak memory is measured in a separate process that
+imports only ``realm_runtime``, with torch made unimportable, as on a device.
 
 Beside the times: the physical floor (FLOPs of a predict and of an updating step, counted on
 the torch reference, over the machine's peak FLOP/s; see ``_flops``) and the cost of each
@@ -35,6 +36,7 @@ from torch import nn
 from realm_runtime import METHODS, RealmConfig
 from realm_sdk import RealmAdapter
 
+from ._external import ExternalRuntime
 from ._flops import MachinePeak, count_flops, machine_peak
 from ._models import build_model
 
@@ -132,36 +134,49 @@ class SpeedRow(_AdaptRatios):
         }
 
 
+def _timed(
+    fn: Callable[[np.ndarray], object], xs: np.ndarray
+) -> Callable[[np.ndarray], np.ndarray]:
+    """``fn`` as a side of :func:`_interleaved`: milliseconds of each call on ``xs[idx]``."""
+
+    def block(idx: np.ndarray) -> np.ndarray:
+        out = np.empty(len(idx))
+        for k, i in enumerate(idx):
+            start = time.perf_counter()
+            fn(xs[i][None])
+            out[k] = (time.perf_counter() - start) * 1e3
+        return out
+
+    return block
+
+
 def _interleaved(
-    sides: dict[str, Callable[[np.ndarray], object]],
-    xs: np.ndarray,
+    sides: dict[str, Callable[[np.ndarray], np.ndarray]],
+    samples: int,
     warmup: int,
     rounds: int = 6,
 ) -> dict[str, np.ndarray]:
-    """Milliseconds of each side on each sample of ``xs[warmup:]``, the sides taking turns.
+    """Milliseconds of each side on each sample ``warmup .. samples - 1``, sides taking turns.
 
-    Every side first runs the untimed ``xs[:warmup]``, then each sees every timed sample once,
-    in order, but the sides alternate in ``rounds`` blocks (the order reversed every other
+    A side times itself on the samples it is given (:func:`_timed` in this process, an
+    :class:`~realm_tools._external.ExternalSide` in another interpreter). Every side first
+    runs the untimed samples ``0 .. warmup - 1``, then each sees every timed sample once, in
+    order, but the sides alternate in ``rounds`` blocks (the order reversed every other
     block): on a shared machine a noisy moment then falls on all of them alike, and the ratio
     of their medians holds still where back-to-back blocks of one side each did not (the
     resnet50_gn step ratio moved 0.78–0.90 between such runs). Warm-up samples are not timed
     samples again: a sample seen twice in a row predicts what the EMA holds (|cos| = 1), and
     S_div would skip it even with d = 1.
     """
-    for fn in sides.values():
-        for x in xs[:warmup]:
-            fn(x[None])
-    timed = xs[warmup:]
+    for side in sides.values():
+        side(np.arange(warmup))
+    timed = np.arange(warmup, samples)
     out = {name: np.empty(len(timed)) for name in sides}
     order = list(sides)
     for block, idx in enumerate(np.array_split(np.arange(len(timed)), rounds)):
         for name in order if block % 2 == 0 else order[::-1]:
-            fn = sides[name]
-            for i in idx:
-                start = time.perf_counter()
-                fn(timed[i][None])
-                out[name][i] = time.perf_counter() - start
-    return {name: t * 1e3 for name, t in out.items()}
+            out[name][idx] = sides[name](timed[idx])
+    return out
 
 
 def forced_overrides(config: RealmConfig) -> dict[str, float]:
@@ -185,17 +200,22 @@ def _predict_sides(
     threads: int,
     xs: np.ndarray,
     warmup: int,
+    external: ExternalRuntime | None = None,
 ) -> dict[str, np.ndarray]:
-    """Interleaved predict times of torch (key ``"torch"``) and each backend."""
+    """Interleaved predict times of torch (key ``"torch"``), each backend and ``external``."""
     from realm_runtime import RealmRuntime
 
     adapter = RealmAdapter(copy.deepcopy(model), config)
-    sides: dict[str, Callable[[np.ndarray], object]] = {
-        "torch": lambda x: adapter.predict(torch.from_numpy(x))
-    }
+    sides = {"torch": _timed(lambda x: adapter.predict(torch.from_numpy(x)), xs)}
     for b in backends:
-        sides[b] = RealmRuntime(artifacts, threads=threads, backend=b).predict  # type: ignore[arg-type]
-    return _interleaved(sides, xs, warmup)
+        sides[b] = _timed(RealmRuntime(artifacts, threads=threads, backend=b).predict, xs)  # type: ignore[arg-type]
+    if external is None:
+        return _interleaved(sides, len(xs), warmup)
+    remote = external.side(artifacts, {}, "predict")
+    try:
+        return _interleaved(sides | {external.label: remote}, len(xs), warmup)
+    finally:
+        remote.close()
 
 
 def _adapt_sides(
@@ -207,8 +227,9 @@ def _adapt_sides(
     threads: int,
     xs: np.ndarray,
     warmup: int,
+    external: ExternalRuntime | None = None,
 ) -> dict[str, tuple[np.ndarray, float]]:
-    """Interleaved adapt times and update rates of torch (key ``"torch"``) and each backend."""
+    """Interleaved adapt times and update rates: torch (``"torch"``), backends, ``external``."""
     from realm_runtime import RealmRuntime
 
     adapter = RealmAdapter(copy.deepcopy(model), config.with_overrides(**overrides))
@@ -216,13 +237,23 @@ def _adapt_sides(
         b: RealmRuntime(artifacts, threads=threads, overrides=overrides, backend=b)  # type: ignore[arg-type]
         for b in backends
     }
-    sides: dict[str, Callable[[np.ndarray], object]] = {
-        "torch": lambda x: adapter.adapt(torch.from_numpy(x))
-    }
-    sides |= {b: rt.adapt for b, rt in runtimes.items()}
-    times = _interleaved(sides, xs, warmup)
-    states = {"torch": adapter.state} | {b: rt.state for b, rt in runtimes.items()}
-    return {k: (times[k], st.updates / max(st.samples, 1)) for k, st in states.items()}
+    sides = {"torch": _timed(lambda x: adapter.adapt(torch.from_numpy(x)), xs)}
+    sides |= {b: _timed(rt.adapt, xs) for b, rt in runtimes.items()}
+    rates = {"torch": lambda: _rate(adapter.state)}
+    rates |= {b: (lambda rt=rt: _rate(rt.state)) for b, rt in runtimes.items()}
+    remote = None if external is None else external.side(artifacts, overrides, "adapt")
+    try:
+        if remote is not None and external is not None:
+            sides[external.label], rates[external.label] = remote, remote.rate
+        times = _interleaved(sides, len(xs), warmup)
+        return {k: (times[k], rate()) for k, rate in rates.items()}
+    finally:
+        if remote is not None:
+            remote.close()
+
+
+def _rate(state: Any) -> float:
+    return state.updates / max(state.samples, 1)  # type: ignore[no-any-return]
 
 
 def _counted_flops(model: nn.Module, config: RealmConfig, x: torch.Tensor) -> tuple[float, float]:
@@ -271,8 +302,9 @@ def bench_model(
         torch_rss: measure the torch-only process's peak RSS (a fresh torch import: seconds).
         backends: the runtime backends to time, each beside the same torch figures.
         runtime_python: another interpreter (e.g. ``.venv-runtime/bin/python``: the newest
-            onnxruntime, no torch) that also times the onnx backend, in a process of its own;
-            its row's backend reads ``onnx@ORT <version>``.
+            onnxruntime, no torch) that also times the onnx backend, in a process of its own
+            that takes its turns with the others; its row's backend reads
+            ``onnx@ORT <version> (py <version>)``, its peak RSS is that process's.
 
     Returns:
         One row per backend, each with one :class:`MethodRow` per method in ``methods``.
@@ -304,20 +336,26 @@ def bench_model(
             m: _counted_flops(model, cfg, torch.from_numpy(xs[0][None]))
             for m, cfg in configs.items()
         }
-        timings = _time_sides(model, configs, dirs, backends, threads, xs, warmup)
         memory: dict[str, float] = {}
+        external = (
+            ExternalRuntime(runtime_python, xs, threads) if runtime_python is not None else None
+        )
+        try:
+            timings = _time_sides(model, configs, dirs, backends, threads, xs, warmup, external)
+            if external is not None:
+                memory[external.label] = external.about()["peak_rss_mb"]
+                backends = [*backends, external.label]
+        finally:
+            if external is not None:
+                external.close()
         if torch_rss:
             torch.save(model.state_dict(), Path(tmp) / "weights.pt")
             memory["torch"] = torch_only_peak_rss(
                 name, Path(tmp) / "weights.pt", preset, xs, threads, image_size
             )
         for b in backends:
-            memory[b] = runtime_only_peak_rss(dirs["realm"], xs, threads, b)
-        if runtime_python is not None:
-            label, external = _external_timed(runtime_python, dirs, configs, xs, warmup, threads)
-            timings[label] = external
-            memory[label] = external["peak_rss_mb"]
-            backends = [*backends, label]
+            if b not in memory:
+                memory[b] = runtime_only_peak_rss(dirs["realm"], xs, threads, b)
     common = {"model": name, "threads": threads, "samples": samples}
     return [_speed_row(common, b, timings, flops, memory, peak, methods) for b in backends]
 
@@ -330,22 +368,21 @@ def _time_sides(
     threads: int,
     xs: np.ndarray,
     warmup: int,
+    external: ExternalRuntime | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Per side (torch, each backend): predict times; per method, (times, update rate).
+    """Per side (torch, each backend, ``external``): predict times; per method, (times, rate).
 
     Twice per method: the preset's adapt, and the updating step (the filters forced open).
     """
-    # Torch and every in-process backend take turns on the same samples (_interleaved).
-    predict = _predict_sides(model, configs["realm"], dirs["realm"], backends, threads, xs, warmup)
-    adapt = {
-        m: _adapt_sides(model, cfg, {}, dirs[m], backends, threads, xs, warmup)
-        for m, cfg in configs.items()
-    }
+    # Torch and every backend take turns on the same samples (_interleaved).
+    args = (backends, threads, xs, warmup, external)
+    predict = _predict_sides(model, configs["realm"], dirs["realm"], *args)
+    adapt = {m: _adapt_sides(model, cfg, {}, dirs[m], *args) for m, cfg in configs.items()}
     # Tent has no filter: every sample updates, and its adapt is its step.
     step = {
         m: adapt[m]
         if m == "tent"
-        else _adapt_sides(model, cfg, forced_overrides(cfg), dirs[m], backends, threads, xs, warmup)
+        else _adapt_sides(model, cfg, forced_overrides(cfg), dirs[m], *args)
         for m, cfg in configs.items()
     }
     return {
@@ -354,7 +391,7 @@ def _time_sides(
             "adapt": {m: adapt[m][side] for m in configs},
             "step": {m: step[m][side] for m in configs},
         }
-        for side in ("torch", *backends)
+        for side in predict
     }
 
 
@@ -404,96 +441,6 @@ def _speed_row(
         peak=peak,
         methods=method_rows,
     )
-
-
-_EXTERNAL = textwrap.dedent("""
-    import json, sys, time
-    import numpy as np, onnxruntime
-    from realm_runtime import RealmRuntime
-
-    spec = json.loads(sys.argv[1])
-    xs, warmup, threads = np.load(spec["xs"]), spec["warmup"], spec["threads"]
-
-    def timed(fn):
-        for x in xs[:warmup]:
-            fn(x[None])
-        out = []
-        for x in xs[warmup:]:
-            start = time.perf_counter()
-            fn(x[None])
-            out.append((time.perf_counter() - start) * 1e3)
-        return out
-
-    def run(directory, overrides):
-        rt = RealmRuntime(directory, threads=threads, backend="onnx", overrides=overrides)
-        times = timed(rt.adapt)
-        return [times, rt.state.updates / max(rt.state.samples, 1)]
-
-    rt = RealmRuntime(spec["dirs"]["realm"], threads=threads, backend="onnx")
-    result = {"ort": onnxruntime.__version__, "python": sys.version.split()[0],
-              "predict": timed(rt.predict), "adapt": {}, "step": {}}
-    del rt
-    for method, directory in spec["dirs"].items():
-        result["adapt"][method] = run(directory, {})
-        result["step"][method] = (result["adapt"][method] if method == "tent"
-                                  else run(directory, spec["forced"][method]))
-    with open("/proc/self/status") as status:
-        hwm = next(l for l in status if l.startswith("VmHWM:"))
-    result["peak_rss_mb"] = int(hwm.split()[1]) / 1024
-    result["torch"] = "torch" in sys.modules
-    print(json.dumps(result))
-""")
-
-
-def _external_timed(
-    python: str,
-    dirs: dict[str, Path],
-    configs: dict[str, RealmConfig],
-    xs: np.ndarray,
-    warmup: int,
-    threads: int,
-) -> tuple[str, dict[str, Any]]:
-    """The onnx backend timed by another interpreter, this checkout's realm_runtime on its path.
-
-    Returns:
-        ``(row label, {"predict": ms array, "adapt"/"step": {method: (ms array, rate)},
-        "peak_rss_mb": float})``.
-    """
-    import realm_runtime
-
-    source = str(Path(realm_runtime.__file__).resolve().parents[1])
-    with tempfile.NamedTemporaryFile(suffix=".npy", delete=False) as handle:
-        np.save(handle, xs)
-    spec = {
-        "dirs": {m: str(d) for m, d in dirs.items()},
-        "forced": {m: forced_overrides(cfg) for m, cfg in configs.items()},
-        "xs": handle.name,
-        "warmup": warmup,
-        "threads": threads,
-    }
-    try:
-        out = subprocess.run(
-            [python, "-c", _EXTERNAL, json.dumps(spec)],
-            capture_output=True,
-            text=True,
-            timeout=3600,
-            check=False,
-            env={**os.environ, "PYTHONPATH": source},
-        )
-    finally:
-        Path(handle.name).unlink(missing_ok=True)
-    if out.returncode != 0:
-        raise RuntimeError(f"{python} could not time the runtime:\n{out.stderr[-2000:]}")
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    if result["torch"]:
-        raise RuntimeError(f"{python} imported torch while timing the runtime")
-    as_arrays = {
-        "predict": np.array(result["predict"]),
-        "adapt": {m: (np.array(t), r) for m, (t, r) in result["adapt"].items()},
-        "step": {m: (np.array(t), r) for m, (t, r) in result["step"].items()},
-        "peak_rss_mb": float(result["peak_rss_mb"]),
-    }
-    return f"onnx@ORT {result['ort']} (py {result['python']})", as_arrays
 
 
 _TORCH_ONLY = textwrap.dedent("""
@@ -700,7 +647,8 @@ def plot_speed(figures: dict[str, Any], out: str | os.PathLike[str]) -> Path:
 
     rows = figures["speed"]
     kinds = [("predict", "predict"), ("adapt", "REALM adapt"), ("step", "updating step")]
-    fig, ax = plt.subplots(figsize=(8, 3.6), dpi=110)
+    # Wide enough for one group of bars and a three-line label per row (model, backend).
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.75 * len(rows)), 3.8), dpi=110)
     width = 0.8 / len(kinds)
     for k, (key, label) in enumerate(kinds):
         xs = [i + (k - 1) * width for i in range(len(rows))]
@@ -708,7 +656,8 @@ def plot_speed(figures: dict[str, Any], out: str | os.PathLike[str]) -> Path:
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
     top = max([r[f"{key}_ratio"] for r in rows for key, _ in kinds], default=1.0)
     ax.set_ylim(0, max(top, 1.0) * 1.3)  # room for the legend above the bars
-    ax.set_xticks(range(len(rows)), [f"{r['model']}\n{r.get('backend', '')}" for r in rows])
+    labels = [f"{r['model']}\n{r.get('backend', '')}".replace(" (py", "\n(py") for r in rows]
+    ax.set_xticks(range(len(rows)), labels, fontsize=8 if len(rows) > 10 else None)
     ax.set_ylabel("runtime / torch time")
     threads = rows[0]["threads"] if rows else "?"
     ax.set_title(f"RealmRuntime vs. the torch reference (batch 1, {threads} threads; < 1: faster)")

@@ -1,0 +1,177 @@
+"""RealmRuntime in another interpreter, driven block by block from the bench's process.
+
+``realm bench speed --runtime-python PY`` times the onnx backend on the onnxruntime that PY
+has (the newest one, in a torch-free venv). So that its figures are taken the way the
+in-process sides' are, interleaved with torch's (a noisy moment falls on every side alike,
+and each side finds the caches the other left), the other process is a small server: it
+holds runtimes and times the samples it is told to, while this process waits. Timings are
+taken there, so the pipe's round trip is not in them.
+
+The protocol is one JSON object a line each way; the server answers every request with
+``{"ok": ...}`` or ``{"error": traceback}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import tempfile
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+_SERVER = textwrap.dedent("""
+    import json, sys, time, traceback
+    import numpy as np, onnxruntime
+    from realm_runtime import RealmRuntime
+
+    xs = np.load(sys.argv[1])
+    threads = int(sys.argv[2])
+    runtimes = {}
+
+    def handle(request):
+        op = request["op"]
+        if op == "open":
+            runtimes[request["key"]] = RealmRuntime(
+                request["dir"], threads=threads, backend="onnx", overrides=request["overrides"]
+            )
+            return True
+        if op == "run":
+            rt = runtimes[request["key"]]
+            fn = rt.predict if request["fn"] == "predict" else rt.adapt
+            times = []
+            for i in request["idx"]:
+                start = time.perf_counter()
+                fn(xs[i][None])
+                times.append((time.perf_counter() - start) * 1e3)
+            return times
+        if op == "rate":
+            state = runtimes[request["key"]].state
+            return state.updates / max(state.samples, 1)
+        if op == "close":
+            del runtimes[request["key"]]
+            return True
+        if op == "about":
+            with open("/proc/self/status") as status:
+                hwm = next(l for l in status if l.startswith("VmHWM:"))
+            return {"ort": onnxruntime.__version__, "python": sys.version.split()[0],
+                    "peak_rss_mb": int(hwm.split()[1]) / 1024, "torch": "torch" in sys.modules}
+        raise ValueError(f"unknown request {op!r}")
+
+    for line in sys.stdin:
+        try:
+            reply = {"ok": handle(json.loads(line))}
+        except Exception:
+            reply = {"error": traceback.format_exc()}
+        print(json.dumps(reply), flush=True)
+""")
+
+
+class ExternalRuntime:
+    """A server of ``RealmRuntime`` objects (onnx backend) in another interpreter.
+
+    That interpreter imports this checkout's ``realm_runtime``. Use as a context manager;
+    :meth:`side` opens a runtime there and gives it in the form the bench interleaves.
+    """
+
+    def __init__(self, python: str, xs: np.ndarray, threads: int) -> None:
+        import realm_runtime
+
+        source = str(Path(realm_runtime.__file__).resolve().parents[1])
+        self._xs_file = tempfile.NamedTemporaryFile(suffix=".npy", delete=False)  # noqa: SIM115
+        np.save(self._xs_file, xs)
+        self._xs_file.close()
+        self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115
+        self._python = python
+        self._proc = subprocess.Popen(
+            [python, "-c", _SERVER, self._xs_file.name, str(threads)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            env={**os.environ, "PYTHONPATH": source},
+        )
+        self._keys = 0
+        try:
+            about = self.about()
+            if about["torch"]:
+                raise RuntimeError(f"{python} imported torch while timing the runtime")
+        except BaseException:
+            self.close()
+            raise
+        self.label = f"onnx@ORT {about['ort']} (py {about['python']})"
+
+    def request(self, **request: Any) -> Any:
+        """Sends one request (``op`` and its fields) and returns the server's answer."""
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        try:
+            self._proc.stdin.write(json.dumps(request) + "\n")
+            self._proc.stdin.flush()
+            line = self._proc.stdout.readline()
+        except BrokenPipeError:
+            line = ""
+        if not line:
+            self._stderr.seek(0)
+            raise RuntimeError(
+                f"{self._python} could not time the runtime:\n{self._stderr.read()[-2000:]}"
+            )
+        reply = json.loads(line)
+        if "error" in reply:
+            raise RuntimeError(f"{self._python} failed on {request['op']}:\n{reply['error']}")
+        return reply["ok"]
+
+    def about(self) -> dict[str, Any]:
+        """The server's onnxruntime and Python versions, peak RSS (MB), whether torch loaded."""
+        return self.request(op="about")  # type: ignore[no-any-return]
+
+    def side(self, directory: Path, overrides: dict[str, Any], fn: str) -> ExternalSide:
+        """A new runtime on ``directory`` (``fn``: ``"predict"`` or ``"adapt"``)."""
+        self._keys += 1
+        key = str(self._keys)
+        self.request(op="open", key=key, dir=str(directory), overrides=overrides)
+        return ExternalSide(self, key, fn)
+
+    def close(self) -> None:
+        """Stops the server and removes its input file."""
+        if self._proc.stdin is not None and not self._proc.stdin.closed:
+            with contextlib.suppress(BrokenPipeError):  # a server that died: nothing to tell it
+                self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
+        self._stderr.close()
+        Path(self._xs_file.name).unlink(missing_ok=True)
+
+    def __enter__(self) -> ExternalRuntime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ExternalSide:
+    """One runtime in the server: time it on samples, read its update rate, let it go."""
+
+    def __init__(self, server: ExternalRuntime, key: str, fn: str) -> None:
+        self._server, self._key, self._fn = server, key, fn
+
+    def __call__(self, idx: np.ndarray) -> np.ndarray:
+        """Milliseconds of each call on ``xs[idx]``, timed in the server."""
+        ask = self._server.request
+        return np.array(ask(op="run", key=self._key, fn=self._fn, idx=[int(i) for i in idx]))
+
+    def rate(self) -> float:
+        """The runtime's update rate so far (updates / samples)."""
+        return float(self._server.request(op="rate", key=self._key))
+
+    def close(self) -> None:
+        """Frees the runtime in the server (its peak RSS counts one runtime at a time)."""
+        self._server.request(op="close", key=self._key)
