@@ -304,7 +304,8 @@ def bench_model(
         runtime_python: another interpreter (e.g. ``.venv-runtime/bin/python``: the newest
             onnxruntime, no torch) that also times the onnx backend, in a process of its own
             that takes its turns with the others; its row's backend reads
-            ``onnx@ORT <version> (py <version>)``, its peak RSS is that process's.
+            ``onnx@ORT <version> (py <version>)``, its peak RSS is a fresh runtime-only
+            process's under that interpreter, like the other rows'.
 
     Returns:
         One row per backend, each with one :class:`MethodRow` per method in ``methods``.
@@ -337,13 +338,13 @@ def bench_model(
             for m, cfg in configs.items()
         }
         memory: dict[str, float] = {}
+        python = runtime_python
         external = (
             ExternalRuntime(runtime_python, xs, threads) if runtime_python is not None else None
         )
         try:
             timings = _time_sides(model, configs, dirs, backends, threads, xs, warmup, external)
             if external is not None:
-                memory[external.label] = external.about()["peak_rss_mb"]
                 backends = [*backends, external.label]
         finally:
             if external is not None:
@@ -354,7 +355,9 @@ def bench_model(
                 name, Path(tmp) / "weights.pt", preset, xs, threads, image_size
             )
         for b in backends:
-            if b not in memory:
+            if external is not None and b == external.label:  # the onnx backend, over there
+                memory[b] = runtime_only_peak_rss(dirs["realm"], xs, threads, "onnx", python)
+            else:
                 memory[b] = runtime_only_peak_rss(dirs["realm"], xs, threads, b)
     common = {"model": name, "threads": threads, "samples": samples}
     return [_speed_row(common, b, timings, flops, memory, peak, methods) for b in backends]
@@ -475,16 +478,22 @@ def torch_only_peak_rss(
     return _peak_of([_TORCH_ONLY, name, str(weights), preset, str(image_size or 0)], xs, threads)
 
 
-def _peak_of(args: list[str], xs: np.ndarray, threads: int) -> float:
+def _peak_of(args: list[str], xs: np.ndarray, threads: int, python: str | None = None) -> float:
+    env = None
+    if python is not None:  # another interpreter: this checkout's realm_runtime on its path
+        import realm_runtime
+
+        env = {**os.environ, "PYTHONPATH": str(Path(realm_runtime.__file__).resolve().parents[1])}
     with tempfile.NamedTemporaryFile(suffix=".npy", delete=False) as handle:
         np.save(handle, xs)
     try:
         out = subprocess.run(
-            [sys.executable, "-c", *args, handle.name, str(threads)],
+            [python or sys.executable, "-c", *args, handle.name, str(threads)],
             capture_output=True,
             text=True,
             timeout=1800,
             check=True,
+            env=env,
         ).stdout
     finally:
         Path(handle.name).unlink(missing_ok=True)
@@ -520,10 +529,13 @@ _RUNTIME_ONLY = textwrap.dedent("""
 
 
 def runtime_only_peak_rss(
-    artifacts: Path, xs: np.ndarray, threads: int, backend: str = "auto"
+    artifacts: Path, xs: np.ndarray, threads: int, backend: str = "auto", python: str | None = None
 ) -> float:
-    """Peak RSS (MB) of a fresh process that runs the stream with realm_runtime only."""
-    return _peak_of([_RUNTIME_ONLY, str(artifacts), backend], xs, threads)
+    """Peak RSS (MB) of a fresh process that runs the stream with realm_runtime only.
+
+    ``python``: the interpreter (default: this one), e.g. a venv with the newest onnxruntime.
+    """
+    return _peak_of([_RUNTIME_ONLY, str(artifacts), backend], xs, threads, python)
 
 
 def _ratio(num: float, den: float | None) -> str:
