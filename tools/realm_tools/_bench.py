@@ -660,7 +660,7 @@ def plot_speed(figures: dict[str, Any], out: str | os.PathLike[str]) -> Path:
     rows = figures["speed"]
     kinds = [("predict", "predict"), ("adapt", "REALM adapt"), ("step", "updating step")]
     # Wide enough for one group of bars and a three-line label per row (model, backend).
-    fig, ax = plt.subplots(figsize=(max(8.0, 0.75 * len(rows)), 3.8), dpi=110)
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.95 * len(rows)), 3.8), dpi=110)
     width = 0.8 / len(kinds)
     for k, (key, label) in enumerate(kinds):
         xs = [i + (k - 1) * width for i in range(len(rows))]
@@ -668,7 +668,11 @@ def plot_speed(figures: dict[str, Any], out: str | os.PathLike[str]) -> Path:
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
     top = max([r[f"{key}_ratio"] for r in rows for key, _ in kinds], default=1.0)
     ax.set_ylim(0, max(top, 1.0) * 1.3)  # room for the legend above the bars
-    labels = [f"{r['model']}\n{r.get('backend', '')}".replace(" (py", "\n(py") for r in rows]
+    # "onnx@ORT 1.32.0 (py 3.13.0)" → "onnx" over "ORT 1.32.0": the Python version is in the
+    # JSON and the tables, not needed under a bar.
+    labels = [
+        f"{r['model']}\n" + r.get("backend", "").split(" (py")[0].replace("@", "\n") for r in rows
+    ]
     ax.set_xticks(range(len(rows)), labels, fontsize=8 if len(rows) > 10 else None)
     ax.set_ylabel("runtime / torch time")
     threads = rows[0]["threads"] if rows else "?"
