@@ -11,7 +11,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from realm_tools import bench_model, build_model, count_flops, format_speed, machine_peak, main
+from realm_tools import (
+    bench_model,
+    build_model,
+    count_flops,
+    format_speed,
+    machine_peak,
+    main,
+    take_turns,
+)
 
 
 @pytest.mark.parametrize("kind", ["conv", "linear"])
@@ -144,8 +152,6 @@ def test_speed_cli_quick_json(tmp_path, capsys):
 
 def test_sides_take_turns_on_the_same_samples():
     """Every side runs the warm-up, then every timed sample once, in blocks that alternate."""
-    from realm_tools._bench import _interleaved
-
     calls: list[tuple[str, tuple[int, ...]]] = []
 
     def side(name):
@@ -155,7 +161,7 @@ def test_sides_take_turns_on_the_same_samples():
 
         return block
 
-    times = _interleaved({"a": side("a"), "bb": side("bb")}, samples=8, warmup=2, rounds=3)
+    times = take_turns({"a": side("a"), "bb": side("bb")}, samples=8, warmup=2, rounds=3)
     assert calls[:2] == [("a", (0, 1)), ("bb", (0, 1))]  # warm-up first, untimed
     # Blocks of the timed samples 2..7, the order of the sides reversed every other block.
     assert calls[2:] == [

@@ -232,7 +232,7 @@ def test_speed_bench_times_the_newest_onnxruntime_too(runtime_python, tmp_path):
 
 def test_external_runtime_server_names_what_failed(runtime_python, tmp_path):
     """The bench's other-interpreter side: a bad request or a dead server is a clear error."""
-    from realm_tools._external import ExternalRuntime
+    from realm_tools import ExternalRuntime
 
     xs = np.zeros((2, 1, 8, 8), np.float32)
     with ExternalRuntime(str(runtime_python), xs, threads=1) as server:

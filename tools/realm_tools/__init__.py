@@ -13,7 +13,15 @@ or ``bench`` extras; an app that only adapts needs ``realm_runtime`` (on the dev
     >>> model, shape, classes = build_model("resnet50_gn")
 """
 
-from ._bench import MethodRow, SpeedRow, bench_model, format_speed, plot_speed, rows_to_json
+from ._bench import (
+    MethodRow,
+    SpeedRow,
+    bench_model,
+    format_speed,
+    plot_speed,
+    rows_to_json,
+    take_turns,
+)
 from ._cli import QUICK_EPOCHS, QUICK_LIMIT, main
 from ._corruptions import CORRUPTIONS, corrupt, resize_bilinear
 from ._demo import (
@@ -34,6 +42,7 @@ from ._digits import (
     train_digits_model,
 )
 from ._evaluate import OnlineResult, run_online
+from ._external import ExternalRuntime, ExternalSide
 from ._flops import MachinePeak, count_flops, machine_peak
 from ._models import (
     MODELS,
@@ -103,6 +112,8 @@ __all__ = [
     "Cifar10C",
     "DigitsData",
     "DigitsGNNet",
+    "ExternalRuntime",
+    "ExternalSide",
     "ImageNetC",
     "LazyImages",
     "MachinePeak",
@@ -150,6 +161,7 @@ __all__ = [
     "runs_from_json",
     "runs_to_json",
     "source_model",
+    "take_turns",
     "timm_model",
     "train_digits_model",
     "write_stream_folder",

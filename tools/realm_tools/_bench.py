@@ -2,7 +2,7 @@
 
 Torch and every runtime backend (SPEC §8: the portable ``onnx`` step graph and the
 ``ort-training`` artifacts) run on the same machine, with the same thread count and the same
-input stream, taking turns in blocks (``_interleaved``), so each backend's figures stand
+input stream, taking turns in blocks (``take_turns``), so each backend's figures stand
 beside the same torch figures. With ``runtime_python``, one more side runs the onnx backend
 in another interpreter (the newest onnxruntime, no torch), driven block by block in the same
 turns (``_external``). The runtime's peak memory is measured in a separate process that
@@ -137,7 +137,7 @@ class SpeedRow(_AdaptRatios):
 def _timed(
     fn: Callable[[np.ndarray], object], xs: np.ndarray
 ) -> Callable[[np.ndarray], np.ndarray]:
-    """``fn`` as a side of :func:`_interleaved`: milliseconds of each call on ``xs[idx]``."""
+    """``fn`` as a side of :func:`take_turns`: milliseconds of each call on ``xs[idx]``."""
 
     def block(idx: np.ndarray) -> np.ndarray:
         out = np.empty(len(idx))
@@ -150,7 +150,7 @@ def _timed(
     return block
 
 
-def _interleaved(
+def take_turns(
     sides: dict[str, Callable[[np.ndarray], np.ndarray]],
     samples: int,
     warmup: int,
@@ -158,15 +158,24 @@ def _interleaved(
 ) -> dict[str, np.ndarray]:
     """Milliseconds of each side on each sample ``warmup .. samples - 1``, sides taking turns.
 
-    A side times itself on the samples it is given (:func:`_timed` in this process, an
-    :class:`~realm_tools._external.ExternalSide` in another interpreter). Every side first
-    runs the untimed samples ``0 .. warmup - 1``, then each sees every timed sample once, in
-    order, but the sides alternate in ``rounds`` blocks (the order reversed every other
-    block): on a shared machine a noisy moment then falls on all of them alike, and the ratio
-    of their medians holds still where back-to-back blocks of one side each did not (the
-    resnet50_gn step ratio moved 0.78–0.90 between such runs). Warm-up samples are not timed
-    samples again: a sample seen twice in a row predicts what the EMA holds (|cos| = 1), and
-    S_div would skip it even with d = 1.
+    Every side first runs the untimed samples ``0 .. warmup - 1``, then each sees every timed
+    sample once, in order, but the sides alternate in ``rounds`` blocks (the order reversed
+    every other block): on a shared machine a noisy moment then falls on all of them alike,
+    and the ratio of their medians holds still where back-to-back blocks of one side each did
+    not (the resnet50_gn step ratio moved 0.78–0.90 between such runs). Warm-up samples are
+    not timed samples again: a sample seen twice in a row predicts what the EMA holds
+    (|cos| = 1), and S_div would skip it even with d = 1.
+
+    Args:
+        sides: name → a function that runs the samples with the given indices and returns
+            each one's milliseconds, timed where it runs (a function of this process, or an
+            :class:`ExternalSide` in another interpreter).
+        samples: how many samples there are (warm-up included).
+        warmup: how many of them come first, untimed.
+        rounds: blocks the timed samples are split into.
+
+    Returns:
+        name → milliseconds of each timed sample, in sample order.
     """
     for side in sides.values():
         side(np.arange(warmup))
@@ -210,10 +219,10 @@ def _predict_sides(
     for b in backends:
         sides[b] = _timed(RealmRuntime(artifacts, threads=threads, backend=b).predict, xs)  # type: ignore[arg-type]
     if external is None:
-        return _interleaved(sides, len(xs), warmup)
+        return take_turns(sides, len(xs), warmup)
     remote = external.side(artifacts, {}, "predict")
     try:
-        return _interleaved(sides | {external.label: remote}, len(xs), warmup)
+        return take_turns(sides | {external.label: remote}, len(xs), warmup)
     finally:
         remote.close()
 
@@ -245,7 +254,7 @@ def _adapt_sides(
     try:
         if remote is not None and external is not None:
             sides[external.label], rates[external.label] = remote, remote.rate
-        times = _interleaved(sides, len(xs), warmup)
+        times = take_turns(sides, len(xs), warmup)
         return {k: (times[k], rate()) for k, rate in rates.items()}
     finally:
         if remote is not None:
@@ -377,7 +386,7 @@ def _time_sides(
 
     Twice per method: the preset's adapt, and the updating step (the filters forced open).
     """
-    # Torch and every backend take turns on the same samples (_interleaved).
+    # Torch and every backend take turns on the same samples (take_turns).
     args = (backends, threads, xs, warmup, external)
     predict = _predict_sides(model, configs["realm"], dirs["realm"], *args)
     adapt = {m: _adapt_sides(model, cfg, {}, dirs[m], *args) for m, cfg in configs.items()}
