@@ -15,6 +15,7 @@ method (REALM, Tent, EATA) through both implementations.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
@@ -36,7 +37,7 @@ from torch import nn
 from realm_runtime import METHODS, RealmConfig
 from realm_sdk import RealmAdapter
 
-from ._external import ExternalRuntime
+from ._external import ExternalRuntime, checkout_env
 from ._flops import MachinePeak, count_flops, machine_peak
 from ._models import build_model
 
@@ -218,13 +219,10 @@ def _predict_sides(
     sides = {"torch": _timed(lambda x: adapter.predict(torch.from_numpy(x)), xs)}
     for b in backends:
         sides[b] = _timed(RealmRuntime(artifacts, threads=threads, backend=b).predict, xs)  # type: ignore[arg-type]
-    if external is None:
+    with contextlib.ExitStack() as stack:
+        if external is not None:
+            sides[external.label] = stack.enter_context(external.side(artifacts, {}, "predict"))
         return take_turns(sides, len(xs), warmup)
-    remote = external.side(artifacts, {}, "predict")
-    try:
-        return take_turns(sides | {external.label: remote}, len(xs), warmup)
-    finally:
-        remote.close()
 
 
 def _adapt_sides(
@@ -250,15 +248,12 @@ def _adapt_sides(
     sides |= {b: _timed(rt.adapt, xs) for b, rt in runtimes.items()}
     rates = {"torch": lambda: _rate(adapter.state)}
     rates |= {b: (lambda rt=rt: _rate(rt.state)) for b, rt in runtimes.items()}
-    remote = None if external is None else external.side(artifacts, overrides, "adapt")
-    try:
-        if remote is not None and external is not None:
+    with contextlib.ExitStack() as stack:
+        if external is not None:
+            remote = stack.enter_context(external.side(artifacts, overrides, "adapt"))
             sides[external.label], rates[external.label] = remote, remote.rate
         times = take_turns(sides, len(xs), warmup)
         return {k: (times[k], rate()) for k, rate in rates.items()}
-    finally:
-        if remote is not None:
-            remote.close()
 
 
 def _rate(state: Any) -> float:
@@ -347,7 +342,6 @@ def bench_model(
             for m, cfg in configs.items()
         }
         memory: dict[str, float] = {}
-        python = runtime_python
         external = (
             ExternalRuntime(runtime_python, xs, threads) if runtime_python is not None else None
         )
@@ -365,7 +359,9 @@ def bench_model(
             )
         for b in backends:
             if external is not None and b == external.label:  # the onnx backend, over there
-                memory[b] = runtime_only_peak_rss(dirs["realm"], xs, threads, "onnx", python)
+                memory[b] = runtime_only_peak_rss(
+                    dirs["realm"], xs, threads, "onnx", runtime_python
+                )
             else:
                 memory[b] = runtime_only_peak_rss(dirs["realm"], xs, threads, b)
     common = {"model": name, "threads": threads, "samples": samples}
@@ -488,11 +484,7 @@ def torch_only_peak_rss(
 
 
 def _peak_of(args: list[str], xs: np.ndarray, threads: int, python: str | None = None) -> float:
-    env = None
-    if python is not None:  # another interpreter: this checkout's realm_runtime on its path
-        import realm_runtime
-
-        env = {**os.environ, "PYTHONPATH": str(Path(realm_runtime.__file__).resolve().parents[1])}
+    env = None if python is None else checkout_env()  # another interpreter: this checkout
     with tempfile.NamedTemporaryFile(suffix=".npy", delete=False) as handle:
         np.save(handle, xs)
     try:

@@ -56,10 +56,8 @@ _SERVER = textwrap.dedent("""
             del runtimes[request["key"]]
             return True
         if op == "about":
-            with open("/proc/self/status") as status:
-                hwm = next(l for l in status if l.startswith("VmHWM:"))
             return {"ort": onnxruntime.__version__, "python": sys.version.split()[0],
-                    "peak_rss_mb": int(hwm.split()[1]) / 1024, "torch": "torch" in sys.modules}
+                    "torch": "torch" in sys.modules}
         raise ValueError(f"unknown request {op!r}")
 
     for line in sys.stdin:
@@ -71,6 +69,17 @@ _SERVER = textwrap.dedent("""
 """)
 
 
+def checkout_env() -> dict[str, str]:
+    """This process's environment with this checkout's ``realm_runtime`` first on the path.
+
+    For another interpreter (e.g. ``.venv-runtime``, whose own install may be older).
+    """
+    import realm_runtime
+
+    source = str(Path(realm_runtime.__file__).resolve().parents[1])
+    return {**os.environ, "PYTHONPATH": source}
+
+
 class ExternalRuntime:
     """A server of ``RealmRuntime`` objects (onnx backend) in another interpreter.
 
@@ -79,9 +88,6 @@ class ExternalRuntime:
     """
 
     def __init__(self, python: str, xs: np.ndarray, threads: int) -> None:
-        import realm_runtime
-
-        source = str(Path(realm_runtime.__file__).resolve().parents[1])
         self._xs_file = tempfile.NamedTemporaryFile(suffix=".npy", delete=False)  # noqa: SIM115
         np.save(self._xs_file, xs)
         self._xs_file.close()
@@ -93,7 +99,7 @@ class ExternalRuntime:
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             text=True,
-            env={**os.environ, "PYTHONPATH": source},
+            env=checkout_env(),
         )
         self._keys = 0
         try:
@@ -125,7 +131,7 @@ class ExternalRuntime:
         return reply["ok"]
 
     def about(self) -> dict[str, Any]:
-        """The server's onnxruntime and Python versions, peak RSS (MB), whether torch loaded."""
+        """The server's onnxruntime and Python versions, and whether torch got imported."""
         return self.request(op="about")  # type: ignore[no-any-return]
 
     def side(self, directory: Path, overrides: dict[str, Any], fn: str) -> ExternalSide:
@@ -173,5 +179,11 @@ class ExternalSide:
         return float(self._server.request(op="rate", key=self._key))
 
     def close(self) -> None:
-        """Frees the runtime in the server (its peak RSS counts one runtime at a time)."""
+        """Frees the runtime in the server (the server holds one runtime per measurement)."""
         self._server.request(op="close", key=self._key)
+
+    def __enter__(self) -> ExternalSide:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
