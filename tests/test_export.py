@@ -229,6 +229,7 @@ def test_manifest_describes_the_export(tmp_path):
         "step_model.onnx",
         "forward_model.onnx",
         "source_params.npy",
+        "weights.bin",
     }
     assert m.portable["step_model"] == "step_model.onnx" and m.portable["batch"] == 1
     assert m.portable["opset"] == 18 and m.portable["ir_version"] <= 10

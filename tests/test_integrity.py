@@ -35,7 +35,8 @@ def test_every_byte_of_the_manifest_is_sealed(digits_artifacts):
     "target",
     [
         *("header", "json value", "file digest", "own digest", "white space"),
-        *("step_model.onnx", "decide_model.onnx", "checkpoint", "source_params.npy"),
+        *("step_model.onnx", "weights.bin", "decide_model.onnx", "checkpoint"),
+        "source_params.npy",
     ],
 )
 def test_runtime_refuses_a_flipped_byte(digits_artifacts, tmp_path, target):

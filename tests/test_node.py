@@ -148,7 +148,10 @@ def test_node_app_refuses_tampered_artifacts_and_foreign_states(digits_artifacts
 
 @pytest.mark.parametrize(
     "target",
-    ["realm.json header", "realm.json json value", "step_model.onnx", "source_params.npy"],
+    [
+        *("realm.json header", "realm.json json value", "step_model.onnx", "weights.bin"),
+        "source_params.npy",
+    ],
 )
 def test_node_app_refuses_a_flipped_byte(digits_artifacts, stream, tmp_path, target):
     """One flipped byte per class of position, in the files the JavaScript client loads."""

@@ -10,9 +10,11 @@ from __future__ import annotations
 import shutil
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 import torch
+from conftest import edit_manifest
 from torch import nn
 
 from realm_export import export_realm_artifacts
@@ -338,6 +340,101 @@ def test_onnx_sessions_share_one_arena_unless_told_otherwise(digits_artifacts, d
     assert shared.state.updates == own.state.updates > 0
     for name, value in shared.trainable_parameters().items():
         assert np.array_equal(value, own.trainable_parameters()[name]), name
+
+
+def test_graphs_keep_their_weights_once_in_a_shared_file(digits_artifacts, digits_stream):
+    """The step and forward graphs' weights are stored once, in weights.bin (external data).
+
+    Both graphs point to the same bytes for a tensor they share; a plain InferenceSession
+    given the forward graph's path reads them itself, and its logits are the runtime's, whose
+    sessions got the tensors from one buffer instead (``add_initializer``).
+    """
+    directory = digits_artifacts[0]
+    weights = RealmRuntime(directory).manifest.portable["weights"]
+    assert weights["file"] == "weights.bin" and 0.0 <= weights["gemm_share"] <= 1.0
+    tables = {role: {n: (o, s) for n, o, s in t} for role, t in weights["graphs"].items()}
+    assert set(tables) == {"step_model", "forward_model"} and tables["forward_model"]
+    for role, table in tables.items():
+        graph = onnx.load(str(directory / f"{role}.onnx"), load_external_data=False)
+        external = {
+            t.name: t
+            for t in graph.graph.initializer
+            if t.data_location == onnx.TensorProto.EXTERNAL
+        }
+        assert set(external) == set(table), role
+        for name, tensor in external.items():
+            assert not tensor.raw_data and list(tensor.dims) == table[name][1]
+    shared = set(tables["step_model"]) & set(tables["forward_model"])
+    assert shared and all(tables["step_model"][n] == tables["forward_model"][n] for n in shared)
+    stored = {o: 4 * int(np.prod(s)) for t in tables.values() for o, s in t.values()}
+    end = max(o + n for o, n in stored.items())
+    assert (directory / "weights.bin").stat().st_size == end  # nothing stored twice or after
+    data = np.fromfile(directory / "weights.bin", dtype="<f4")
+    loaded = onnx.load(str(directory / "forward_model.onnx"))  # resolves the external data
+    for tensor in loaded.graph.initializer:
+        if tensor.name in tables["forward_model"]:
+            offset, shape = tables["forward_model"][tensor.name]
+            expected = data[offset // 4 : offset // 4 + int(np.prod(shape))].reshape(shape)
+            assert np.array_equal(onnx.numpy_helper.to_array(tensor), expected)
+    rt = RealmRuntime(directory, backend="onnx")
+    x = digits_stream[0][:3]
+    plain = ort.InferenceSession(str(directory / "forward_model.onnx"))
+    params = np.load(directory / "source_params.npy")
+    for i in range(len(x)):
+        (logits,) = plain.run(None, {"input": x[i : i + 1], "realm.params": params})
+        assert np.array_equal(rt.predict(x[i : i + 1]), logits)
+
+
+def test_gemm_heavy_weights_make_lean_sessions(digits_artifacts, digits_stream, tmp_path):
+    """Where most shared weights feed matrix products, no pre-packing, no memory pattern.
+
+    ORT's pre-packed copies would double a transformer's weights per session (vit_base: 535
+    instead of 1387 MB). The rule reads the manifest's ``gemm_share``; the same stream takes
+    the same decisions (plain and pre-packed GEMM kernels sum in another order: logits within
+    1e-5), and session_config still decides where it names the entry.
+    """
+    key = "session.disable_prepacking"
+    copy = tmp_path / "gemm-heavy"
+    shutil.copytree(digits_artifacts[0], copy)
+    edit_manifest(copy, lambda m: m["portable"]["weights"].update(gemm_share=0.9))
+    xs = digits_stream[0][:30]
+    lean = RealmRuntime(copy, backend="onnx", schedule="infer-first")
+    usual = RealmRuntime(digits_artifacts[0], backend="onnx", schedule="infer-first")
+    asked = RealmRuntime(copy, backend="onnx", schedule="infer-first", session_config={key: "0"})
+    assert _config_entry(lean, key, xs[:1]) == ["1", "1"]
+    assert _config_entry(asked, key, xs[:1]) == ["0", "0"]
+    assert RealmRuntime(digits_artifacts[0]).manifest.portable["weights"]["gemm_share"] < 0.25
+    usual.predict(xs[:1])  # its forward session too
+    for rt, pattern in ((lean, False), (usual, True), (asked, True)):
+        sessions = (rt._backend._step, rt._backend._forward)  # white-box: ORT's own objects
+        assert [s.get_session_options().enable_mem_pattern for s in sessions] == [pattern] * 2
+    for i in range(len(xs)):
+        a, b = lean.adapt(xs[i : i + 1]), usual.adapt(xs[i : i + 1])
+        assert a.updated == b.updated and abs(a.logits - b.logits).max() < 1e-5
+    assert lean.state.updates == usual.state.updates > 0
+    ours, theirs = lean.trainable_parameters(), usual.trainable_parameters()
+    assert max(abs(ours[n] - theirs[n]).max() for n in ours) < 1e-6
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda w: w.update(file="../weights.bin"), r"portable\.weights\.file must be a file name"),
+        (
+            lambda w: w["graphs"]["step_model"][0].__setitem__(1, 1 << 40),
+            r"weights\.bin: .* outside",
+        ),
+        (lambda w: w["graphs"]["forward_model"].append("x"), r"\[name, offset, shape\] entries"),
+        (lambda w: w.update(file="missing.bin"), r"missing\.bin: cannot read the shared weights"),
+    ],
+)
+def test_a_wrong_weights_table_is_named(digits_artifacts, tmp_path, edit, message):
+    """A re-sealed manifest whose weights table does not fit the file: one clear error."""
+    copy = tmp_path / "copy"
+    shutil.copytree(digits_artifacts[0], copy)
+    edit_manifest(copy, lambda m: edit(m["portable"]["weights"]))
+    with pytest.raises(ArtifactError, match=message):
+        RealmRuntime(copy, backend="onnx")
 
 
 # --------------------------------------------------------------------- ORT format (issue 12)

@@ -400,7 +400,9 @@ def test_browser_checks_signatures(signed_artifacts, signing_keys, server, tmp_p
     assert "realm.sig not found: these artifacts are unsigned" in (run["error"] or "")
 
 
-@pytest.mark.parametrize("target", ["realm.json", "step_model.onnx", "source_params.npy"])
+@pytest.mark.parametrize(
+    "target", ["realm.json", "step_model.onnx", "weights.bin", "source_params.npy"]
+)
 def test_browser_refuses_a_flipped_byte(sites, server, tmp_path, target):
     """One flipped byte of the manifest (a JSON value: its seal), the step graph, and the
     starting parameters (the client's checkpoint): refused, naming the file."""

@@ -35,6 +35,7 @@ export class ArtifactError extends Error {
  * @property {string} decide_model S_div / EATA decision graph
  * @property {number} size length of realm.params
  * @property {PortableSlot[]} layout where each trainable tensor lies in realm.params
+ * @property {{file: string}} [weights] the step and forward graphs' shared external data (weights.bin)
  */
 
 /**
@@ -164,7 +165,11 @@ function checkPortable(d, source) {
   if (end !== portable.size) {
     throw new ArtifactError(`${source}: portable.layout covers ${end} values, portable.size is ${portable.size}`);
   }
-  for (const file of [portable.step_model, portable.forward_model, portable.source_params, portable.decide_model]) {
+  const weights = portable.weights?.file;
+  if (portable.weights !== undefined && typeof weights !== "string") {
+    throw new ArtifactError(`${source}: portable.weights has no file name`);
+  }
+  for (const file of [portable.step_model, portable.forward_model, portable.source_params, portable.decide_model, ...(weights ? [weights] : [])]) {
     if (!(file in d.files)) {
       throw new ArtifactError(`${source}: ${file} is not listed among the checksummed files`);
     }

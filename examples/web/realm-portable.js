@@ -61,7 +61,10 @@ export class RealmClient {
     const p = manifest.portable;
     /** @type {Record<string, Uint8Array>} */
     const bytes = {};
-    for (const name of [p.step_model, p.forward_model, p.decide_model, p.source_params]) {
+    // The step and forward graphs' weights, stored once beside them (exported since the
+    // shared weights file): handed to both sessions as their external data.
+    const weights = p.weights?.file;
+    for (const name of [p.step_model, p.forward_model, p.decide_model, p.source_params, ...(weights ? [weights] : [])]) {
       const got = await read(name);
       await verifyFile(manifest, name, got, where);
       bytes[name] = /** @type {Uint8Array} */ (got);
@@ -74,11 +77,15 @@ export class RealmClient {
     const sessionOptions = { logSeverityLevel: 3, graphOptimizationLevel: "all" };
     if (options.threads) sessionOptions.intraOpNumThreads = options.threads;
     if (options.executionProviders) sessionOptions.executionProviders = options.executionProviders;
-    const open = (/** @type {string} */ name) => ort.InferenceSession.create(bytes[name], sessionOptions);
+    const open = (/** @type {string} */ name, shared = false) =>
+      ort.InferenceSession.create(
+        bytes[name],
+        shared && weights ? { ...sessionOptions, externalData: [{ path: weights, data: bytes[weights] }] } : sessionOptions,
+      );
     // One after the other: onnxruntime-web's WebGPU provider refuses to create two sessions at
     // once ("another WebGPU EP inference session is being created").
-    const step = await open(p.step_model);
-    const forward = await open(p.forward_model);
+    const step = await open(p.step_model, true);
+    const forward = await open(p.forward_model, true);
     const decide = await open(p.decide_model);
     const client = new RealmClient(ort, manifest, step, forward, decide, /** @type {Float32Array} */ (source.data));
     const schedule = options.schedule ?? "auto";

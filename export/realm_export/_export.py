@@ -33,6 +33,7 @@ from realm_runtime.contract import (
     LAMBDA_NAME,
     LAYOUT_VERSION,
     MANIFEST_NAME,
+    SHARED_WEIGHTS,
     SOURCE_PARAMS,
     STEP_MODEL,
     TRAINING_MODEL,
@@ -50,7 +51,7 @@ from ._graph import (
     model_to_onnx,
 )
 from ._ort_format import CONVERTER, OPTIMIZATION_STYLE, TARGET_PLATFORM, write_ort_format
-from ._portable import PortableGraphs, build_portable_graphs, save_proto
+from ._portable import PortableGraphs, build_portable_graphs
 from ._rewrite import UnsupportedModelError
 from ._validate import (
     ValidationError,
@@ -59,6 +60,7 @@ from ._validate import (
     validate_artifacts,
     validate_portable,
 )
+from ._weights import save_with_shared_weights
 
 log = logging.getLogger(__name__)
 
@@ -495,14 +497,15 @@ def _write_portable(plan: _ExportPlan, traced: _Traced, directory: Path) -> _Bui
         )
     except UnsupportedModelError as exc:
         return _Built(directory, {"error": str(exc)})
-    save_proto(graphs.step, directory / STEP_MODEL)
-    save_proto(graphs.forward, directory / FORWARD_MODEL)
+    weights = save_with_shared_weights(
+        {"step_model": graphs.step, "forward_model": graphs.forward}, directory, _PORTABLE_FILES
+    )
     np.save(directory / SOURCE_PARAMS, graphs.source, allow_pickle=False)
     what = "portable step graph"
     report = _check_graphs(plan, traced, directory, graphs, what, _PORTABLE_FILES)
     if report is not None and not report.passed:
         return _Built(directory, _discard_portable(directory, report), report)
-    section = _portable_section(graphs, report, started)
+    section = _portable_section(graphs, report, started) | {"weights": weights}
     if plan.web:
         # SPEC §3's decision for the JavaScript clients of the portable graphs.
         decide = decide_model(plan.config, graphs.step.ir_version)
@@ -516,7 +519,7 @@ def _write_portable(plan: _ExportPlan, traced: _Traced, directory: Path) -> _Bui
 
 def _discard_portable(directory: Path, report: ValidationReport) -> dict[str, Any]:
     """Remove the portable graphs that failed validation; the section that says why."""
-    for name in _PORTABLE_FILES.values():
+    for name in (*_PORTABLE_FILES.values(), SHARED_WEIGHTS):
         (directory / name).unlink(missing_ok=True)
     reason = "the portable step graph disagrees with the PyTorch reference:\n" + report.table()
     return {"error": reason, "validation": report.to_dict()}
@@ -556,7 +559,7 @@ def _write_ort_format(
         ValidationError: the ORT-format graphs disagree with the reference.
     """
     plan.notify("writing the ORT-format graphs (ONNX Runtime's converter)")
-    converted = write_ort_format(directory, [STEP_MODEL, FORWARD_MODEL])
+    converted = write_ort_format(directory, [STEP_MODEL, FORWARD_MODEL], [SHARED_WEIGHTS])
     files = {
         "step_model": converted[STEP_MODEL],
         "forward_model": converted[FORWARD_MODEL],

@@ -39,8 +39,13 @@ def ort_name(onnx_name: str) -> str:
     return str(Path(onnx_name).with_suffix(".ort"))
 
 
-def write_ort_format(directory: Path, files: Sequence[str]) -> dict[str, str]:
+def write_ort_format(
+    directory: Path, files: Sequence[str], external_data: Sequence[str] = ()
+) -> dict[str, str]:
     """Convert ``files`` (ONNX graphs in ``directory``) to ORT format beside them.
+
+    ``external_data`` names the files in ``directory`` that the graphs' external data lives
+    in; the ORT-format graphs embed it.
 
     Also writes :data:`ORT_OPERATORS_CONFIG`, with the converter's own header comments naming
     the graphs by file name (it writes the absolute paths of its scratch copies).
@@ -56,7 +61,7 @@ def write_ort_format(directory: Path, files: Sequence[str]) -> dict[str, str]:
     with tempfile.TemporaryDirectory(prefix=".ort-format-", dir=directory) as scratch:
         source, target = Path(scratch) / "onnx", Path(scratch) / "ort"
         source.mkdir()
-        for name in files:
+        for name in (*files, *external_data):
             _link_or_copy(directory / name, source / name)
         command = [
             sys.executable,

@@ -12,6 +12,10 @@ from dataclasses import dataclass
 STEP_MODEL = "step_model.onnx"  # forward, loss, gradients and the SGD update in one graph
 FORWARD_MODEL = "forward_model.onnx"  # input + norm parameters -> logits
 SOURCE_PARAMS = "source_params.npy"  # (P,) float32: realm.params of the exported model
+# The step and forward graphs' large float32 initializers (the model's weights), each stored
+# once, as ONNX external data both graphs point to: a runtime can read them once and hand the
+# same buffers to both sessions, and any ONNX loader given the file path still resolves them.
+SHARED_WEIGHTS = "weights.bin"
 # With `realm export --ort-format`, ONNX Runtime's converter writes step_model.ort and
 # forward_model.ort beside the graphs (for mobile and minimal builds) and this operator list,
 # which a reduced-size ONNX Runtime build is made with.

@@ -1,0 +1,102 @@
+"""One weights file for the portable graphs: each large initializer stored once, as external data.
+
+The step graph and the forward graph carry the same frozen weights (vit_base: 51 tensors,
+346 MB, byte for byte the same in both). Embedded in each ``.onnx`` file, every session that
+loads a graph holds its own copy, and reads the whole file while it loads. Here the large
+float32 initializers of both graphs go into one :data:`SHARED_WEIGHTS` file, written once, at
+4 KiB-aligned offsets, and each graph keeps only an ONNX external-data reference to them
+(``location``/``offset``/``length``). Any ONNX loader given the graph's path still resolves
+them; ``RealmRuntime`` reads the file once and hands the same buffers to both sessions
+(``SessionOptions.add_initializer``), and the JavaScript clients pass its bytes as
+``externalData``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from realm_runtime.contract import SHARED_WEIGHTS
+
+# Smaller tensors (shape constants, per-channel vectors) stay in the graph: moving them saves
+# nothing and costs a reference each.
+MIN_BYTES = 4096
+ALIGN = 4096  # offsets on page boundaries: ONNX Runtime may map such data instead of reading it
+_GEMM_OPS = ("MatMul", "Gemm")
+
+
+def save_with_shared_weights(
+    graphs: dict[str, onnx.ModelProto], directory: Path, files: dict[str, str]
+) -> dict[str, Any]:
+    """Write ``graphs`` (role → model) into ``directory``, their weights in one shared file.
+
+    Each model is changed in place: its large float32 initializers lose their bytes for an
+    external-data reference into :data:`SHARED_WEIGHTS`. A tensor of the same name and the
+    same bytes in several graphs is stored once.
+
+    Args:
+        graphs: role (``"step_model"``, ``"forward_model"``) → model.
+        directory: where the graphs and the weights file go.
+        files: role → the graph's file name in ``directory``.
+
+    Returns:
+        The manifest's ``portable.weights`` section: the file, and per role the tensors
+        ``[name, offset, shape]`` its graph reads from it; ``gemm_share``, the part of the
+        step graph's shared bytes that feed matrix products as constant operands (the bytes
+        ONNX Runtime would pre-pack into a second copy per session).
+    """
+    stored: dict[tuple[str, str], int] = {}  # (name, sha256) -> offset
+    tables: dict[str, list[list[Any]]] = {}
+    with open(directory / SHARED_WEIGHTS, "wb") as out:
+        for role, model in graphs.items():
+            table = tables.setdefault(role, [])
+            for tensor in model.graph.initializer:
+                if tensor.data_type != onnx.TensorProto.FLOAT or tensor.data_location == 1:
+                    continue
+                data = numpy_helper.to_array(tensor).astype("<f4", copy=False).tobytes()
+                if len(data) < MIN_BYTES:
+                    continue
+                key = (tensor.name, hashlib.sha256(data).hexdigest())
+                if key not in stored:
+                    out.write(b"\0" * (-out.tell() % ALIGN))
+                    stored[key] = out.tell()
+                    out.write(data)
+                offset = stored[key]
+                _point_to(tensor, offset, len(data))
+                table.append([tensor.name, offset, [int(d) for d in tensor.dims]])
+            onnx.save_model(model, str(directory / files[role]), save_as_external_data=False)
+    return {
+        "file": SHARED_WEIGHTS,
+        "align": ALIGN,
+        "gemm_share": round(_gemm_share(graphs.get("step_model"), tables.get("step_model", [])), 4),
+        "graphs": tables,
+    }
+
+
+def _point_to(tensor: onnx.TensorProto, offset: int, length: int) -> None:
+    """Replace ``tensor``'s bytes by a reference to ``length`` bytes at ``offset``."""
+    for field in ("raw_data", "float_data"):
+        tensor.ClearField(field)
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    del tensor.external_data[:]
+    for key, value in (("location", SHARED_WEIGHTS), ("offset", offset), ("length", length)):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, str(value)
+
+
+def _gemm_share(model: onnx.ModelProto | None, table: list[list[Any]]) -> float:
+    """Bytes of ``table``'s tensors used as a matrix product's constant operand, over all."""
+    if model is None or not table:
+        return 0.0
+    size = {name: 4 * int(np.prod(shape)) for name, _, shape in table}
+    operands = {
+        node.input[1]
+        for node in model.graph.node
+        if node.op_type in _GEMM_OPS and len(node.input) > 1 and node.input[1] in size
+    }
+    return sum(size[name] for name in operands) / sum(size.values())
