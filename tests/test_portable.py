@@ -346,12 +346,13 @@ def test_graphs_keep_their_weights_once_in_a_shared_file(digits_artifacts, digit
     """The step and forward graphs' weights are stored once, in weights.bin (external data).
 
     Both graphs point to the same bytes for a tensor they share; a plain InferenceSession
-    given the forward graph's path reads them itself, and its logits are the runtime's, whose
-    sessions got the tensors from one buffer instead (``add_initializer``).
+    given the forward graph's path reads them itself, and its logits are the runtime's:
+    sessions that read the file themselves, and lean ones that got the tensors from one
+    buffer (``add_initializer``).
     """
     directory = digits_artifacts[0]
     weights = RealmRuntime(directory).manifest.portable["weights"]
-    assert weights["file"] == "weights.bin" and 0.0 <= weights["gemm_share"] <= 1.0
+    assert weights["file"] == "weights.bin" and weights["gemm_bytes"] >= 0
     tables = {role: {n: (o, s) for n, o, s in t} for role, t in weights["graphs"].items()}
     assert set(tables) == {"step_model", "forward_model"} and tables["forward_model"]
     for role, table in tables.items():
@@ -376,34 +377,45 @@ def test_graphs_keep_their_weights_once_in_a_shared_file(digits_artifacts, digit
             offset, shape = tables["forward_model"][tensor.name]
             expected = data[offset // 4 : offset // 4 + int(np.prod(shape))].reshape(shape)
             assert np.array_equal(onnx.numpy_helper.to_array(tensor), expected)
-    rt = RealmRuntime(directory, backend="onnx")
+    # Sessions that read the file themselves (pre-packing on), and lean ones on one buffer.
+    lean = {"session.disable_prepacking": "1"}
+    runtimes = [RealmRuntime(directory, backend="onnx", session_config=c) for c in (None, lean)]
     x = digits_stream[0][:3]
     plain = ort.InferenceSession(str(directory / "forward_model.onnx"))
+    plain_lean = ort.InferenceSession(str(directory / "forward_model.onnx"), _options(lean))
     params = np.load(directory / "source_params.npy")
     for i in range(len(x)):
-        (logits,) = plain.run(None, {"input": x[i : i + 1], "realm.params": params})
-        assert np.array_equal(rt.predict(x[i : i + 1]), logits)
+        feeds = {"input": x[i : i + 1], "realm.params": params}
+        assert np.array_equal(runtimes[0].predict(x[i : i + 1]), plain.run(None, feeds)[0])
+        assert np.array_equal(runtimes[1].predict(x[i : i + 1]), plain_lean.run(None, feeds)[0])
+
+
+def _options(config):
+    options = ort.SessionOptions()
+    for key, value in config.items():
+        options.add_session_config_entry(key, value)
+    return options
 
 
 def test_gemm_heavy_weights_make_lean_sessions(digits_artifacts, digits_stream, tmp_path):
-    """Where most shared weights feed matrix products, no pre-packing, no memory pattern.
+    """Where over 64 MiB of weights feed matrix products: no pre-packing, no memory pattern.
 
-    ORT's pre-packed copies would double a transformer's weights per session (vit_base: 535
-    instead of 1387 MB). The rule reads the manifest's ``gemm_share``; the same stream takes
+    ORT's pre-packed copies would double a transformer's weights per session (vit_base: 549
+    instead of 1387 MB). The rule reads the manifest's ``gemm_bytes``; the same stream takes
     the same decisions (plain and pre-packed GEMM kernels sum in another order: logits within
     1e-5), and session_config still decides where it names the entry.
     """
     key = "session.disable_prepacking"
     copy = tmp_path / "gemm-heavy"
     shutil.copytree(digits_artifacts[0], copy)
-    edit_manifest(copy, lambda m: m["portable"]["weights"].update(gemm_share=0.9))
+    edit_manifest(copy, lambda m: m["portable"]["weights"].update(gemm_bytes=65 << 20))
     xs = digits_stream[0][:30]
     lean = RealmRuntime(copy, backend="onnx", schedule="infer-first")
     usual = RealmRuntime(digits_artifacts[0], backend="onnx", schedule="infer-first")
     asked = RealmRuntime(copy, backend="onnx", schedule="infer-first", session_config={key: "0"})
     assert _config_entry(lean, key, xs[:1]) == ["1", "1"]
     assert _config_entry(asked, key, xs[:1]) == ["0", "0"]
-    assert RealmRuntime(digits_artifacts[0]).manifest.portable["weights"]["gemm_share"] < 0.25
+    assert RealmRuntime(digits_artifacts[0]).manifest.portable["weights"]["gemm_bytes"] < 1 << 20
     usual.predict(xs[:1])  # its forward session too
     for rt, pattern in ((lean, False), (usual, True), (asked, True)):
         sessions = (rt._backend._step, rt._backend._forward)  # white-box: ORT's own objects
@@ -426,6 +438,7 @@ def test_gemm_heavy_weights_make_lean_sessions(digits_artifacts, digits_stream, 
         ),
         (lambda w: w["graphs"]["forward_model"].append("x"), r"\[name, offset, shape\] entries"),
         (lambda w: w.update(file="missing.bin"), r"missing\.bin: cannot read the shared weights"),
+        (lambda w: w.update(gemm_bytes=-1), r"gemm_bytes must be a byte count, got -1"),
     ],
 )
 def test_a_wrong_weights_table_is_named(digits_artifacts, tmp_path, edit, message):

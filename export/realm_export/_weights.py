@@ -46,9 +46,9 @@ def save_with_shared_weights(
 
     Returns:
         The manifest's ``portable.weights`` section: the file, and per role the tensors
-        ``[name, offset, shape]`` its graph reads from it; ``gemm_share``, the part of the
-        step graph's shared bytes that feed matrix products as constant operands (the bytes
-        ONNX Runtime would pre-pack into a second copy per session).
+        ``[name, offset, shape]`` its graph reads from it; ``gemm_bytes``, how many of the
+        step graph's shared bytes feed matrix products as constant operands (what ONNX
+        Runtime would pre-pack into a second copy per session).
     """
     stored: dict[tuple[str, str], int] = {}  # (name, sha256) -> offset
     tables: dict[str, list[list[Any]]] = {}
@@ -73,7 +73,7 @@ def save_with_shared_weights(
     return {
         "file": SHARED_WEIGHTS,
         "align": ALIGN,
-        "gemm_share": round(_gemm_share(graphs.get("step_model"), tables.get("step_model", [])), 4),
+        "gemm_bytes": _gemm_bytes(graphs.get("step_model"), tables.get("step_model", [])),
         "graphs": tables,
     }
 
@@ -89,14 +89,14 @@ def _point_to(tensor: onnx.TensorProto, offset: int, length: int) -> None:
         entry.key, entry.value = key, str(value)
 
 
-def _gemm_share(model: onnx.ModelProto | None, table: list[list[Any]]) -> float:
-    """Bytes of ``table``'s tensors used as a matrix product's constant operand, over all."""
+def _gemm_bytes(model: onnx.ModelProto | None, table: list[list[Any]]) -> int:
+    """Bytes of ``table``'s tensors used as a matrix product's constant operand."""
     if model is None or not table:
-        return 0.0
+        return 0
     size = {name: 4 * int(np.prod(shape)) for name, _, shape in table}
     operands = {
         node.input[1]
         for node in model.graph.node
         if node.op_type in _GEMM_OPS and len(node.input) > 1 and node.input[1] in size
     }
-    return sum(size[name] for name in operands) / sum(size.values())
+    return sum(size[name] for name in operands)

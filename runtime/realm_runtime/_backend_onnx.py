@@ -38,15 +38,16 @@ from ._weights import SharedWeights
 
 MIN_ORT = (1, 19)  # opset 18 and the IO-binding API as used here
 
-# Where more than this part of the shared weights feeds matrix products (transformers: all of
-# it; resnet50_gn: its classifier, 8 %), the sessions run lean: ONNX Runtime's pre-packing
-# would keep a second copy of those weights per session, and its memory-pattern planner a
-# block per session for every activation. vit_base, 224 px, forward + step sessions, ORT
-# 1.32, 2 threads (AMD EPYC Zen 5): peak RSS 635 MB with pre-packing off, 535 MB with the
-# planner off too, against 1387 MB as before; its step 214 -> 230 ms. resnet50_gn's step
-# would lose ~1.6 ms of 62 without pre-packing for next to no memory, so it keeps both.
-# A session_config entry for "session.disable_prepacking" overrides the choice.
-LEAN_GEMM_SHARE = 0.25
+# ONNX Runtime pre-packs every constant matrix-product operand into a second copy, once per
+# session. Where those weights come to more than this (vit_base: 343 MB; convnext_tiny: 102
+# MB), the sessions run lean: no pre-packing, no memory-pattern planner (a block per session
+# for every activation), and both sessions on one buffer of the weights (SharedWeights).
+# Measured in a runtime-only process (ORT 1.32, 2 threads, AMD EPYC Zen 5): vit_base peaks at
+# 549 MB instead of 1387, its step 236 instead of 216 ms; convnext_tiny at 308 MB instead of
+# 680, its step 77 instead of 70 ms. Below it, speed: vit_tiny (22 MB) would be 5-9 % slower,
+# resnet50_gn (8 MB, its classifier) ~2.5 %. A session_config entry for
+# "session.disable_prepacking" decides instead, either way.
+LEAN_GEMM_BYTES = 64 << 20
 PREPACKING_ENTRY = "session.disable_prepacking"
 
 
@@ -82,18 +83,22 @@ class PortableBackend(StepBackend):
         self._device_type, self._device_id = _device(device, ort)
         files = _graph_files(directory, portable, graph_format)
         self.graph_format = "ort" if files is not portable else "onnx"
-        # The .ort graphs embed their weights; the .onnx graphs read them from the shared file.
-        self._weights = (
-            SharedWeights(directory, portable["weights"], ort)
+        # The .ort graphs embed their weights; the .onnx graphs point to the shared file.
+        weights = (
+            SharedWeights(directory, portable["weights"])
             if self.graph_format == "onnx" and "weights" in portable
             else None
         )
         entries = {SHARED_ARENA_ENTRY: "1", **(session_config or {})}
         if entries[SHARED_ARENA_ENTRY] == "1":
             share_cpu_arena(ort)  # before the first session that uses it
-        if self._weights is not None and self._weights.gemm_share > LEAN_GEMM_SHARE:
+        if weights is not None and weights.gemm_bytes > LEAN_GEMM_BYTES:
             entries.setdefault(PREPACKING_ENTRY, "1")
         self._lean = entries.get(PREPACKING_ENTRY) == "1"  # the planner goes with pre-packing
+        # Lean sessions keep every weight as it is: one buffer for both. Sessions that
+        # pre-pack (and re-lay out convolution weights) read the file each and free what they
+        # transform; given a shared buffer, they would keep it beside their own copies.
+        self._weights = weights if self._lean else None
         self._entries, self._threads = entries, threads
         providers: list[Any] = ["CPUExecutionProvider"]
         if self._device_type == "cuda":
@@ -210,7 +215,7 @@ class PortableBackend(StepBackend):
         if self._lean:
             options.enable_mem_pattern = False
         if self._weights is not None:
-            self._weights.add_to(options, role)
+            self._weights.add_to(options, role, self._ort)
         try:
             return self._ort.InferenceSession(str(path), options, providers=self._providers)
         except Exception as exc:

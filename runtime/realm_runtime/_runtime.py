@@ -93,10 +93,13 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
             ``diversity_margin``, ``ema_beta``, ``entropy_margin``, ``episodic``).
         backend: ``"auto"``, ``"onnx"`` or ``"ort-training"``.
         session_config: ONNX Runtime session configuration entries for the backend's
-            sessions, e.g. ``{"session.disable_prepacking": "1"}``: vit_base's step session
-            then peaks at 1141 MB instead of 1596, for a step ~8 % slower (measured on
-            2 cores; docs/BENCHMARKS.md). They go on top of :attr:`DEFAULT_SESSION_CONFIG`;
-            an entry named in both takes this value.
+            sessions, on top of :attr:`DEFAULT_SESSION_CONFIG` (an entry named in both takes
+            this value). The onnx backend itself switches ONNX Runtime's pre-packing (and its
+            memory-pattern planner) off where more than 64 MiB of the shared weights feed
+            matrix products (the manifest's ``portable.weights.gemm_bytes``: vit_base,
+            convnext_tiny), as pre-packing would hold a second copy of them per session;
+            ``{"session.disable_prepacking": "0"}`` keeps it on, ``"1"`` turns it off for
+            any model (docs/BENCHMARKS.md has the memory and speed of each).
         graph_format: which files the onnx backend loads: ``"onnx"``, ``"ort"`` (the
             ORT-format copies of ``realm export --ort-format``, made for ONNX Runtime's mobile
             and minimal builds), or ``"auto"`` (default): ``"ort"`` where the export wrote

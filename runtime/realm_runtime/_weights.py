@@ -1,11 +1,13 @@
-"""The portable graphs' shared weights file, read once for both sessions.
+"""The portable graphs' shared weights file, read once for both sessions where that pays.
 
 ``realm export`` stores the step and forward graphs' large initializers once, in
 :data:`~realm_runtime._portable_io.SHARED_WEIGHTS`, as ONNX external data; the manifest's
 ``portable.weights`` section lists, per graph, each tensor's name, offset and shape. Loaded
-by path, each ONNX Runtime session would read (or map) that file for itself and keep its own
-copy. Here it is read once into one buffer, and every session gets the same tensors through
-``SessionOptions.add_initializer``, which uses the caller's memory instead of copying it.
+by path, each ONNX Runtime session reads that file for itself: it keeps what it does not
+transform, and frees what it pre-packs or re-lays out. Where the sessions do not pre-pack
+(the lean sessions of :mod:`realm_runtime._backend_onnx`), the file is read once here instead,
+and every session gets the same tensors through ``SessionOptions.add_initializer``, which
+uses the caller's memory in place.
 """
 
 from __future__ import annotations
@@ -21,17 +23,17 @@ _F32 = np.dtype("<f4")
 
 
 class SharedWeights:
-    """The tensors of ``portable.weights``, as ``OrtValue``s over one buffer.
+    """The tensors of ``portable.weights``: checked at once, read on first use.
 
-    The buffer and the values must outlive every session they were given to: ONNX Runtime
-    reads them in place.
+    The buffer and the values handed out must outlive every session they were given to:
+    ONNX Runtime reads them in place.
     """
 
-    def __init__(self, directory: Path, section: Any, ort: Any) -> None:
-        """Read the weights file that ``section`` (the manifest's ``portable.weights``) names.
+    def __init__(self, directory: Path, section: Any) -> None:
+        """Check ``section`` (the manifest's ``portable.weights``) against its file.
 
         Raises:
-            ArtifactError: the section is malformed, or the file is missing or too short.
+            ArtifactError: the section is malformed, or its file is missing or too short.
         """
         where = f"{directory}: portable.weights"
         if not isinstance(section, dict) or not isinstance(section.get("graphs"), dict):
@@ -39,28 +41,22 @@ class SharedWeights:
         name = section.get("file")
         if not isinstance(name, str) or Path(name).name != name:
             raise ArtifactError(f"{where}.file must be a file name, got {name!r}")
-        path = directory / name
+        gemm = section.get("gemm_bytes", 0)
+        if not isinstance(gemm, int) or isinstance(gemm, bool) or gemm < 0:
+            raise ArtifactError(f"{where}.gemm_bytes must be a byte count, got {gemm!r}")
+        self.gemm_bytes = gemm  # of the step graph's weights, feeding matrix products
+        self._path = directory / name
         try:
-            self._buffer = np.fromfile(path, dtype=np.uint8)
+            size = self._path.stat().st_size
         except OSError as exc:
-            raise ArtifactError(f"{path}: cannot read the shared weights: {exc}") from exc
-        share = section.get("gemm_share", 0.0)
-        self.gemm_share = float(share) if isinstance(share, (int, float)) else 0.0
-        values: dict[tuple[str, int], Any] = {}  # one OrtValue per stored tensor
-        self._graphs: dict[str, list[tuple[str, Any]]] = {}
-        for role, table in section["graphs"].items():
-            entries = []
-            for entry in table if isinstance(table, list) else [None]:
-                tensor, offset, shape = self._entry(entry, f"{where}.graphs.{role}", path)
-                key = (tensor, offset)
-                if key not in values:
-                    count = int(np.prod(shape, dtype=np.int64))
-                    array = np.frombuffer(self._buffer, _F32, count, offset).reshape(shape)
-                    values[key] = ort.OrtValue.ortvalue_from_numpy(array)
-                entries.append((tensor, values[key]))
-            self._graphs[role] = entries
+            raise ArtifactError(f"{self._path}: cannot read the shared weights: {exc}") from exc
+        self._tables: dict[str, list[tuple[str, int, list[int]]]] = {
+            role: [self._entry(e, f"{where}.graphs.{role}", size) for e in _entries(table)]
+            for role, table in section["graphs"].items()
+        }
+        self._values: dict[tuple[str, int], Any] | None = None  # one OrtValue per tensor
 
-    def _entry(self, entry: Any, where: str, path: Path) -> tuple[str, int, list[int]]:
+    def _entry(self, entry: Any, where: str, size: int) -> tuple[str, int, list[int]]:
         ok = (
             isinstance(entry, list)
             and len(entry) == 3
@@ -73,14 +69,27 @@ class SharedWeights:
             raise ArtifactError(f"{where}: expected [name, offset, shape] entries, got {entry!r}")
         name, offset, shape = entry
         end = offset + 4 * int(np.prod(shape, dtype=np.int64))
-        if offset < 0 or offset % 4 or end > self._buffer.size:
+        if offset < 0 or offset % 4 or end > size:
             raise ArtifactError(
-                f"{path}: tensor {name!r} at bytes {offset}..{end} lies outside the file's "
-                f"{self._buffer.size} bytes (or is misaligned): truncated or foreign weights"
+                f"{self._path}: tensor {name!r} at bytes {offset}..{end} lies outside the "
+                f"file's {size} bytes (or is misaligned): truncated or foreign weights"
             )
         return name, offset, shape
 
-    def add_to(self, options: Any, role: str) -> None:
+    def add_to(self, options: Any, role: str, ort: Any) -> None:
         """Give the session made with ``options`` the tensors its graph ``role`` reads."""
-        for name, value in self._graphs.get(role, []):
-            options.add_initializer(name, value)
+        if self._values is None:
+            self._values = {}
+            buffer = np.fromfile(self._path, dtype=np.uint8)  # one read, for every session
+            for table in self._tables.values():
+                for name, offset, shape in table:
+                    if (name, offset) not in self._values:
+                        count = int(np.prod(shape, dtype=np.int64))
+                        array = np.frombuffer(buffer, _F32, count, offset).reshape(shape)
+                        self._values[name, offset] = ort.OrtValue.ortvalue_from_numpy(array)
+        for name, offset, _ in self._tables.get(role, []):
+            options.add_initializer(name, self._values[name, offset])
+
+
+def _entries(table: Any) -> list[Any]:
+    return table if isinstance(table, list) else [table]  # a non-list fails _entry's check
