@@ -97,8 +97,11 @@ class PortableBackend(StepBackend):
         self._lean = entries.get(PREPACKING_ENTRY) == "1"  # the planner goes with pre-packing
         # Lean sessions keep every weight as it is: one buffer for both. Sessions that
         # pre-pack (and re-lay out convolution weights) read the file each and free what they
-        # transform; given a shared buffer, they would keep it beside their own copies.
-        self._weights = weights if self._lean else None
+        # transform; given a shared buffer, they would keep it beside their own copies. On
+        # CUDA the weights live on the GPU, and host buffers handed to its sessions are
+        # untested here (no onnxruntime-gpu has run this code): each session reads the file.
+        shared = self._lean and self._device_type == "cpu"
+        self._weights = weights if shared else None
         self._entries, self._threads = entries, threads
         providers: list[Any] = ["CPUExecutionProvider"]
         if self._device_type == "cuda":
