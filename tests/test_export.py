@@ -116,6 +116,7 @@ def _check_portable(info, manifest):
         assert proto.ir_version <= 10 and opset <= 21, role
         assert {n.domain for n in proto.graph.node} <= {"", "ai.onnx"}, role
         assert not proto.functions, role
+    assert info.files["weights"].is_file()  # the portable graphs' external data
     source = np.load(info.files["source_params"])
     assert source.dtype == np.float32 and source.shape == (portable["size"],)
 

@@ -468,6 +468,7 @@ def _files(plan: _ExportPlan, portable: dict[str, Any]) -> dict[str, Path]:
     if "step_model" in portable:
         for role in ("step_model", "forward_model", "source_params"):
             files[role] = out_dir / portable[role]
+        files["weights"] = out_dir / portable["weights"]["file"]
     ort_section = portable.get("ort_format", {})
     for role in ("step_model", "forward_model", "operators_config"):
         if role in ort_section:
