@@ -165,16 +165,26 @@ function checkPortable(d, source) {
   if (end !== portable.size) {
     throw new ArtifactError(`${source}: portable.layout covers ${end} values, portable.size is ${portable.size}`);
   }
-  const weights = portable.weights?.file;
-  if (portable.weights !== undefined && typeof weights !== "string") {
+  if (portable.weights !== undefined && typeof portable.weights?.file !== "string") {
     throw new ArtifactError(`${source}: portable.weights has no file name`);
   }
-  for (const file of [portable.step_model, portable.forward_model, portable.source_params, portable.decide_model, ...(weights ? [weights] : [])]) {
+  for (const file of portableFiles(portable)) {
     if (!(file in d.files)) {
       throw new ArtifactError(`${source}: ${file} is not listed among the checksummed files`);
     }
   }
   return /** @type {Manifest} */ (d);
+}
+
+/**
+ * The files a client of the portable graphs reads: the three graphs, the starting
+ * realm.params and, where the export wrote it, the step and forward graphs' shared weights.
+ * @param {PortableSection} portable
+ * @returns {string[]}
+ */
+export function portableFiles(portable) {
+  const { step_model, forward_model, decide_model, source_params, weights } = portable;
+  return [step_model, forward_model, decide_model, source_params, ...(weights ? [weights.file] : [])];
 }
 
 /**

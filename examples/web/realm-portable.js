@@ -14,7 +14,15 @@
  */
 
 import { ALPHA, COUNTERS, LAMBDA, argmax, checkSample, decide, zeroCounters } from "./client-common.js";
-import { ArtifactError, MANIFEST_NAME, SIGNATURE_NAME, checkSignature, readManifest, verifyFile } from "./manifest.js";
+import {
+  ArtifactError,
+  MANIFEST_NAME,
+  SIGNATURE_NAME,
+  checkSignature,
+  portableFiles,
+  readManifest,
+  verifyFile,
+} from "./manifest.js";
 import { StateFileError, float32Array, parseNpy, readState, writeState } from "./state-file.js";
 
 
@@ -64,7 +72,7 @@ export class RealmClient {
     // The step and forward graphs' weights, stored once beside them (exported since the
     // shared weights file): handed to both sessions as their external data.
     const weights = p.weights?.file;
-    for (const name of [p.step_model, p.forward_model, p.decide_model, p.source_params, ...(weights ? [weights] : [])]) {
+    for (const name of portableFiles(p)) {
       const got = await read(name);
       await verifyFile(manifest, name, got, where);
       bytes[name] = /** @type {Uint8Array} */ (got);

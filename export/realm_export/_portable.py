@@ -35,13 +35,11 @@ import contextlib
 import io
 import logging
 import math
-import os
 import re
 import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -434,10 +432,3 @@ def split_tree(flat: Tensor, sizes: list[int]) -> list[Tensor]:
     for part, group in zip(parts, groups, strict=True):
         out.extend(split_tree(part, group) if len(group) > 1 else [part])
     return out
-
-
-def save_proto(proto: onnx.ModelProto, path: str | os.PathLike[str]) -> Path:
-    """Write a graph as one self-contained ``.onnx`` file (no external data)."""
-    path = Path(path)
-    onnx.save_model(proto, str(path), save_as_external_data=False)
-    return path

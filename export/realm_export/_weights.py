@@ -56,7 +56,10 @@ def save_with_shared_weights(
         for role, model in graphs.items():
             table = tables.setdefault(role, [])
             for tensor in model.graph.initializer:
-                if tensor.data_type != onnx.TensorProto.FLOAT or tensor.data_location == 1:
+                if (
+                    tensor.data_type != onnx.TensorProto.FLOAT
+                    or tensor.data_location == onnx.TensorProto.EXTERNAL
+                ):
                     continue
                 data = numpy_helper.to_array(tensor).astype("<f4", copy=False).tobytes()
                 if len(data) < MIN_BYTES:
@@ -72,7 +75,6 @@ def save_with_shared_weights(
             onnx.save_model(model, str(directory / files[role]), save_as_external_data=False)
     return {
         "file": SHARED_WEIGHTS,
-        "align": ALIGN,
         "gemm_bytes": _gemm_bytes(graphs.get("step_model"), tables.get("step_model", [])),
         "graphs": tables,
     }

@@ -50,10 +50,11 @@ class SharedWeights:
             size = self._path.stat().st_size
         except OSError as exc:
             raise ArtifactError(f"{self._path}: cannot read the shared weights: {exc}") from exc
-        self._tables: dict[str, list[tuple[str, int, list[int]]]] = {
-            role: [self._entry(e, f"{where}.graphs.{role}", size) for e in _entries(table)]
-            for role, table in section["graphs"].items()
-        }
+        self._tables: dict[str, list[tuple[str, int, list[int]]]] = {}
+        for role, table in section["graphs"].items():
+            if not isinstance(table, list):
+                raise ArtifactError(f"{where}.graphs.{role} must be a list, got {table!r}")
+            self._tables[role] = [self._entry(e, f"{where}.graphs.{role}", size) for e in table]
         self._values: dict[tuple[str, int], Any] | None = None  # one OrtValue per tensor
 
     def _entry(self, entry: Any, where: str, size: int) -> tuple[str, int, list[int]]:
@@ -89,7 +90,3 @@ class SharedWeights:
                         self._values[name, offset] = ort.OrtValue.ortvalue_from_numpy(array)
         for name, offset, _ in self._tables.get(role, []):
             options.add_initializer(name, self._values[name, offset])
-
-
-def _entries(table: Any) -> list[Any]:
-    return table if isinstance(table, list) else [table]  # a non-list fails _entry's check
