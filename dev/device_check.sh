@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What a lent GPU machine can check (issue 11): it has Python 3.12, CUDA torch, timm,
-# onnxscript and a CPU-only onnxruntime, but no onnxruntime-gpu (its wheel is far over what
-# travels, and it wants CUDA 12 libraries the image lacks) and no onnxruntime-training.
+# onnxscript and a CPU-only onnxruntime, no onnxruntime-training, and no onnxruntime-gpu (its
+# wheel is far over what travels; dev/pack_ortgpu.sh + dev/cuda_check.sh bring a pruned one).
 # So: export on that machine's torch/onnx versions, the portable runtime on its onnxruntime,
 # and parity against the SDK reference running on CUDA torch; then the SDK's updating step
 # on the GPU and the CPU speed table. Run from the repository root; figures go to $OUT.

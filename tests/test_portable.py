@@ -200,6 +200,9 @@ def test_onnx_backend_on_cuda_keeps_state_on_the_gpu(digits_artifacts, digits_st
         a, b = rt.adapt(xs[i : i + 1]), cpu.adapt(xs[i : i + 1])
         assert a.updated == b.updated
     assert rt._backend._params.device_name() == "cuda"  # never copied to the host per step
+    assert rt._backend._momentum.device_name() == "cuda"
+    options = rt._backend._step.get_provider_options()["CUDAExecutionProvider"]
+    assert options["use_tf32"] == "0"  # float32 as the SDK; TF32 put logits 1e-3 off
     mine, ref = rt.trainable_parameters(), cpu.trainable_parameters()
     assert max(abs(mine[n] - ref[n]).max() for n in ref) < 1e-4
 

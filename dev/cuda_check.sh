@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The CUDA execution provider on a lent GPU machine (issue 11): the onnx backend's CUDA tests
+# and parity cases, then dev/cuda_speed.py (step and predict against the SDK on CUDA torch,
+# node placement, profile). onnxruntime-gpu 1.30 is built for CUDA 13, the libraries of the
+# image's torch cu130; its 247 MB wheel travels as .whl/ortgpu.tar.xz, made here by
+# dev/pack_ortgpu.sh (only the sm_90 kernels kept: 56 MiB). Run from the repository root.
+set -u
+OUT=${OUT:-/tmp/realm-cuda-check}
+mkdir -p "$OUT"
+SITE=/tmp/ortgpu
+mkdir -p "$SITE" && tar xJf .whl/ortgpu.tar.xz -C "$SITE" || exit 1
+PYSITE=$(python3 -c 'import site; print(site.getsitepackages()[0])')
+LIBS=$(ls -d "$PYSITE"/nvidia/*/lib "$PYSITE"/nvidia/*/*/lib 2>/dev/null | tr '\n' ':')
+export LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:-}"
+export PYTHONPATH="$SITE:$PWD/sdk:$PWD/export:$PWD/runtime:$PWD/tools" PYTHONUNBUFFERED=1
+{
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    lscpu | grep -E "Model name|^CPU\(s\)"
+    python3 - <<'PYEOF'
+import numpy as np, onnx, onnxruntime as ort, torch
+print("onnxruntime", ort.__version__, ort.__file__, ort.get_available_providers())
+print("torch", torch.__version__, "onnx", onnx.__version__)
+from onnx import helper, TensorProto
+g = helper.make_graph([helper.make_node("Add", ["a", "a"], ["b"])], "g",
+    [helper.make_tensor_value_info("a", TensorProto.FLOAT, [4])],
+    [helper.make_tensor_value_info("b", TensorProto.FLOAT, [4])])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+s = ort.InferenceSession(m.SerializeToString(), providers=["CUDAExecutionProvider"])
+print("session providers", s.get_providers(), s.run(None, {"a": np.ones(4, np.float32)})[0])
+PYEOF
+} >"$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+timeout 300 python3 -m pytest -p no:cacheprovider -q -rA \
+    tests/test_portable.py::test_onnx_backend_on_cuda_keeps_state_on_the_gpu \
+    tests/test_runtime.py::test_cuda_agrees_with_the_sdk tests/test_parity.py::test_parity_cuda \
+    >"$OUT/pytest.txt" 2>&1 &
+OMP_NUM_THREADS=8 timeout 330 python3 dev/cuda_speed.py "$OUT/speed.json" \
+    resnet50_gn convnext_tiny vit_base_patch16_224 >"$OUT/speed.txt" 2>&1
+echo "speed rc $?"
+wait
+tail -25 "$OUT/pytest.txt"
+grep -v "^W1\|Warning\|warn" "$OUT/speed.txt" | tail -12
