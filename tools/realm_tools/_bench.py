@@ -26,7 +26,7 @@ import tempfile
 import textwrap
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +102,10 @@ class SpeedRow(_AdaptRatios):
     step_gflop: float  # the same for one updating REALM step: forward + input-gradient backward
     peak: MachinePeak  # the FLOP/s the floors divide by, at this row's thread count
     methods: tuple[MethodRow, ...] = ()  # REALM/Tent/EATA cost on the same stream
+    # The REALM export the rows ran: wall time (validation included) and, per validated
+    # graph ("training", "portable"), its largest logits / loss / relative gradient error.
+    export_s: float | None = None
+    validation: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def predict_ratio(self) -> float:
@@ -334,8 +338,10 @@ def bench_model(
     peak = peak if peak is not None else machine_peak(threads)
     with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
         dirs = {m: Path(tmp) / f"{name.replace(':', '_')}-{m}" for m in configs}
-        for m, cfg in configs.items():
-            export_realm_artifacts(model, dirs[m], config=cfg, input_shape=(1, *shape))
+        infos = {
+            m: export_realm_artifacts(model, dirs[m], config=cfg, input_shape=(1, *shape))
+            for m, cfg in configs.items()
+        }
         torch.set_num_threads(threads)
         flops = {
             m: _counted_flops(model, cfg, torch.from_numpy(xs[0][None]))
@@ -365,7 +371,25 @@ def bench_model(
             else:
                 memory[b] = runtime_only_peak_rss(dirs["realm"], xs, threads, b)
     common = {"model": name, "threads": threads, "samples": samples}
-    return [_speed_row(common, b, timings, flops, memory, peak, methods) for b in backends]
+    export = {"export_s": infos["realm"].seconds, "validation": _validation(infos["realm"])}
+    return [
+        replace(_speed_row(common, b, timings, flops, memory, peak, methods), **export)
+        for b in backends
+    ]
+
+
+def _validation(info: Any) -> dict[str, dict[str, float]]:
+    """Largest errors of each validated graph of an export (``ExportInfo``)."""
+    reports = {"training": info.validation, "portable": info.portable_validation}
+    return {
+        role: {
+            "logits_max_abs": report.logits_max_abs,
+            "loss_max_abs": report.loss_max_abs,
+            "grad_max_rel": max(report.grad_max_rel.values(), default=0.0),
+        }
+        for role, report in reports.items()
+        if report is not None
+    }
 
 
 def _time_sides(
@@ -566,6 +590,8 @@ def format_speed(rows: list[SpeedRow]) -> str:
             f"{r.runtime_peak_rss_mb:.0f} ({_ratio(r.runtime_peak_rss_mb, r.torch_peak_rss_mb)}) |"
         )
     tables = ["\n".join(lines), _format_floor(rows)]
+    if any(r.export_s is not None for r in rows):
+        tables.append(_format_exports(rows))
     if any(r.methods for r in rows):
         tables.append(_format_methods([m for r in rows for m in r.methods]))
     return "\n\n".join(tables)
@@ -591,6 +617,27 @@ def _format_floor(rows: list[SpeedRow]) -> str:
             f"{pct['torch_predict_achieved']} / {pct['runtime_predict_achieved']} | "
             f"{pct['torch_step_achieved']} / {pct['runtime_step_achieved']} |"
         )
+    return "\n".join(lines)
+
+
+def _format_exports(rows: list[SpeedRow]) -> str:
+    lines = [
+        "| model | export s (validation included) | training artifacts vs torch: logits / "
+        "loss / worst gradient (relative) | portable graph vs torch: logits / loss / worst "
+        "gradient (relative) |",
+        "|" + "---|" * 4,
+    ]
+    for r in {r.model: r for r in rows if r.export_s is not None}.values():
+        cells = []
+        for role in ("training", "portable"):
+            v = r.validation.get(role)
+            cells.append(
+                "not written"
+                if v is None
+                else f"{v['logits_max_abs']:.1e} / {v['loss_max_abs']:.1e} / "
+                f"{v['grad_max_rel']:.1e}"
+            )
+        lines.append(f"| {r.model} | {r.export_s:.1f} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines)
 
 
