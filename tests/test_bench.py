@@ -13,6 +13,7 @@ from torch import nn
 
 from realm_tools import (
     bench_model,
+    block_ratios,
     build_model,
     count_flops,
     format_speed,
@@ -144,6 +145,8 @@ def test_speed_cli_quick_json(tmp_path, capsys):
         assert 0 <= figures_of_graph["logits_max_abs"] <= 1e-4
         assert 0 <= figures_of_graph["grad_max_rel"] <= 1e-3
     assert "| digits | " in printed.split("export s (validation included)")[1]
+    assert len(row["step_ratio_blocks"]) == 5  # 5 timed samples: 5 non-empty blocks of 6
+    assert min(row["step_ratio_blocks"]) <= row["step_ratio"] * 1.5
 
     methods = {m["method"]: m for m in figures["methods"] if m["backend"] == "onnx"}
     assert list(methods) == ["realm", "tent", "eata"]
@@ -189,3 +192,12 @@ def test_speed_cli_rejects_unknown_names(capsys):
     assert main(["bench", "speed", "--quick", "--methods", "sar"]) == 2
     err = capsys.readouterr().err
     assert "unknown models ['nope']" in err and "methods ['sar']" in err
+
+
+def test_block_ratios_follow_take_turns_blocks():
+    """One ratio per take_turns block: a slow block on both sides leaves the ratio alone."""
+    torch_ms = np.array([10.0] * 5 + [20.0] * 5 + [10.0] * 20)
+    runtime_ms = np.array([8.0] * 5 + [16.0] * 5 + [9.0] * 20)
+    ratios = block_ratios(runtime_ms, torch_ms)
+    assert len(ratios) == 6
+    assert ratios[:2] == pytest.approx((0.8, 0.8)) and ratios[2:] == pytest.approx((0.9,) * 4)

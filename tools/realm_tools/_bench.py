@@ -106,6 +106,9 @@ class SpeedRow(_AdaptRatios):
     # graph ("training", "portable"), its largest logits / loss / relative gradient error.
     export_s: float | None = None
     validation: dict[str, dict[str, float]] = field(default_factory=dict)
+    # The updating step's ratio in each of take_turns' blocks (ratio of the two sides'
+    # medians within the block): how far one run's noise moves the ratio.
+    step_ratio_blocks: tuple[float, ...] = ()
 
     @property
     def predict_ratio(self) -> float:
@@ -155,11 +158,14 @@ def _timed(
     return block
 
 
+TURN_BLOCKS = 6  # blocks the timed samples are split into, the sides alternating per block
+
+
 def take_turns(
     sides: dict[str, Callable[[np.ndarray], np.ndarray]],
     samples: int,
     warmup: int,
-    rounds: int = 6,
+    rounds: int = TURN_BLOCKS,
 ) -> dict[str, np.ndarray]:
     """Milliseconds of each side on each sample ``warmup .. samples - 1``, sides taking turns.
 
@@ -472,7 +478,16 @@ def _speed_row(
         step_gflop=flops["realm"][1],
         peak=peak,
         methods=method_rows,
+        step_ratio_blocks=block_ratios(r_step["realm"][0], t_step["realm"][0]),
     )
+
+
+def block_ratios(
+    runtime: np.ndarray, reference: np.ndarray, rounds: int = TURN_BLOCKS
+) -> tuple[float, ...]:
+    """Median ratio per block of :func:`take_turns` (the same blocks, in sample order)."""
+    blocks = np.array_split(np.arange(len(reference)), rounds)
+    return tuple(float(np.median(runtime[b]) / np.median(reference[b])) for b in blocks if len(b))
 
 
 _TORCH_ONLY = textwrap.dedent("""
@@ -575,7 +590,8 @@ def format_speed(rows: list[SpeedRow]) -> str:
     """
     head = (
         "| model | backend | threads | predict ms torch / runtime (ratio) | REALM adapt ms "
-        "torch / runtime (ratio), update rate | updating step ms torch / runtime (ratio) | "
+        "torch / runtime (ratio), update rate | updating step ms torch / runtime (ratio; range "
+        "over the sides' alternating blocks) | "
         "peak RSS MB torch-only / runtime-only (ratio) |"
     )
     lines = [head, "|" + "---|" * 7]
@@ -586,7 +602,8 @@ def format_speed(rows: list[SpeedRow]) -> str:
             f"{r.runtime_predict_ms:.2f} "
             f"({r.predict_ratio:.2f}) | {r.torch_adapt_ms:.2f} / {r.runtime_adapt_ms:.2f} "
             f"({r.adapt_ratio:.2f}), {r.update_rate:.2f} | {r.torch_step_ms:.2f} / "
-            f"{r.runtime_step_ms:.2f} ({r.step_ratio:.2f}) | {torch_rss} / "
+            f"{r.runtime_step_ms:.2f} ({r.step_ratio:.2f}{_spread(r.step_ratio_blocks)}) | "
+            f"{torch_rss} / "
             f"{r.runtime_peak_rss_mb:.0f} ({_ratio(r.runtime_peak_rss_mb, r.torch_peak_rss_mb)}) |"
         )
     tables = ["\n".join(lines), _format_floor(rows)]
@@ -595,6 +612,10 @@ def format_speed(rows: list[SpeedRow]) -> str:
     if any(r.methods for r in rows):
         tables.append(_format_methods([m for r in rows for m in r.methods]))
     return "\n\n".join(tables)
+
+
+def _spread(ratios: tuple[float, ...]) -> str:
+    return f"; blocks {min(ratios):.2f}–{max(ratios):.2f}" if ratios else ""
 
 
 def _format_floor(rows: list[SpeedRow]) -> str:
