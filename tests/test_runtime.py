@@ -315,14 +315,35 @@ def test_runtime_side_settings_can_be_overridden(digits_artifacts, digits_stream
     assert rt.state.alpha != 0.15  # α, λ still learn at their own rate
 
 
+def test_auto_schedule_times_each_graph_before_comparing(digits_artifacts, digits_stream):
+    """A slow first timed forward must not pin the `auto` schedule to the training path:
+    both graphs are timed MIN_TIMED times before their costs are compared."""
+    MIN_TIMED = RealmRuntime.MIN_TIMED
+    rt = RealmRuntime(digits_artifacts[0], schedule="auto", threads=1)
+    x = digits_stream[0]
+    paths = []
+    for i in range(2 * (1 + MIN_TIMED)):
+        paths.append("train" if rt._train_first(1) else "infer")
+        rt.adapt(np.ascontiguousarray(x[i : i + 1]))
+        if paths[-1] == "infer" and len(rt._recent["infer"]) == 1:
+            rt._recent["infer"][0] = 10.0  # the first timed forward stalled (10 s)
+    assert paths == ["train"] * (1 + MIN_TIMED) + ["infer"] * (1 + MIN_TIMED)
+    # (a sample that updates on the forward-first path is a timed training call too)
+    assert len(rt._recent["train"]) >= MIN_TIMED and len(rt._recent["infer"]) == MIN_TIMED
+    assert rt._cost("infer") < 10.0  # the later forwards count: the stall alone does not
+
+
 def test_auto_schedule_recovers_from_a_slow_measurement(digits_artifacts, digits_stream):
     """Forward-only calls that looked slow (a stall, a cold cache) must not pin the `auto`
     schedule to the training path: the path not taken is re-timed now and then."""
     REPROBE_EVERY, TIMING_WINDOW = RealmRuntime.REPROBE_EVERY, RealmRuntime.TIMING_WINDOW
 
+    MIN_TIMED = RealmRuntime.MIN_TIMED
+
     rt = RealmRuntime(digits_artifacts[0], schedule="auto", threads=1)
     x = digits_stream[0]
-    for i in range(4):  # each graph's first call is set-up and is not timed
+    warm = 2 * (1 + MIN_TIMED)  # each graph's first call is set-up and is not timed
+    for i in range(warm):
         rt.adapt(np.ascontiguousarray(x[i : i + 1]))
     assert rt._cost("train") > 0 and rt._cost("infer") > 0
     cost, choice = rt._cost("infer"), rt._train_first(1)
@@ -330,7 +351,7 @@ def test_auto_schedule_recovers_from_a_slow_measurement(digits_artifacts, digits
     assert rt._cost("infer") == cost and rt._train_first(1) == choice
     rt._recent["infer"].extend([10.0] * TIMING_WINDOW)  # a whole window of them does
     assert rt._train_first(1)
-    for i in range(4, 4 + 2 * REPROBE_EVERY):
+    for i in range(warm, warm + 2 * REPROBE_EVERY):
         rt.adapt(np.ascontiguousarray(x[i % len(x) : i % len(x) + 1]))
     assert rt._cost("infer") < 10.0  # re-timed at least once
 

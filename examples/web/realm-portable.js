@@ -48,6 +48,7 @@ import { StateFileError, float32Array, parseNpy, readState, writeState } from ".
 
 const REPROBE_EVERY = 100; // auto schedule: samples between re-timings of the path not taken
 const TIMING_WINDOW = 8; // auto schedule: a graph's cost is the fastest of its last 8 calls
+const MIN_TIMED = 3; // auto schedule: timed calls of each graph before the two are compared
 
 export class RealmClient {
   /**
@@ -337,11 +338,12 @@ export class RealmClient {
   /** @returns {boolean} the schedule's choice for this sample (RealmRuntime's rule) */
   _trainFirst() {
     if (this.schedule !== "auto") return this.schedule === "train";
-    const cost = (/** @type {number[]} */ t) => (t.length ? Math.min(...t) : 0);
-    const train = cost(this._recent.train);
-    const infer = cost(this._recent.infer);
-    if (train === 0) return true; // measure the step first (its first call is set-up) ...
-    if (infer === 0) return false; // ... then the forward graph
+    // Measure the step first (its first call is set-up, then MIN_TIMED timed), then the
+    // forward graph: one slow early call must not decide.
+    if (this._recent.train.length < MIN_TIMED) return true;
+    if (this._recent.infer.length < MIN_TIMED) return false;
+    const train = Math.min(...this._recent.train);
+    const infer = Math.min(...this._recent.infer);
     const trainFirst = infer + this._rate * train >= train;
     // Re-time the path not taken now and then: one slow measurement cannot pin the choice.
     return this._calls % REPROBE_EVERY === 0 ? !trainFirst : trainFirst;

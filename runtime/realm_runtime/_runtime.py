@@ -124,6 +124,10 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
     # auto schedule: a graph's cost is the fastest of its last few timed calls (noise and
     # stalls only ever add time, and one slow call must not pin the choice)
     TIMING_WINDOW: ClassVar[int] = 8
+    # auto schedule: timed calls of each graph before the two are compared. One was too few:
+    # a slow second forward (vit_base's lean session, digits) pinned the training path until
+    # the next re-timing, and the bench's REALM adapt measured a step (226 ms, not 116).
+    MIN_TIMED: ClassVar[int] = 3
     _state_dtype = F32  # restored states are cast to the graphs' float32
 
     def __init__(
@@ -375,11 +379,12 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
             return False  # B > 1: the loss weights depend on the decisions, so decide first
         if self.schedule == "train":
             return True
-        t_train, t_infer = self._cost("train"), self._cost("infer")
-        if t_train == 0.0:  # measure (a) first (its first call is set-up, then one timed)...
+        # Measure (a) first (its first call is set-up, then MIN_TIMED timed), then (b).
+        if len(self._recent["train"]) < self.MIN_TIMED:
             return True
-        if t_infer == 0.0:  # ... then (b)
+        if len(self._recent["infer"]) < self.MIN_TIMED:
             return False
+        t_train, t_infer = self._cost("train"), self._cost("infer")
         train_first = t_infer + self._rate * t_train >= t_train
         if self._calls % self.REPROBE_EVERY == 0:
             # (a) never runs the forward-only graph: re-time the path not taken now and then,
