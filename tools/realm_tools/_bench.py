@@ -286,7 +286,7 @@ def bench_model(
     *,
     threads: int = 2,
     samples: int = 30,
-    warmup: int = 5,
+    warmup: int = 10,
     work_dir: str | os.PathLike[str] | None = None,
     seed: int = 0,
     methods: Sequence[str] = METHODS,

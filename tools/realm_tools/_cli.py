@@ -100,7 +100,9 @@ def _cmd_bench_speed(args: argparse.Namespace) -> int:
     quick = args.quick
     models = args.models or (["digits"] if quick else ["digits", "resnet50_gn"])
     samples = args.samples or (5 if quick else 30)
-    warmup = args.warmup if args.warmup is not None else (2 if quick else 5)
+    # 10: RealmRuntime's auto schedule times each graph 1 + MIN_TIMED (3) times before it
+    # settles; with 5, three of the first timed updating steps also ran a forward (≈1.4×).
+    warmup = args.warmup if args.warmup is not None else (2 if quick else 10)
     unknown = [m for m in models if not known_model(m)]
     bad_methods = [m for m in args.methods if m not in METHODS]
     if unknown or bad_methods:
@@ -421,7 +423,7 @@ def _add_bench_speed(bench: Any) -> None:
     speed.add_argument(
         "--samples", type=int, default=None, help="timed samples per measurement (30; quick 5)"
     )
-    speed.add_argument("--warmup", type=int, default=None, help="warm-up calls (5; quick 2)")
+    speed.add_argument("--warmup", type=int, default=None, help="warm-up calls (10; quick 2)")
     speed.add_argument(
         "--methods",
         nargs="*",
