@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -40,6 +40,9 @@ from realm_sdk import RealmAdapter
 from ._external import ExternalRuntime, checkout_env
 from ._flops import MachinePeak, count_flops, machine_peak
 from ._models import build_model
+
+if TYPE_CHECKING:  # realm_export is imported where an export runs (bench_model)
+    from realm_export import ExportInfo
 
 
 class _AdaptRatios:
@@ -193,7 +196,7 @@ def take_turns(
     timed = np.arange(warmup, samples)
     out = {name: np.empty(len(timed)) for name in sides}
     order = list(sides)
-    for block, idx in enumerate(np.array_split(np.arange(len(timed)), rounds)):
+    for block, idx in enumerate(_turn_blocks(len(timed), rounds)):
         for name in order if block % 2 == 0 else order[::-1]:
             out[name][idx] = sides[name](timed[idx])
     return out
@@ -384,7 +387,7 @@ def bench_model(
     ]
 
 
-def _validation(info: Any) -> dict[str, dict[str, float]]:
+def _validation(info: ExportInfo) -> dict[str, dict[str, float]]:
     """Largest errors of each validated graph of an export (``ExportInfo``)."""
     reports = {"training": info.validation, "portable": info.portable_validation}
     return {
@@ -486,8 +489,13 @@ def block_ratios(
     runtime: np.ndarray, reference: np.ndarray, rounds: int = TURN_BLOCKS
 ) -> tuple[float, ...]:
     """Median ratio per block of :func:`take_turns` (the same blocks, in sample order)."""
-    blocks = np.array_split(np.arange(len(reference)), rounds)
+    blocks = _turn_blocks(len(reference), rounds)
     return tuple(float(np.median(runtime[b]) / np.median(reference[b])) for b in blocks if len(b))
+
+
+def _turn_blocks(count: int, rounds: int) -> list[np.ndarray]:
+    """Indices of ``count`` timed samples in ``rounds`` consecutive blocks (take_turns')."""
+    return np.array_split(np.arange(count), rounds)
 
 
 _TORCH_ONLY = textwrap.dedent("""
