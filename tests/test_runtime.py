@@ -337,12 +337,11 @@ def test_auto_schedule_recovers_from_a_slow_measurement(digits_artifacts, digits
     """Forward-only calls that looked slow (a stall, a cold cache) must not pin the `auto`
     schedule to the training path: the path not taken is re-timed now and then."""
     REPROBE_EVERY, TIMING_WINDOW = RealmRuntime.REPROBE_EVERY, RealmRuntime.TIMING_WINDOW
-
     MIN_TIMED = RealmRuntime.MIN_TIMED
-
     rt = RealmRuntime(digits_artifacts[0], schedule="auto", threads=1)
     x = digits_stream[0]
-    warm = 2 * (1 + MIN_TIMED)  # each graph's first call is set-up and is not timed
+    # Each graph: one untimed set-up call, then MIN_TIMED timed ones before they are compared.
+    warm = 2 * (1 + MIN_TIMED)
     for i in range(warm):
         rt.adapt(np.ascontiguousarray(x[i : i + 1]))
     assert rt._cost("train") > 0 and rt._cost("infer") > 0
