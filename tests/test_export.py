@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -330,11 +331,22 @@ def test_failed_export_leaves_an_existing_directory_untouched(tmp_path):
     ids=["cumsum", "atan", "erfinv"],
 )
 def test_ops_without_gradient_or_onnx_form_are_named(fn, message, tmp_path):
+    """Asked for (training=True), the legacy artifacts' failure is the export's, named; by
+    default it is the reason they are missing, and the portable graph is still written where
+    it can be (issue 25)."""
     with pytest.raises(UnsupportedModelError, match=message):
         export_realm_artifacts(
-            _WithOp(fn), tmp_path / "a", config=CFG10, input_shape=(1, 3, 16, 16)
+            _WithOp(fn), tmp_path / "a", config=CFG10, input_shape=(1, 3, 16, 16), training=True
         )
     assert list(tmp_path.iterdir()) == []
+    try:
+        info = export_realm_artifacts(
+            _WithOp(fn), tmp_path / "b", config=CFG10, input_shape=(1, 3, 16, 16)
+        )
+    except UnsupportedModelError as exc:  # no graph at all: the op, in one sentence
+        assert re.search(message, str(exc)) and "\n" not in str(exc)
+    else:
+        assert re.search(message, info.training_error) and info.portable_validation.passed
 
 
 def test_model_without_norm_layers_is_refused(tmp_path):

@@ -156,3 +156,39 @@ def test_help_speaks_to_users(capsys):
         main(["--help"])
     out = capsys.readouterr().out
     assert "Export a model to on-device artifacts" in out and "thin wrapper" not in out
+
+
+HARDSWISH_MODEL = textwrap.dedent("""
+    from torch import nn
+
+    def build():
+        return nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.Hardswish(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 5),
+        )
+""")
+
+
+def test_the_training_flags(tmp_path, capsys):
+    """Issue 25: the legacy artifacts never veto the default export; --training makes their
+    failure the export's, --no-training skips them."""
+    import importlib.util
+
+    path = tmp_path / "hs.py"
+    path.write_text(HARDSWISH_MODEL)
+    common = ["export", "--model", f"{path}:build", "--num-classes", "5"]
+    common += ["--input-shape", "1,3,8,8", "--no-web"]
+    installed = importlib.util.find_spec("onnxruntime.training") is not None
+    code = main([*common, "--out", str(tmp_path / "a")])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert "legacy training artifacts" in printed.out
+    assert ("HardSwish" if installed else "not installed") in printed.out
+    code = main([*common, "--out", str(tmp_path / "b"), "--no-training"])
+    printed = capsys.readouterr()
+    assert code == 0 and "not asked for (training=False)" in printed.out
+    code = main([*common, "--out", str(tmp_path / "c"), "--training"])
+    printed = capsys.readouterr()
+    assert code != 0 and not (tmp_path / "c").exists()
+    assert ("HardSwish" if installed else "onnxruntime-training 1.19.2") in printed.err
+    assert "Traceback" not in printed.err

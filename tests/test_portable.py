@@ -132,15 +132,24 @@ class _Upsampler(nn.Module):
 
 
 def test_training_graph_errors_are_named_not_raw(tmp_path):
-    """onnxruntime-training 1.19.2 has no ConvTransposeGrad kernel: one clear sentence."""
+    """onnxruntime-training 1.19.2 has no ConvTransposeGrad kernel: one clear sentence, the
+    export's own error where the training artifacts were asked for (training=True), else the
+    reason they are missing beside the portable graph (issue 25)."""
     from realm_export import UnsupportedModelError
 
     model = _Upsampler().eval()
     config = RealmConfig.preset("cifar", num_classes=5)
+    shape = (1, 3, 16, 16)
     with pytest.raises(UnsupportedModelError, match="ConvTransposeGrad") as caught:
-        export_realm_artifacts(model, tmp_path / "a", config=config, input_shape=(1, 3, 16, 16))
+        export_realm_artifacts(
+            model, tmp_path / "a", config=config, input_shape=shape, training=True
+        )
     assert "\n" not in str(caught.value) and "onnxruntime_src" not in str(caught.value)
     assert not (tmp_path / "a").exists() and not list(tmp_path.iterdir())
+    info = export_realm_artifacts(model, tmp_path / "b", config=config, input_shape=shape)
+    assert "ConvTransposeGrad" in info.training_error and "\n" not in info.training_error
+    assert info.portable_validation.passed
+    _steps_agree(tmp_path / "b", model, config, steps=4, shape=shape)
 
 
 def test_backend_choice_and_errors(digits_artifacts):

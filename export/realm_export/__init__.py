@@ -15,9 +15,16 @@ from ._export import ExportInfo, export_realm_artifacts
 from ._graph import append_loss, declare_layer_norm_outputs, model_to_onnx
 from ._portable import PortableGraphs, build_portable_graphs
 from ._rewrite import UnsupportedModelError, export_friendly_norms
-from ._validate import ValidationError, ValidationReport
+from ._validate import (
+    LOGITS_RTOL,
+    ValidationError,
+    ValidationReport,
+    reference_spread,
+    torch_reference,
+)
 
 __all__ = [
+    "LOGITS_RTOL",
     "ExportInfo",
     "PortableGraphs",
     "UnsupportedModelError",
@@ -29,4 +36,6 @@ __all__ = [
     "export_friendly_norms",
     "export_realm_artifacts",
     "model_to_onnx",
+    "reference_spread",
+    "torch_reference",
 ]

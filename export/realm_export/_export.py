@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import logging
 import os
+import re
 import shutil
 import sys
 import time
@@ -33,6 +34,7 @@ from realm_runtime.contract import (
     LAMBDA_NAME,
     LAYOUT_VERSION,
     MANIFEST_NAME,
+    PARAMS_NAME,
     SHARED_WEIGHTS,
     SOURCE_PARAMS,
     STEP_MODEL,
@@ -87,6 +89,7 @@ class ExportInfo:
     portable_validation: ValidationReport | None = None  # the portable step graph's figures
     portable_error: str | None = None  # why there is no portable step graph, if there is none
     ort_format_validation: ValidationReport | None = None  # the .ort graphs' figures
+    training_error: str | None = None  # why there are no training artifacts, if there are none
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,9 @@ class _ExportPlan:
     out_dir: Path  # the artifact directory to create
     config: RealmConfig
     shape: tuple[int, ...]  # (batch, C, ...) of the export
-    training: bool  # write the ORT training artifacts (None already resolved)
+    training: bool  # try the ORT training artifacts (None already resolved)
+    training_required: bool  # their failure is an error: asked for, or nothing else is written
+    training_skipped: str | None  # why they are not tried, when they are not
     portable: bool  # write the portable step and forward graphs
     web: bool  # and the decision graph beside them
     ort_format: bool  # and their ORT-format conversions
@@ -133,10 +138,11 @@ class _Traced:
     example: torch.Tensor  # the traced input, of the export shape
     trainable: list[str]  # the SDK's norm parameters
     requires_grad: list[str]  # those, then α and λ where the method learns them
-    forward: onnx.ModelProto  # the inference graph
-    with_loss: onnx.ModelProto  # the forward graph with REALM's loss: the training graph's base
+    forward: onnx.ModelProto | None  # the inference graph (TorchScript); None: it failed
+    with_loss: onnx.ModelProto | None  # the forward graph with REALM's loss: the training base
     branches: list[str]  # where the tracer froze data-dependent control flow
     versions: dict[str, int]  # IR version and opset of the forward graph
+    forward_error: str | None = None  # why the TorchScript forward graph failed, if it did
 
 
 @dataclass(frozen=True)
@@ -147,6 +153,9 @@ class _Built:
     portable: dict[str, Any]  # the manifest's portable section; {"error": ...}; {} if not asked
     portable_report: ValidationReport | None = None
     ort_report: ValidationReport | None = None
+    training_report: ValidationReport | None = None  # None: not validated, or not written
+    training_error: str | None = None  # why there are no training artifacts, if there are none
+    training_failure: ValidationError | None = None  # their failed validation, if that was why
 
 
 def export_realm_artifacts(
@@ -201,9 +210,11 @@ def export_realm_artifacts(
             ≥ 1.19), validated like the training graph. Where it cannot be built or does not
             validate, the reason is logged, kept in the manifest and in
             :attr:`ExportInfo.portable_error`, and the training artifacts are still written.
-        training: write the ONNX Runtime training artifacts. None: where
-            onnxruntime-training is installed (Python 3.11); elsewhere the portable graph
-            alone is written, and its failure is then an error.
+        training: the legacy ONNX Runtime training artifacts (onnxruntime-training 1.19.2).
+            None: tried where onnxruntime-training is installed (Python 3.11); where they
+            cannot be built or do not validate, the export goes on without them and says why
+            (:attr:`ExportInfo.training_error`, the manifest's ``training`` section, the
+            log). True: their failure is an error. False: not written.
         ort_format: also write the portable graphs in ONNX Runtime's ORT format
             (``step_model.ort``, ``forward_model.ort``) and the operator configuration a
             reduced-size ONNX Runtime build takes (``required_operators.config``), with ONNX
@@ -219,14 +230,16 @@ def export_realm_artifacts(
         The paths, trainable names and validation figures.
 
     Raises:
-        UnsupportedModelError: the model cannot become a training graph (no norm layer, an op
-            without ONNX form or gradient, dynamic control flow), with the reason.
-        ValidationError: ORT and torch disagree beyond the tolerances (the report is attached).
+        UnsupportedModelError: the model cannot adapt on the device (no norm layer, an op
+            without ONNX form or gradient, dynamic control flow), in one sentence: nothing
+            asked for could be built; or ``training=True`` and the training artifacts failed.
+        ValidationError: ORT and torch disagree beyond the tolerances on what was asked for
+            (the report is attached).
         FileExistsError: ``out_dir`` exists, is not an empty directory, and ``overwrite`` is
             false.
     """
     start = time.perf_counter()
-    path, shape, training, signing_key = _checked_arguments(
+    path, shape, (attempt, skipped), signing_key = _checked_arguments(
         out_dir,
         input_shape,
         config,
@@ -240,7 +253,9 @@ def export_realm_artifacts(
         out_dir=path,
         config=config,
         shape=shape,
-        training=training,
+        training=attempt,
+        training_required=attempt and (training is True or not portable),
+        training_skipped=skipped,
         portable=portable,
         web=web,
         ort_format=ort_format,
@@ -254,12 +269,47 @@ def export_realm_artifacts(
         preprocessing=preprocessing,
         model_info=model_info,
         signing_key=signing_key,
-        notify=progress or (lambda _label: None),
+        notify=_Stages(progress),
     )
     return _run(model, plan, start)
 
 
+class _Stages:
+    """The progress callback, remembering the stage it last announced (for error messages)."""
+
+    def __init__(self, progress: Progress | None) -> None:
+        self.current = "checking the model"
+        self._progress = progress
+
+    def __call__(self, label: str) -> None:
+        self.current = label
+        if self._progress is not None:
+            self._progress(label)
+
+
 def _run(model: nn.Module, plan: _ExportPlan, start: float) -> ExportInfo:
+    """:func:`_stages`, with any error not already a sentence of ours made into one.
+
+    Raises:
+        UnsupportedModelError: naming the stage and the library's own message, where torch,
+            onnxscript or ONNX Runtime raised something this package did not anticipate.
+    """
+    try:
+        return _stages(model, plan, start)
+    except (UnsupportedModelError, ValidationError, OSError, ImportError):
+        raise
+    except Exception as exc:
+        stage = plan.notify.current if isinstance(plan.notify, _Stages) else "exporting"
+        text = str(exc).strip()
+        first = re.sub(r"\s+", " ", text.splitlines()[0])[:300] if text else ""
+        raise UnsupportedModelError(
+            f"the export failed while {stage}: {type(exc).__name__}: {first} (a bug or a "
+            "layer this exporter does not know: please report it with the model's name; "
+            "freezing the layer with RealmConfig.frozen may avoid it)"
+        ) from exc
+
+
+def _stages(model: nn.Module, plan: _ExportPlan, start: float) -> ExportInfo:
     """The stages in order: trace, build, validate, write; ``start`` is the export's start."""
     traced = _trace(model, plan)
     # Everything goes to a temporary sibling, moved into place last: a failed export leaves
@@ -268,21 +318,21 @@ def _run(model: nn.Module, plan: _ExportPlan, start: float) -> ExportInfo:
     tmp.mkdir(parents=True)
     try:
         built = _build(plan, traced, tmp)
-        report = _validate(plan, traced, tmp)
-        manifest = _write(plan, traced, built, report)
+        manifest = _write(plan, traced, built)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return ExportInfo(
         plan.out_dir,
-        _files(plan, built.portable),
+        _files(plan, built),
         traced.requires_grad,
-        report,
+        built.training_report,
         manifest,
         time.perf_counter() - start,
         built.portable_report,
         built.portable.get("error"),
         built.ort_report,
+        built.training_error,
     )
 
 
@@ -296,12 +346,12 @@ def _checked_arguments(
     portable: bool,
     ort_format: bool,
     signing_key: object | None,
-) -> tuple[Path, tuple[int, ...], bool, object | None]:
+) -> tuple[Path, tuple[int, ...], tuple[bool, str | None], object | None]:
     """Check the arguments before anything is traced, in :func:`export_realm_artifacts`' order.
 
     Returns:
-        The artifact directory, the input shape, whether to write training artifacts
-        (``training`` resolved) and the loaded signing key.
+        The artifact directory, the input shape, whether to try the training artifacts and
+        why not (``training`` resolved), and the loaded signing key.
     """
     path = Path(out_dir)
     shape = _check_shape(input_shape)
@@ -309,14 +359,16 @@ def _checked_arguments(
         raise TypeError(f"config must be a RealmConfig, got {type(config).__name__}")
     if path.exists() and not overwrite and not _empty_dir(path):
         raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
-    training = _training_wanted(training)
-    if not training and not portable:
-        raise ValueError("nothing to export: training=False and portable=False")
+    wanted = _training_wanted(training)
+    if not wanted[0] and not portable:
+        raise ValueError(
+            f"nothing to export: portable=False, and the training artifacts are {wanted[1]}"
+        )
     if signing_key is not None:
         signing_key = load_private_key(signing_key)  # a bad key fails now, not after the export
     if ort_format and not portable:
         raise ValueError("ort_format=True converts the portable graphs: it needs portable=True")
-    return path, shape, training, signing_key
+    return path, shape, wanted, signing_key
 
 
 def _trace(model: nn.Module, plan: _ExportPlan) -> _Traced:
@@ -326,13 +378,21 @@ def _trace(model: nn.Module, plan: _ExportPlan) -> _Traced:
     plan.notify("exporting the forward graph")
     example = torch.randn(plan.shape, generator=torch.Generator().manual_seed(plan.seed))
     _check_logits(source, example, plan.shape, plan.config.num_classes)
-    forward, branches = model_to_onnx(source, example, dynamic_batch=plan.dynamic_batch)
-    versions = check_versions(forward)
-    check_trainable_names(forward, trainable)
-    plan.notify("adding the loss graph")
-    with_loss = append_loss(forward, plan.config)
     extra = [ALPHA_NAME, LAMBDA_NAME] if plan.config.learns_alpha_lambda else []
     requires_grad = [*trainable, *extra]
+    try:
+        # TorchScript's forward graph: the inference model and the legacy training graph's base.
+        forward, branches = model_to_onnx(source, example, dynamic_batch=plan.dynamic_batch)
+        versions = check_versions(forward)
+        check_trainable_names(forward, trainable)
+        plan.notify("adding the loss graph")
+        with_loss = append_loss(forward, plan.config)
+    except UnsupportedModelError as exc:
+        if not plan.portable or plan.training_required:
+            raise
+        # The portable graph does not need it: the inference model comes from its forward.
+        log.warning("no TorchScript forward graph (the portable graph stands in): %s", exc)
+        return _Traced(source, example, trainable, requires_grad, None, None, [], {}, str(exc))
     return _Traced(
         source, example, trainable, requires_grad, forward, with_loss, branches, versions
     )
@@ -344,7 +404,7 @@ def _reference(model: nn.Module, config: RealmConfig) -> tuple[nn.Module, list[s
     Raises:
         UnsupportedModelError: the SDK finds nothing to adapt (e.g. no norm layer).
     """
-    source = copy.deepcopy(model).eval()
+    source = _copy_model(model).eval()
     try:
         trainable = RealmAdapter(copy.deepcopy(source), config).trainable_names
     except ValueError as exc:
@@ -352,6 +412,31 @@ def _reference(model: nn.Module, config: RealmConfig) -> tuple[nn.Module, list[s
     for p in source.parameters():
         p.requires_grad_(False)
     return source, trainable
+
+
+def _copy_model(model: nn.Module) -> nn.Module:
+    """A deep copy of ``model``, its caches of computed tensors left behind.
+
+    timm's attention layers (LeViT, EfficientFormer, ...) cache their bias tables, computed
+    from a parameter, after an eval-mode forward; such a tensor is no graph leaf and refuses
+    ``deepcopy``. The caches are emptied for the copy and put back: the model is unchanged.
+    """
+    caches = [
+        (module, name, value)
+        for module in model.modules()
+        for name, value in vars(module).items()
+        if isinstance(value, dict)
+        and value
+        and not name.startswith("_")
+        and all(isinstance(v, torch.Tensor) and v.grad_fn is not None for v in value.values())
+    ]
+    for module, name, _ in caches:
+        setattr(module, name, {})
+    try:
+        return copy.deepcopy(model)
+    finally:
+        for module, name, value in caches:
+            setattr(module, name, value)
 
 
 def _check_logits(
@@ -362,8 +447,19 @@ def _check_logits(
     Raises:
         UnsupportedModelError: it returns something else.
     """
-    with torch.no_grad():
-        logits = source(example)
+    try:
+        with torch.no_grad():
+            logits = source(example)
+    except Exception as exc:
+        text = str(exc).strip()
+        first = text.splitlines()[0][:300] if text else type(exc).__name__
+        cfg = getattr(source, "pretrained_cfg", None)
+        size = cfg.get("input_size") if isinstance(cfg, dict) else None
+        hint = f" (it declares input_size {tuple(size)})" if size else ""
+        raise UnsupportedModelError(
+            f"the model does not run on an input of shape {shape} in torch itself "
+            f"({type(exc).__name__}: {first}): export it at a size it accepts{hint}"
+        ) from exc
     if isinstance(logits, torch.Tensor) and tuple(logits.shape) == (shape[0], num_classes):
         return
     got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
@@ -374,48 +470,113 @@ def _check_logits(
 
 
 def _build(plan: _ExportPlan, traced: _Traced, directory: Path) -> _Built:
-    """Stage 2: the training artifacts, the inference graph and the portable graphs."""
-    if plan.training:
-        plan.notify("generating training artifacts")
-        _generate(traced.with_loss, traced.requires_grad, directory)
-    onnx.save(traced.forward, str(directory / INFERENCE_MODEL))
-    if not plan.portable:
-        return _Built(directory, {})
-    built = _write_portable(plan, traced, directory)
+    """Stage 2: the inference graph, the portable graphs (the product), the training artifacts.
+
+    Raises:
+        UnsupportedModelError, ValidationError: nothing asked for could be built, or the
+            training artifacts failed where they were required.
+    """
+    plan.notify("writing the inference graph")
+    if traced.forward is not None:
+        onnx.save(traced.forward, str(directory / INFERENCE_MODEL))
+    built = _write_portable(plan, traced, directory) if plan.portable else _Built(directory, {})
+    training_report, training_error, failure = None, plan.training_skipped, None
+    if plan.training and traced.with_loss is None:
+        training_error = f"not written: their base, {traced.forward_error}"
+    elif plan.training:
+        try:
+            training_report = _write_training(plan, traced, directory)
+        except (UnsupportedModelError, ValidationError) as exc:
+            if plan.training_required:
+                raise
+            training_error = _one_sentence(exc)
+            failure = exc if isinstance(exc, ValidationError) else None
+            if "error" not in built.portable:
+                log.warning("legacy training artifacts %s", training_error)
+    built = dataclasses.replace(
+        built,
+        training_report=training_report,
+        training_error=training_error,
+        training_failure=failure,
+    )
     if "error" in built.portable:
-        _portable_missing(plan, built.portable["error"])
+        _portable_missing(plan, built, traced.branches)
     return built
 
 
-def _portable_missing(plan: _ExportPlan, reason: str) -> None:
-    """No portable step graph: an error where nothing else can stand in for it, else a warning.
+def _one_sentence(exc: UnsupportedModelError | ValidationError) -> str:
+    """An export error in one line: what failed, and the figures where it was validation."""
+    if isinstance(exc, ValidationError):
+        return f"refused: they disagree with the PyTorch reference ({exc.report.summary()})"
+    text = str(exc).strip()
+    return f"not written: {text.splitlines()[0] if text else type(exc).__name__}"
+
+
+def _portable_missing(plan: _ExportPlan, built: _Built, branches: list[str]) -> None:
+    """No portable step graph: an error unless the training artifacts stand in for it.
 
     Raises:
         UnsupportedModelError: ORT-format graphs were asked for, or there are no training
-            artifacts.
+            artifacts either.
+        ValidationError: as above, where the portable graph failed its validation.
     """
+    reason = built.portable["error"]
     if plan.ort_format:
         raise UnsupportedModelError(
             "ORT-format graphs were asked for, but there is no portable step graph "
             f"to convert: {reason}"
         )
-    if not plan.training:
-        raise UnsupportedModelError(
-            "no training artifacts (onnxruntime-training is not installed) and no "
-            f"portable step graph: {reason}"
+    if built.training_error is None:
+        log.warning(
+            "no portable step graph (the training artifacts are written): %s",
+            reason.splitlines()[0],
         )
-    log.warning("no portable step graph (the training artifacts are still written): %s", reason)
+        return
+    first, _, details = reason.partition("\n")
+    message = (
+        f"no artifact for this model: {first} (and the legacy training artifacts are "
+        f"{built.training_error})" + (f"\n{details}" if details else "")
+    )
+    if built.portable_report is not None and not built.portable_report.passed:
+        raise ValidationError(message + _branch_hint(branches), built.portable_report)
+    if built.training_failure is not None:
+        failed = built.training_failure.report
+        raise ValidationError(message + "\n" + failed.table() + _branch_hint(branches), failed)
+    raise UnsupportedModelError(message)
+
+
+def _write_training(plan: _ExportPlan, traced: _Traced, directory: Path) -> ValidationReport | None:
+    """The legacy training artifacts, built and validated aside, then moved into ``directory``.
+
+    Returns:
+        Their validation report (None where validation is switched off).
+
+    Raises:
+        UnsupportedModelError: onnxruntime-training could not build or run them.
+        ValidationError: they disagree with the PyTorch reference.
+    """
+    plan.notify("generating training artifacts (legacy, onnxruntime-training 1.19.2)")
+    aside = directory / ".training"
+    aside.mkdir()
+    try:
+        _generate(traced.with_loss, traced.requires_grad, aside)
+        report = _validate(plan, traced, aside)
+        for name in (TRAINING_MODEL, EVAL_MODEL, CHECKPOINT):
+            os.replace(aside / name, directory / name)
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
+    return report
 
 
 def _validate(plan: _ExportPlan, traced: _Traced, directory: Path) -> ValidationReport | None:
-    """Stage 3: the training artifacts against the PyTorch reference (None if not asked).
+    """The training artifacts against the PyTorch reference (None if not asked).
 
     Raises:
         ValidationError: they disagree beyond the tolerances.
     """
-    if not (plan.validate and plan.training):
+    if not plan.validate:
         return None
-    plan.notify("validating against the PyTorch reference")
+    plan.notify("validating the training artifacts against the PyTorch reference")
     report = validate_artifacts(
         directory,
         traced.source,
@@ -430,23 +591,29 @@ def _validate(plan: _ExportPlan, traced: _Traced, directory: Path) -> Validation
     return report
 
 
+def _branch_hint(branches: list[str]) -> str:
+    """Where the trace froze data-dependent control flow: the likely cause of a disagreement."""
+    if not branches:
+        return ""
+    return (
+        "\nThe trace turned tensors into Python booleans (data-dependent control "
+        "flow, frozen into one branch) at: " + ", ".join(branches[:5])
+    )
+
+
 def _disagreement(report: ValidationReport, branches: list[str]) -> str:
     """The failed validation's message, naming frozen control flow as the likely cause."""
-    hint = ""
-    if branches:
-        hint = (
-            "\nThe trace turned tensors into Python booleans (data-dependent control "
-            "flow, frozen into one branch) at: " + ", ".join(branches[:5])
-        )
-    return "the exported artifacts disagree with the PyTorch reference:\n" + report.table() + hint
+    return (
+        "the training artifacts disagree with the PyTorch reference:\n"
+        + report.table()
+        + _branch_hint(branches)
+    )
 
 
-def _write(
-    plan: _ExportPlan, traced: _Traced, built: _Built, report: ValidationReport | None
-) -> Manifest:
-    """Stage 4: the manifest (signed if asked), then the directory moved into place."""
+def _write(plan: _ExportPlan, traced: _Traced, built: _Built) -> Manifest:
+    """Stage 3: the manifest (signed if asked), then the directory moved into place."""
     plan.notify("writing the manifest")
-    manifest = _manifest(plan, traced, built, report)
+    manifest = _manifest(plan, traced, built)
     (built.directory / MANIFEST_NAME).write_bytes(manifest.to_bytes())
     if plan.signing_key is not None:
         plan.notify("signing the manifest")
@@ -455,11 +622,11 @@ def _write(
     return manifest
 
 
-def _files(plan: _ExportPlan, portable: dict[str, Any]) -> dict[str, Path]:
+def _files(plan: _ExportPlan, built: _Built) -> dict[str, Path]:
     """:attr:`ExportInfo.files`: role → path of every file the export wrote."""
-    out_dir = plan.out_dir
+    out_dir, portable = plan.out_dir, built.portable
     files = {"inference_model": out_dir / INFERENCE_MODEL, "manifest": out_dir / MANIFEST_NAME}
-    if plan.training:
+    if plan.training and built.training_error is None:
         files |= {
             "training_model": out_dir / TRAINING_MODEL,
             "eval_model": out_dir / EVAL_MODEL,
@@ -498,6 +665,8 @@ def _write_portable(plan: _ExportPlan, traced: _Traced, directory: Path) -> _Bui
         )
     except UnsupportedModelError as exc:
         return _Built(directory, {"error": str(exc)})
+    if traced.forward is None:  # the inference model from the portable forward graph
+        onnx.save(_standalone(graphs), str(directory / INFERENCE_MODEL))
     weights = save_with_shared_weights(
         {"step_model": graphs.step, "forward_model": graphs.forward}, directory, _PORTABLE_FILES
     )
@@ -518,11 +687,25 @@ def _write_portable(plan: _ExportPlan, traced: _Traced, directory: Path) -> _Bui
     return _Built(directory, section, report, ort_report)
 
 
+def _standalone(graphs: PortableGraphs) -> onnx.ModelProto:
+    """The portable forward graph with ``realm.params`` bound to the source: ``input → logits``."""
+    model = onnx.ModelProto()
+    model.CopyFrom(graphs.forward)
+    kept = [i for i in model.graph.input if i.name != PARAMS_NAME]
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    model.graph.initializer.append(onnx.numpy_helper.from_array(graphs.source, PARAMS_NAME))
+    return model
+
+
 def _discard_portable(directory: Path, report: ValidationReport) -> dict[str, Any]:
     """Remove the portable graphs that failed validation; the section that says why."""
     for name in (*_PORTABLE_FILES.values(), SHARED_WEIGHTS):
         (directory / name).unlink(missing_ok=True)
-    reason = "the portable step graph disagrees with the PyTorch reference:\n" + report.table()
+    reason = (
+        f"the portable step graph disagrees with the PyTorch reference ({report.summary()}):\n"
+        + report.table()
+    )
     return {"error": reason, "validation": report.to_dict()}
 
 
@@ -621,8 +804,12 @@ def _ort_format_section(
     }
 
 
-def _training_wanted(training: bool | None) -> bool:
-    """Whether to build training artifacts: asked for, or onnxruntime-training is installed."""
+def _training_wanted(training: bool | None) -> tuple[bool, str | None]:
+    """Whether to try the training artifacts (asked for, or installed), and why not if not.
+
+    Raises:
+        ImportError: ``training=True`` where onnxruntime-training is not installed.
+    """
     import importlib.util
 
     available = importlib.util.find_spec("onnxruntime") is not None
@@ -631,19 +818,18 @@ def _training_wanted(training: bool | None) -> bool:
         # check keeps a traceback for good, which would pin this export's frames (the model).
         onnxruntime_module()
         available = importlib.util.find_spec("onnxruntime.training") is not None
-    if training is None:
-        if not available:
-            log.info(
-                "onnxruntime-training is not installed (it exists for Python 3.11 only): "
-                "writing the portable step graph without training artifacts"
-            )
-        return available
+    if training is False:
+        return False, "not asked for (training=False)"
     if training and not available:
         raise ImportError(
             "training=True needs onnxruntime-training 1.19.2 (Python 3.11): pip install "
             "'realm-tta[runtime-training]', or export the portable graph alone"
         )
-    return training
+    if not available:
+        reason = "not written: onnxruntime-training is not installed (it exists for Python 3.11)"
+        log.info("legacy training artifacts %s", reason)
+        return False, reason
+    return True, None
 
 
 def validation_batch(
@@ -734,12 +920,10 @@ def _preprocessing(model: nn.Module, given: dict[str, Any] | None) -> dict[str, 
     return {k: (list(cfg[k]) if isinstance(cfg[k], tuple) else cfg[k]) for k in keys if k in cfg}
 
 
-def _manifest(
-    plan: _ExportPlan, traced: _Traced, built: _Built, report: ValidationReport | None
-) -> Manifest:
+def _manifest(plan: _ExportPlan, traced: _Traced, built: _Built) -> Manifest:
     """The manifest of the files in ``built.directory``, as :func:`_write` writes it."""
     shape = plan.shape
-    inits = {init.name: list(init.dims) for init in traced.forward.graph.initializer}
+    inits = {n: list(p.shape) for n, p in traced.source.named_parameters()}
     files = {p.name: sha256_of(p) for p in sorted(built.directory.iterdir()) if p.is_file()}
     return Manifest(
         format=ARTIFACT_FORMAT,
@@ -754,10 +938,18 @@ def _manifest(
         files=files,
         versions=_versions(traced.versions),
         preprocessing=_preprocessing(traced.source, plan.preprocessing),
-        validation=report.to_dict() if report is not None else {},
+        validation=built.training_report.to_dict() if built.training_report is not None else {},
         model=_model_info(traced.source, plan.model_info),
         portable=built.portable,
+        training=_training_section(built),
     )
+
+
+def _training_section(built: _Built) -> dict[str, Any]:
+    """The manifest's ``training``: whether the legacy training artifacts are here, and why not."""
+    if built.training_error is None:
+        return {"written": True}
+    return {"written": False, "reason": built.training_error}
 
 
 def _versions(graph_versions: dict[str, int]) -> dict[str, Any]:

@@ -66,11 +66,14 @@ def model_to_onnx(
             )
         except UnsupportedModelError:
             raise
-        except Exception as exc:  # the exporter's errors name the op; keep them, add context
+        except Exception as exc:  # the exporter's first sentence names the op; keep that
+            text = str(exc).strip()
+            first = text.splitlines()[0] if text else type(exc).__name__
+            first = first.split(". ")[0].rstrip(".")[:300]
             raise UnsupportedModelError(
                 f"torch.onnx.export (TorchScript, opset {OPSET}) failed on "
-                f"{type(model).__name__}: {exc}. Data-dependent control flow and ops without an "
-                "ONNX form cannot be exported for on-device training."
+                f"{type(model).__name__}: {first}. Replace that layer, or export a model "
+                "without data-dependent control flow"
             ) from exc
     branches = sorted(
         {

@@ -370,9 +370,16 @@ def trace(fn: Callable[..., Any], args: Sequence[Tensor]) -> fx.GraphModule:
     except UnsupportedModelError:
         raise
     except Exception as exc:
+        text = str(exc).strip()
+        if "_local_scalar_dense" in text or "data-dependent" in text:
+            raise UnsupportedModelError(
+                "the model's forward branches on a tensor's value (data-dependent control "
+                "flow, such as `if x.mean() > 0:` or `.item()`), which one graph cannot hold: "
+                "write the branch as a tensor op (torch.where)"
+            ) from exc
         raise UnsupportedModelError(
             f"tracing the step with make_fx failed: {type(exc).__name__}: "
-            f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+            f"{text.splitlines()[0][:300] if text else ''}"
         ) from exc
     rewrite_backward_ops(gm)
     return gm
@@ -554,12 +561,232 @@ def _fold_restride_backward(graph: fx.Graph, copy: fx.Node) -> bool:
     for view in views:
         with graph.inserting_before(view):
             reshaped = graph.call_function(aten.reshape.default, (src, list(view.args[1])))
+        reshaped.meta.update(view.meta)
         view.replace_all_uses_with(reshaped)
         graph.erase_node(view)
     graph.erase_node(copy)
     graph.erase_node(target)
     graph.erase_node(base)
     return True
+
+
+def _dense_full_view(node: Any, numel: int) -> bool:
+    """An ``as_strided`` at offset 0 whose view is row-major over all ``numel`` values."""
+    return (
+        isinstance(node, fx.Node)
+        and node.target == aten.as_strided.default
+        and (len(node.args) < 4 or node.args[3] in (0, None))
+        and _dense(node.args[1], node.args[2])
+        and math.prod(node.args[1]) == numel
+    )
+
+
+def _fold_dense_copy(graph: fx.Graph, copy: fx.Node) -> bool:
+    """``copy_(new_empty_strided(·, dense), src)`` is ``src``: a contiguous clone.
+
+    Autograd's backward of slicing a concatenation (GhostNet's ``cat(...)[:, :k]``) clones
+    the gradient into a fresh dense buffer and views it whole with ``as_strided``; after
+    functionalization the view becomes ``as_strided_scatter``, which has no ONNX form. With
+    the buffer dense and the same size as ``src``, the clone moves nothing: its views are
+    reshapes of ``src`` and its other readers read ``src``.
+    """
+    base, src = copy.args[0], copy.args[1]
+    empties = (aten.new_empty_strided.default, aten.empty_strided.default)
+    if not (isinstance(base, fx.Node) and base.target in empties and isinstance(src, fx.Node)):
+        return False
+    size, stride = (base.args[1], base.args[2]) if base.target == empties[0] else base.args[:2]
+    val = src.meta.get("val")
+    if val is None or list(val.shape) != list(size) or not _dense(size, stride):
+        return False
+    if any(u is not copy for u in base.users):
+        return False
+    numel = math.prod(size)
+    for user in list(copy.users):
+        if _dense_full_view(user, numel):
+            with graph.inserting_before(user):
+                reshaped = graph.call_function(aten.reshape.default, (src, list(user.args[1])))
+            reshaped.meta.update(user.meta)
+            user.replace_all_uses_with(reshaped)
+            graph.erase_node(user)
+        else:
+            user.replace_input_with(copy, src)
+    graph.erase_node(copy)
+    graph.erase_node(base)
+    return True
+
+
+def _storage_index(size: Sequence[int], stride: Sequence[int], offset: int) -> Tensor:
+    """The flat storage position of every element of a strided view, in row-major order."""
+    index = torch.full([1] * len(size), int(offset), dtype=torch.int64)
+    for dim, (n, step) in enumerate(zip(size, stride, strict=True)):
+        shape = [1] * len(size)
+        shape[dim] = int(n)
+        index = index + (torch.arange(int(n), dtype=torch.int64) * int(step)).reshape(shape)
+    return index.expand(*[int(n) for n in size]).reshape(-1)
+
+
+def _in_place(node: fx.Node) -> bool:
+    """Whether ``node`` is an aten op that writes into its first argument (``add_``, ...)."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or not schema.arguments:
+        return False
+    info = schema.arguments[0].alias_info
+    return info is not None and info.is_write
+
+
+def _buffer_views(base: fx.Node) -> list[fx.Node] | None:
+    """Every ``as_strided`` view of ``base``'s storage, views of views too.
+
+    None where something else touches the storage: a reader of the buffer itself, or an
+    in-place op other than ``copy_`` into a view.
+    """
+    views, todo = [], [base]
+    while todo:
+        node = todo.pop()
+        for user in node.users:
+            if user.target == aten.as_strided.default and user.args[0] is node:
+                views.append(user)
+                todo.append(user)
+            elif node is base:
+                return None  # the buffer read or written other than through a view
+            elif _in_place(user) and user.target != aten.copy_.default:
+                return None
+    return views
+
+
+def _functionalize_buffer(gm: fx.GraphModule, base: fx.Node) -> bool:
+    """Writes (``copy_``) into strided views of a ``full`` buffer, as values: scatters.
+
+    Autograd's backward of an in-place op on a view (GhostNet's ``cat(...)[:, :k] += s``)
+    fills a zero buffer through ``as_strided`` views and ``copy_``: after functionalization
+    an ``as_strided_scatter``, which has no ONNX form. Here the buffer is a flat value: each
+    ``copy_`` scatters its source at the view's storage positions, each read of a view
+    gathers them (a reshape where the view is the whole buffer, dense).
+    """
+    graph = gm.graph
+    views = _buffer_views(base)
+    if not views:
+        return False
+    view_set = set(views)
+    numel = math.prod(base.args[0])
+    order = list(graph.nodes)
+    with graph.inserting_after(base):
+        current = graph.call_function(aten.reshape.default, (base, [-1]))
+    constants = 0
+
+    def offset_of(view: fx.Node) -> int:
+        given = view.args[3] if len(view.args) > 3 else None
+        if given is not None:
+            return int(given)  # as_strided's offset is into the storage, not the view
+        parent = view.args[0]
+        return offset_of(parent) if parent in view_set else 0  # None: the input's own
+
+    def positions(view: fx.Node) -> fx.Node:
+        nonlocal constants
+        offset = offset_of(view)
+        name = f"_{base.name}_view{constants}"
+        constants += 1
+        gm.register_buffer(name, _storage_index(view.args[1], view.args[2], offset))
+        return graph.get_attr(name)
+
+    def read(view: fx.Node) -> fx.Node:
+        if _dense_full_view(view, numel) and offset_of(view) == 0:
+            return graph.call_function(aten.reshape.default, (current, list(view.args[1])))
+        flat = graph.call_function(aten.index_select.default, (current, 0, positions(view)))
+        return graph.call_function(aten.reshape.default, (flat, list(view.args[1])))
+
+    for node in order:
+        if node in view_set:
+            continue
+        if node.target == aten.copy_.default and node.args[0] in view_set:
+            view, src = node.args[0], node.args[1]
+            with graph.inserting_before(node):
+                if src in view_set:  # a copy within the buffer: read before the write
+                    src = read(src)
+                flat_src = graph.call_function(aten.reshape.default, (src, [-1]))
+                if _dense_full_view(view, numel) and offset_of(view) == 0:
+                    current = flat_src
+                else:
+                    current = graph.call_function(
+                        aten.scatter.src, (current, 0, positions(view), flat_src)
+                    )
+                value = read(view)
+            node.replace_all_uses_with(value)
+            graph.erase_node(node)
+            continue
+        for arg in node.all_input_nodes:
+            if arg in view_set:
+                with graph.inserting_before(node):
+                    node.replace_input_with(arg, read(arg))
+    for view in reversed(views):
+        graph.erase_node(view)
+    return True
+
+
+# Upsampling's backward ops (no ONNX form) → their forward op, the arguments after the
+# sizes: align_corners where the mode has it, then the scales.
+_UPSAMPLE_BACKWARD = {
+    aten.upsample_nearest2d_backward.default: (aten.upsample_nearest2d.default, 0),
+    aten._upsample_nearest_exact2d_backward.default: (
+        aten._upsample_nearest_exact2d.default,
+        0,
+    ),
+    aten.upsample_bilinear2d_backward.default: (aten.upsample_bilinear2d.default, 1),
+    aten.upsample_bicubic2d_backward.default: (aten.upsample_bicubic2d.default, 1),
+}
+
+
+def _axis_matrix(
+    forward: Any, extra: Sequence[Any], in_hw: Sequence[int], out_hw: Sequence[int], axis: int
+) -> Tensor:
+    """The (out, in) matrix of a separable upsampling along one axis, read off the real op.
+
+    Basis input ``k`` is one along ``axis`` at ``k`` and constant across the other axis;
+    torch's interpolation weights sum to one along each axis, so its output along ``axis``
+    is column ``k`` of the matrix.
+    """
+    size = int(in_hw[axis])
+    basis = (
+        torch.eye(size).reshape(size, 1, size, 1)
+        if axis == 0
+        else torch.eye(size).reshape(size, 1, 1, size)
+    )
+    basis = basis.expand(size, 1, int(in_hw[0]), int(in_hw[1])).contiguous()
+    with _constants():
+        out = forward(basis.to(torch.float32), list(out_hw), *extra)
+    columns = out[:, 0, :, 0] if axis == 0 else out[:, 0, 0, :]
+    return columns.transpose(0, 1).contiguous()  # (out, in)
+
+
+def _upsample_input_grad(gm: fx.GraphModule, node: fx.Node) -> fx.Node:
+    """Upsampling's and adaptive average pooling's input gradient: ``A_hᵀ · g · A_w``.
+
+    Nearest, bilinear and bicubic upsampling and adaptive average pooling are separable
+    linear maps, ``y = A_h · x · A_wᵀ`` per plane; their gradient is the transposed map, two
+    MatMuls with constant matrices. The matrices come from torch's own forward op on basis
+    inputs, so every mode, size and ``align_corners`` is torch's.
+    """
+    grad = node.args[0]
+    if node.target == aten._adaptive_avg_pool2d_backward.default:
+        forward = aten._adaptive_avg_pool2d.default
+        in_hw, out_hw, extra = list(_shape(node.args[1]))[-2:], list(_shape(grad))[-2:], []
+    else:
+        forward, has_align = _UPSAMPLE_BACKWARD[node.target]
+        out_hw, in_hw = list(node.args[1]), list(node.args[2])[-2:]
+        rest = list(node.args[3:]) + [None] * (2 + has_align - len(node.args[3:]))
+        extra = rest[: 2 + has_align]
+    graph = gm.graph
+    a_h = _axis_matrix(forward, extra, in_hw, out_hw, 0)  # (Ho, Hi)
+    a_w = _axis_matrix(forward, extra, in_hw, out_hw, 1)  # (Wo, Wi)
+    names = []
+    for tensor in (a_h.transpose(0, 1).contiguous(), a_w):
+        name = f"_{node.name}_matrix{len(names)}"
+        gm.register_buffer(name, tensor)
+        names.append(name)
+    with graph.inserting_before(node):
+        left, right = (graph.get_attr(n) for n in names)
+        rows = graph.call_function(aten.matmul.default, (grad, right))  # (N, C, Ho, Wi)
+        return graph.call_function(aten.matmul.default, (left, rows))  # (N, C, Hi, Wi)
 
 
 def rewrite_backward_ops(gm: fx.GraphModule) -> None:
@@ -569,12 +796,14 @@ def rewrite_backward_ops(gm: fx.GraphModule) -> None:
         if node.op != "call_function":
             continue
         if node.target == aten.copy_.default:
-            _fold_restride_backward(graph, node)
+            _fold_restride_backward(graph, node) or _fold_dense_copy(graph, node)
             continue
         if node.target == aten.convolution_backward.default:
             replacement = _conv_input_grad(graph, node)
             for user in list(node.users):
                 if user.target is operator.getitem and user.args[1] == 0:
+                    # The shape of what it replaces: a later rewrite may read it (conv → conv).
+                    replacement.meta.update(user.meta)
                     user.replace_all_uses_with(replacement)
                     graph.erase_node(user)
                 elif user.users:
@@ -582,11 +811,24 @@ def rewrite_backward_ops(gm: fx.GraphModule) -> None:
                 else:
                     graph.erase_node(user)
             graph.erase_node(node)
+        elif (
+            node.target in _UPSAMPLE_BACKWARD
+            or node.target == aten._adaptive_avg_pool2d_backward.default
+        ):
+            replacement = _upsample_input_grad(gm, node)
+            replacement.meta.update(node.meta)
+            node.replace_all_uses_with(replacement)
+            graph.erase_node(node)
         elif node.target == aten.max_pool2d_with_indices_backward.default:
             if len(_shape(node.args[1])) != 4:
                 raise UnsupportedModelError("max pooling backward is written for 2-d inputs only")
-            node.replace_all_uses_with(_max_pool_input_grad(graph, node))
+            replacement = _max_pool_input_grad(graph, node)
+            replacement.meta.update(node.meta)
+            node.replace_all_uses_with(replacement)
             graph.erase_node(node)
+    for node in list(graph.nodes):
+        if node.target == aten.full.default and node.users:
+            _functionalize_buffer(gm, node)
     graph.eliminate_dead_code()
     graph.lint()
     gm.recompile()

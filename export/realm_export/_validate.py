@@ -26,6 +26,21 @@ from realm_sdk import RealmAdapter, RealmConfig, entropy, robust_loss
 
 from ._rewrite import UnsupportedModelError
 
+# Logits are held to atol + LOGITS_RTOL · max|logits|: float32 keeps ~7 digits, and a deep
+# network's rounding leaves ~1e-6 of the logits' scale (random-init BatchNorm nets reach
+# logits in the hundreds, where an absolute 1e-4 is below float32's resolution).
+LOGITS_RTOL = 1e-6
+# The reference's own spread: torch's gradients at inputs moved by SPREAD_EPS (relative: the
+# size of ONNX Runtime's rounding differences from torch in deep activations), SPREAD_DRAWS
+# times. ReLU-family kinks make a gradient jump where an activation sits within rounding of
+# its threshold; no float32 execution can do better there.
+SPREAD_EPS = 1e-5
+SPREAD_DRAWS = 3
+# A gradient passes within max(grad_rtol, SPREAD_FACTOR · spread): the factor covers ORT's
+# own roundings landing on other kinks than the draws did.
+SPREAD_FACTOR = 3.0
+SPREAD_MAX_SCALE = 100.0  # the most the spread grows to match the graph's forward deviation
+
 
 class ValidationError(RuntimeError):
     """The exported artifacts disagree with the PyTorch reference beyond the tolerance."""
@@ -66,6 +81,8 @@ class ValidationReport:
     grad_max_abs: dict[str, float] = field(default_factory=dict)
     alpha: float | None = None  # REALM's α0: sets the float32 scale of ∂ρ/∂α (see above)
     lam: float | None = None  # REALM's λ0 where C = λ: sets the float32 scale of ∂(λρ)/∂λ
+    logits_tolerance: float = 0.0  # atol + LOGITS_RTOL · max|logits| (0: not yet set)
+    grad_spread: dict[str, float] = field(default_factory=dict)  # the reference's own, per tensor
 
     def add(
         self,
@@ -84,8 +101,21 @@ class ValidationReport:
         """
         logits_t, loss_t, grads_t = reference
         self.logits_max_abs = max(self.logits_max_abs, float(np.abs(logits - logits_t).max()))
+        self.logits_tolerance = max(
+            self.logits_tolerance, self.atol + LOGITS_RTOL * float(np.abs(logits_t).max())
+        )
         self.loss_max_abs = max(self.loss_max_abs, abs(float(loss) - loss_t))
+        for name, rel in self.relative(grads, grads_t, loss_t).items():
+            diff = float(np.abs(grads[name] - grads_t[name]).max())
+            self.grad_max_abs[name] = max(self.grad_max_abs.get(name, 0.0), diff)
+            self.grad_max_rel[name] = max(self.grad_max_rel.get(name, 0.0), rel)
+
+    def relative(
+        self, grads: dict[str, np.ndarray], grads_t: dict[str, np.ndarray], loss_t: float
+    ) -> dict[str, float]:
+        """Each tensor's ``max|g − g_ref| / scale``, with the scale rule of the class doc."""
         global_scale = max(float(np.abs(g).max()) for g in grads_t.values())
+        out = {}
         for name, g_t in grads_t.items():
             diff = float(np.abs(grads[name] - g_t).max())
             scale = max(float(np.abs(g_t).max()), 1e-2 * global_scale, 1e-30)
@@ -93,22 +123,49 @@ class ValidationReport:
                 scale = max(scale, 2 * abs(loss_t) / (self.alpha * abs(self.alpha - 2)))
             if name == LAMBDA_NAME and self.lam is not None:
                 scale = max(scale, abs(loss_t) / self.lam)
-            self.grad_max_abs[name] = max(self.grad_max_abs.get(name, 0.0), diff)
-            self.grad_max_rel[name] = max(self.grad_max_rel.get(name, 0.0), diff / scale)
+            out[name] = diff / scale
+        return out
+
+    def add_spread(self, spread: dict[str, float]) -> None:
+        """Fold the reference's own relative gradient change (see :func:`reference_spread`)."""
+        for name, value in spread.items():
+            self.grad_spread[name] = max(self.grad_spread.get(name, 0.0), value)
+
+    def grad_tolerance(self, name: str) -> float:
+        """``name``'s gradient tolerance: grad_rtol, or more where the reference itself moves."""
+        return max(self.grad_rtol, SPREAD_FACTOR * self.grad_spread.get(name, 0.0))
+
+    @property
+    def logits_tol(self) -> float:
+        """The logits' tolerance: ``atol + LOGITS_RTOL · max|logits|`` over the inputs."""
+        return self.logits_tolerance or self.atol
 
     @property
     def worst_grad(self) -> tuple[str, float]:
-        """The trainable tensor with the largest relative gradient difference."""
-        name = max(self.grad_max_rel, key=self.grad_max_rel.__getitem__)
+        """The trainable tensor nearest its tolerance (or furthest past it), and its figure."""
+        name = max(self.grad_max_rel, key=lambda n: self.grad_max_rel[n] / self.grad_tolerance(n))
         return name, self.grad_max_rel[name]
 
     @property
     def passed(self) -> bool:
         """Whether every figure is within its tolerance."""
         return (
-            self.logits_max_abs <= self.atol
+            self.logits_max_abs <= self.logits_tol
             and self.loss_max_abs <= self.atol
-            and self.worst_grad[1] <= self.grad_rtol
+            and all(v <= self.grad_tolerance(n) for n, v in self.grad_max_rel.items())
+        )
+
+    def summary(self) -> str:
+        """The figures beyond their tolerance, in one line (the table has them all)."""
+        name, worst = self.worst_grad
+        figures = [
+            ("logits", self.logits_max_abs, self.logits_tol, "max abs"),
+            ("loss", self.loss_max_abs, self.atol, "max abs"),
+            (f"{name}'s gradient", worst, self.grad_tolerance(name), "max rel"),
+        ]
+        failed = [f for f in figures if f[1] > f[2]] or figures
+        return "; ".join(
+            f"{what} {metric} {v:.3g} (tolerance {t:.0e})" for what, v, t, metric in failed
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -120,35 +177,92 @@ class ValidationReport:
             "atol": self.atol,
             "grad_rtol": self.grad_rtol,
             "logits_max_abs_diff": self.logits_max_abs,
+            "logits_tolerance": self.logits_tol,
             "loss_max_abs_diff": self.loss_max_abs,
             "grad_max_rel_diff": worst,
             "grad_worst_tensor": name,
+            "grad_tolerance": self.grad_tolerance(name),
+            "grad_reference_spread": self.grad_spread.get(name, 0.0),
             "alpha_grad_max_abs_diff": self.grad_max_abs.get(ALPHA_NAME),
             "lambda_grad_max_abs_diff": self.grad_max_abs.get(LAMBDA_NAME),
             "grad_max_rel_diff_per_tensor": self.grad_max_rel,
         }
 
     def table(self) -> str:
-        """A human-readable table of the figures (always printed: numbers, not a verdict)."""
+        """A human-readable table of the figures (always printed: numbers, not a verdict).
+
+        ``ref. spread`` is how far torch's own gradient moves when the input moves by a few
+        float32 roundings (:func:`reference_spread`); the tolerance grows with it.
+        """
         norms = {n: v for n, v in self.grad_max_rel.items() if n not in (ALPHA_NAME, LAMBDA_NAME)}
-        name = max(norms, key=norms.__getitem__)
-        rows = [
-            ("logits", "max abs", self.logits_max_abs, self.atol),
-            ("loss", "max abs", self.loss_max_abs, self.atol),
-            (f"grad, worst norm tensor ({name})", "max rel", norms[name], self.grad_rtol),
+        name = max(norms, key=lambda n: norms[n] / self.grad_tolerance(n))
+        rows: list[tuple[str, str, float, float, float | None]] = [
+            ("logits", "max abs", self.logits_max_abs, self.logits_tol, None),
+            ("loss", "max abs", self.loss_max_abs, self.atol, None),
         ]
-        for special in (ALPHA_NAME, LAMBDA_NAME):
-            if special in self.grad_max_rel:
+        for label, key in (
+            (f"grad, worst norm tensor ({name})", name),
+            (f"grad {ALPHA_NAME}", ALPHA_NAME),
+            (f"grad {LAMBDA_NAME}", LAMBDA_NAME),
+        ):
+            if key in self.grad_max_rel:
+                tol = self.grad_tolerance(key)
                 rows.append(
-                    (f"grad {special}", "max rel", self.grad_max_rel[special], self.grad_rtol)
+                    (label, "max rel", self.grad_max_rel[key], tol, self.grad_spread.get(key))
                 )
         width = max(len(r[0]) for r in rows) + 2
-        lines = [f"{'output':<{width}}{'metric':<9}{'difference':>12}{'tolerance':>11}  ok"]
-        for label, metric, value, tol in rows:
+        lines = [
+            f"{'output':<{width}}{'metric':<9}{'difference':>12}{'tolerance':>11}"
+            f"{'ref. spread':>13}  ok"
+        ]
+        for label, metric, value, tol, spread in rows:
             ok = "yes" if value <= tol else "NO"
-            lines.append(f"{label:<{width}}{metric:<9}{value:>12.3e}{tol:>11.1e}  {ok}")
+            spread_text = f"{spread:>13.1e}" if spread is not None else f"{'':>13}"
+            lines.append(
+                f"{label:<{width}}{metric:<9}{value:>12.3e}{tol:>11.1e}{spread_text}  {ok}"
+            )
         lines.append(f"({self.inputs} random inputs; {len(self.grad_max_rel)} trainable tensors)")
         return "\n".join(lines)
+
+
+def reference_spread(
+    model: nn.Module,
+    config: RealmConfig,
+    x: torch.Tensor,
+    weights: np.ndarray,
+    reference: tuple[np.ndarray, float, dict[str, np.ndarray], list[str]],
+    report: ValidationReport,
+    deviation: float = 0.0,
+) -> dict[str, float]:
+    """How far torch's own gradients move when ``x`` moves by a few float32 roundings.
+
+    A ReLU-family activation within rounding of its threshold flips its gradient mask: the
+    gradient is discontinuous there, and two float32 executions (torch's, ORT's) may land on
+    either side. Measured on the reference itself, not assumed: ``SPREAD_DRAWS`` inputs
+    ``x·(1 + SPREAD_EPS·n)``, each tensor's largest relative change (the report's scale rule).
+    Where the graph's logits differ from torch's by more than the draws moved them
+    (``deviation``), the spread is scaled by that ratio (at most ``SPREAD_MAX_SCALE``): more
+    rounding, more kinks crossed. And it is at least the reference's own float32 error, its
+    distance from the same step in float64: a saturated softmax (random-init networks whose
+    logits reach the hundreds) leaves float32 gradients a few percent from exact.
+    """
+    logits_t, loss_t, grads_t, _ = reference
+    generator = torch.Generator().manual_seed(0)
+    spread: dict[str, float] = {}
+    moved_logits = 0.0
+    for _ in range(SPREAD_DRAWS):
+        noise = torch.randn(x.shape, generator=generator)
+        logits, _, moved, _ = torch_reference(model, config, x * (1 + SPREAD_EPS * noise), weights)
+        moved_logits = max(moved_logits, float(np.abs(logits - logits_t).max()))
+        for name, value in report.relative(moved, grads_t, loss_t).items():
+            spread[name] = max(spread.get(name, 0.0), value)
+    scale = min(SPREAD_MAX_SCALE, deviation / moved_logits) if moved_logits > 0 else 1.0
+    spread = {name: value * max(1.0, scale) for name, value in spread.items()}
+    # The reference's own float32 error: the same step in float64.
+    exact = torch_reference(copy.deepcopy(model).double(), config, x.double(), weights)[2]
+    for name, value in report.relative(exact, grads_t, loss_t).items():
+        spread[name] = max(spread.get(name, 0.0), value)
+    return spread
 
 
 def training_graph_error(message: str, doing: str = "run the training graph") -> str:
@@ -174,7 +288,7 @@ def training_graph_error(message: str, doing: str = "run the training graph") ->
         return (
             f"onnxruntime-training 1.19.2 has no kernel for {op} (node {node}), which the "
             "training graph of this model needs: its layer cannot adapt through the training "
-            "artifacts (the portable step graph may still; see ExportInfo.portable_error)"
+            "artifacts (the portable step graph may still adapt it)"
         )
     node = re.search(r"running (\w+) node\. Name:'([^']*)'", message)
     status = re.search(r"Status Message: (?:\S+:\d+ \S+ )?(.*?)(?:\n|$)", message)
@@ -284,13 +398,39 @@ def validate_artifacts(
             loss_ort, logits_ort = module(x, weights)[:2]
         except RuntimeError as exc:
             raise UnsupportedModelError(training_graph_error(str(exc))) from exc
-        logits_t, loss_t, grads_t, names = torch_reference(
-            model, config, torch.from_numpy(x), weights
-        )
+        reference = torch_reference(model, config, torch.from_numpy(x), weights)
+        grads_t, names = reference[2], reference[3]
         grads = {n: np.asarray(state.parameters[n].grad).reshape(grads_t[n].shape) for n in names}
-        report.add(logits_ort, float(loss_ort), grads, (logits_t, loss_t, grads_t))
+        _judge(
+            report,
+            (np.asarray(logits_ort), float(loss_ort), grads),
+            model,
+            config,
+            x,
+            weights,
+            reference,
+        )
     del module
     return report
+
+
+def _judge(
+    report: ValidationReport,
+    graph: tuple[np.ndarray, float, dict[str, np.ndarray]],
+    model: nn.Module,
+    config: RealmConfig,
+    x: np.ndarray,
+    weights: np.ndarray,
+    reference: tuple[np.ndarray, float, dict[str, np.ndarray], list[str]],
+) -> None:
+    """Fold one input's graph figures, and the reference's own spread there, into ``report``."""
+    logits, loss, grads = graph
+    logits_t, loss_t, grads_t, _ = reference
+    report.add(logits, loss, grads, (logits_t, loss_t, grads_t))
+    deviation = float(np.abs(logits - logits_t).max())
+    report.add_spread(
+        reference_spread(model, config, torch.from_numpy(x), weights, reference, report, deviation)
+    )
 
 
 def validate_portable(
@@ -351,7 +491,8 @@ def validate_portable(
             with torch.no_grad():
                 h = entropy(copy.deepcopy(model)(torch.from_numpy(x)))
             weights = weights * np.exp(-(h.numpy() - config.e0)).astype(np.float32)
-        logits_t, loss_t, grads_t, _ = torch_reference(model, config, torch.from_numpy(x), weights)
+        reference = torch_reference(model, config, torch.from_numpy(x), weights)
+        logits_t, grads_t = reference[0], reference[2]
         feeds = {
             INPUT_NAME: x,
             SAMPLE_WEIGHT_NAME: sample_weights(1),
@@ -375,7 +516,8 @@ def validate_portable(
             slot.name: grad[slot.offset : slot.offset + slot.size].reshape(grads_t[slot.name].shape)
             for slot in layout
         }
-        report.add(out[LOGITS_NAME], float(out[LOSS_NAME]), grads, (logits_t, loss_t, grads_t))
+        graph = (out[LOGITS_NAME], float(out[LOSS_NAME]), grads)
+        _judge(report, graph, model, config, x, weights, reference)
         # The forward graph's logits, held to the same tolerance.
         report.logits_max_abs = max(
             report.logits_max_abs, float(np.abs(logits_fwd - logits_t).max())

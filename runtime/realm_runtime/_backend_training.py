@@ -42,9 +42,10 @@ class TrainingBackend(StepBackend):
         session_config: dict[str, str] | None = None,
     ) -> None:
         if TRAINING_MODEL not in manifest.files:
+            why = manifest.training.get("reason", "exported without onnxruntime-training")
             raise ArtifactError(
-                f"{directory}: these artifacts have no training graphs (exported where "
-                "onnxruntime-training was not installed); use backend='onnx'"
+                f"{directory}: these artifacts have no training graphs (the export says they "
+                f"are {why}); use backend='onnx'"
             )
         kind, _ = parse_device(device)
         ort = onnxruntime_module()

@@ -77,6 +77,7 @@ class Manifest:
     validation: dict[str, Any] = field(default_factory=dict)  # per-output max differences
     model: dict[str, Any] = field(default_factory=dict)  # model name/class, source
     portable: dict[str, Any] = field(default_factory=dict)  # step graph layout, or its "error"
+    training: dict[str, Any] = field(default_factory=dict)  # legacy artifacts: written, or why not
     digest: str = ""  # manifest_sha256 of the file it was read from ("" before it is written)
 
     def to_bytes(self) -> bytes:
@@ -95,6 +96,7 @@ class Manifest:
             "validation": self.validation,
             "model": self.model,
             "portable": self.portable,
+            "training": self.training,
             DIGEST_KEY: _UNSEALED,
         }
         return seal(json.dumps(data, indent=2, sort_keys=False).encode("utf-8"))
@@ -124,6 +126,7 @@ class Manifest:
             "validation": dict,
             "model": dict,
             "portable": dict,
+            "training": dict,
         }
         for key, kind in kinds.items():
             if key in data and (not isinstance(data[key], kind) or isinstance(data[key], bool)):
@@ -173,6 +176,7 @@ class Manifest:
             validation=dict(data.get("validation", {})),
             model=dict(data.get("model", {})),
             portable=dict(data.get("portable", {})),
+            training=dict(data.get("training", {})),
             digest=str(data.get(DIGEST_KEY, "")),
         )
 

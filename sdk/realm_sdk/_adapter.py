@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from realm_runtime import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmConfig
 from realm_runtime.contract import OnlineAdaptation, StateArrays
 
+from ._batch_norm import contiguous_batch_norms
 from ._inputs import check_input, infer_sample_shape
 from ._loss import eata_loss, entropy, robust_loss
 from ._params import select_trainable
@@ -95,6 +96,7 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
         named = dict(model.named_parameters())
         self._params: dict[str, nn.Parameter] = {n: named[n] for n in self._names}
         model.eval()  # dropout/drop-path off, BatchNorm on its frozen running statistics
+        contiguous_batch_norms(model)  # torch's CPU BatchNorm backward errs on mixed layouts
         for p in model.parameters():
             p.requires_grad_(False)
         for p in self._params.values():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Iterable
 
@@ -43,6 +44,12 @@ _TIMM_NORM_NAMES: tuple[str, ...] = (
 # FRN's `tau` shape the normalisation itself and stay frozen.
 _AFFINE_NAMES = ("weight", "bias")
 
+# Affine-only layers that stand where a normalisation stands, with their parameters' names:
+# ResMLP replaces LayerNorm by Affine (Touvron et al. 2021, §3), x·α + β per channel.
+_TIMM_AFFINE_LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("timm.models.mlp_mixer", "Affine", ("alpha", "beta")),
+)
+
 
 def norm_layer_types() -> tuple[type[nn.Module], ...]:
     """The module classes whose affine parameters adapt (torch's and, if installed, timm's)."""
@@ -58,15 +65,34 @@ def norm_layer_types() -> tuple[type[nn.Module], ...]:
     return tuple(types)
 
 
+def _affine_layers() -> dict[type[nn.Module], tuple[str, ...]]:
+    """Each norm class (and affine-only norm stand-in) with the names of its affine tensors."""
+    layers = dict.fromkeys(norm_layer_types(), _AFFINE_NAMES)
+    for module_path, name, params in _TIMM_AFFINE_LAYERS:
+        try:
+            cls = getattr(importlib.import_module(module_path), name, None)
+        except ImportError:  # timm is optional for the SDK
+            continue
+        if isinstance(cls, type) and issubclass(cls, nn.Module):
+            layers[cls] = params
+    return layers
+
+
 def norm_affine_names(model: nn.Module) -> list[str]:
-    """Names (as in ``model.named_parameters()``) of every norm layer's affine weight/bias."""
-    types = norm_layer_types()
+    """Names (as in ``model.named_parameters()``) of every norm layer's affine weight/bias.
+
+    ResMLP's ``Affine`` layers, which stand where its LayerNorms would, count as norm layers:
+    their ``alpha`` and ``beta`` adapt.
+    """
+    layers = _affine_layers()
+    types = tuple(layers)
     names = []
     for module_name, module in model.named_modules():
         if not isinstance(module, types):
             continue
+        affine = next(v for cls, v in layers.items() if isinstance(module, cls))
         for pname, param in module.named_parameters(recurse=False):
-            if pname in _AFFINE_NAMES and param is not None:
+            if pname in affine and param is not None:
                 names.append(f"{module_name}.{pname}" if module_name else pname)
     # named_parameters() de-duplicates shared tensors; keep only names it reports, in its order.
     reported = [n for n, _ in model.named_parameters()]
@@ -79,13 +105,12 @@ def last_block_patterns(model: nn.Module) -> tuple[str, ...]:
 
     SAR (and REALM after it) leave the deepest block out of adaptation: its norm layers see
     the most class-specific features, and adapting them on single samples is what collapses
-    first. The rule per family:
-
-    * ResNet-style (``layer4``): the whole ``layer4`` stage, as in SAR's code.
-    * ViT-style (``blocks`` + ``norm``): the last quarter of the blocks (``blocks.9-11`` of a
-      12-block ViT, SAR's choice) and the final ``norm``/``fc_norm``, which come after them.
-    * Hierarchical (ConvNeXt ``stages``, Swin ``layers``): the last stage, and the final
-      norm after it (ConvNeXt ``head.norm``, Swin ``norm``), for the same reason as ViT.
+    first. SAR's rule per family: a ResNet's whole last stage (``layer4``); the last quarter
+    of a ViT's blocks (9-11 of 12) and the final norm after them. Where the model comes from
+    timm, timm's own stage grouping (``group_matcher``, what its layer-wise learning-rate
+    decay uses) says where the stages are, and the same rule applies to it
+    (:func:`_timm_last_block`); other modules are read by their attributes: ``layer4``,
+    ``stages``/``layers`` (the last stage and the final norm), ``blocks`` (the last quarter).
 
     Args:
         model: the classifier.
@@ -96,6 +121,9 @@ def last_block_patterns(model: nn.Module) -> tuple[str, ...]:
     Raises:
         ValueError: the model's layout is none of the above; pass ``frozen`` patterns instead.
     """
+    from_timm = _timm_last_block(model)
+    if from_timm is not None:
+        return from_timm
     children = dict(model.named_children())
     if "layer4" in children:
         return (r"layer4\.",)
@@ -111,10 +139,51 @@ def last_block_patterns(model: nn.Module) -> tuple[str, ...]:
         alternatives = "|".join(str(i) for i in range(first, depth))
         return (rf"blocks\.({alternatives})\.", r"norm\.", r"fc_norm\.")
     raise ValueError(
-        f"cannot tell the last block of {type(model).__name__}: it has none of the attributes "
-        "layer4, stages, layers or blocks. Set freeze_last_block=False and list the "
-        "parameter-name patterns to freeze in RealmConfig.frozen instead."
+        f"cannot tell the last block of {type(model).__name__}: it was not built by timm (no "
+        "group_matcher) and has none of the attributes layer4, stages, layers or blocks. Set "
+        "freeze_last_block=False and list the parameter-name patterns to freeze in "
+        "RealmConfig.frozen instead."
     )
+
+
+# timm groups a hierarchical model by stage (at most 7 groups below the head in timm 1.0)
+# and an isotropic one block by block: from this many groups on, SAR's ViT rule applies.
+_ISOTROPIC_GROUPS = 8
+
+
+def _timm_last_block(model: nn.Module) -> tuple[str, ...] | None:
+    """The last block by timm's coarse parameter groups; None where timm did not build it.
+
+    The group holding the classifier is the head: its norm layers (a final norm, a
+    classification head's own norms) come after the last block and are frozen with it. Of
+    the groups between the stem (group 0) and the head that hold norm parameters, the last
+    is frozen, or the last quarter where there are many (an isotropic stack, listed block by
+    block).
+    """
+    matcher = getattr(model, "group_matcher", None)
+    classifier = getattr(model, "get_classifier", None)
+    if not callable(matcher) or not callable(classifier):
+        return None
+    try:
+        from timm.models import group_parameters
+
+        groups = group_parameters(model, matcher(coarse=True))
+        head_module = classifier()
+    except (ImportError, AttributeError, NotImplementedError, TypeError):
+        return None
+    # Distilled models (DeiT, LeViT) answer a tuple of heads.
+    heads = head_module if isinstance(head_module, tuple | list) else (head_module,)
+    head_ids = {id(p) for h in heads if isinstance(h, nn.Module) for p in h.parameters()}
+    by_name = dict(model.named_parameters())
+    norms = set(norm_affine_names(model))
+    order = sorted(groups)
+    head = [g for g in order if any(id(by_name[n]) in head_ids for n in groups[g] if n in by_name)]
+    body = [g for g in order[1:] if g not in head and norms.intersection(groups[g])]
+    if not body:
+        return None
+    frozen_groups = body[-max(1, len(body) // 4) :] if len(body) >= _ISOTROPIC_GROUPS else body[-1:]
+    frozen = [n for g in (*frozen_groups, *head) for n in groups[g] if n in norms]
+    return tuple(rf"{re.escape(n)}$" for n in frozen)
 
 
 def select_trainable(

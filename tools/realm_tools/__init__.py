@@ -2,7 +2,8 @@
 
 Everything built on the REALM packages rather than part of them: the digits task and its
 corruptions, CIFAR-10-C / ImageNet-C loaders, the speed and quality benchmarks, the parity
-suite's cases, FLOP counting, and the one model registry and weight loader.
+suite's cases, FLOP counting, the model coverage report, and the one model registry and
+weight loader.
 
 The top of the four layers (``realm_runtime`` ← ``realm_sdk`` ← ``realm_export`` ←
 ``realm_tools``): it imports the others and nothing imports it. Install it with the ``dev``
@@ -25,6 +26,16 @@ from ._bench import (
 )
 from ._cli import QUICK_EPOCHS, QUICK_LIMIT, main
 from ._corruptions import CORRUPTIONS, corrupt, resize_bilinear
+from ._coverage import (
+    COVERAGE_MODELS,
+    CoverageRow,
+    coverage_environment,
+    coverage_summary,
+    coverage_to_json,
+    format_coverage,
+    measure_model,
+    run_coverage,
+)
 from ._demo import (
     export_digits_artifacts,
     format_demo,
@@ -99,6 +110,7 @@ __all__ = [
     "CIFAR10_MEAN",
     "CIFAR10_STD",
     "CORRUPTIONS",
+    "COVERAGE_MODELS",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
     "IMAGE_SIZE",
@@ -111,6 +123,7 @@ __all__ = [
     "TIE_MARGIN",
     "TOLERANCES",
     "Cifar10C",
+    "CoverageRow",
     "DigitsData",
     "DigitsGNNet",
     "ExternalRuntime",
@@ -133,9 +146,13 @@ __all__ = [
     "build_model",
     "corrupt",
     "count_flops",
+    "coverage_environment",
+    "coverage_summary",
+    "coverage_to_json",
     "decision_margin",
     "digits_preprocessing",
     "export_digits_artifacts",
+    "format_coverage",
     "format_demo",
     "format_reports",
     "format_runtime_demo",
@@ -149,6 +166,8 @@ __all__ = [
     "machine_peak",
     "main",
     "make_stream",
+    "measure_model",
+    "merge_rows",
     "model_from_spec",
     "plot_quality",
     "plot_speed",
@@ -157,6 +176,7 @@ __all__ = [
     "resize_bilinear",
     "rows_to_json",
     "run_case",
+    "run_coverage",
     "run_demo",
     "run_online",
     "run_runtime_demo",

@@ -18,11 +18,11 @@ QUICK_EPOCHS = 6  # epochs of the digits source model: ~10 s to train
 QUICK_LIMIT = 150  # samples per stream
 
 
-def _tqdm_factory() -> Callable[[str, int], Callable[[int], None]]:
+def _tqdm_factory(unit: str = "sample") -> Callable[[str, int], Callable[[int], None]]:
     from tqdm import tqdm
 
     def factory(label: str, total: int) -> Callable[[int], None]:
-        bar = tqdm(total=total, desc=label, leave=False, unit="sample", file=sys.stderr)
+        bar = tqdm(total=total, desc=label, leave=False, unit=unit, file=sys.stderr)
 
         def update(done: int) -> None:
             bar.update(done - bar.n)
@@ -373,7 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="realm",
         description=(
             "realm-tta: REALM test-time adaptation. Export a model to on-device artifacts, "
-            "run the demo, check parity with the reference, benchmark, make signing keys."
+            "run the demo, check parity with the reference, benchmark, map which models export, "
+            "make signing keys."
         ),
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
@@ -385,6 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_quality(bench)
     _add_parity(sub)
     _add_export(sub)
+    _add_coverage(sub)
     return parser
 
 
@@ -549,28 +551,43 @@ def _add_parity(sub: Any) -> None:
 
 
 def _add_export(sub: Any) -> None:
-    try:  # the export command needs the export extra (onnx, onnxscript, ONNX Runtime)
+    if not _export_missing(sub, "export"):
+        from ._cli_export import add_export_parser
+
+        add_export_parser(sub)
+
+
+def _add_coverage(sub: Any) -> None:
+    if not _export_missing(sub, "coverage"):
+        from ._cli_coverage import add_coverage_parser
+
+        add_coverage_parser(sub)
+
+
+def _export_missing(sub: Any, command: str) -> bool:
+    """Without the export extra (onnx, onnxscript, ONNX Runtime), ``command`` says so."""
+    try:
         import realm_export  # noqa: F401
     except ImportError as exc:
         missing = str(exc)
 
         def _no_export(_args: argparse.Namespace) -> int:
             print(
-                f"realm export needs the export extra ({missing}): pip install 'realm-tta[export]'",
+                f"realm {command} needs the export extra ({missing}): "
+                "pip install 'realm-tta[export]'",
                 file=sys.stderr,
             )
             return 2
 
-        sub.add_parser("export", help="(needs the export extra)").set_defaults(func=_no_export)
-    else:
-        from ._cli_export import add_export_parser
-
-        add_export_parser(sub)
+        sub.add_parser(command, help="(needs the export extra)").set_defaults(func=_no_export)
+        return True
+    return False
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``realm`` command."""
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command line, for reports
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",

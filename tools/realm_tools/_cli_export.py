@@ -59,6 +59,23 @@ def add_export_parser(sub: Any) -> None:
         action="store_true",
         help="skip the portable step graph (step_model.onnx: any onnxruntime ≥ 1.19)",
     )
+    training = p.add_mutually_exclusive_group()
+    training.add_argument(
+        "--training",
+        dest="training",
+        action="store_const",
+        const=True,
+        default=None,
+        help="require the legacy onnxruntime-training 1.19.2 artifacts: their failure fails the "
+        "export (default: written where they can be, skipped with the reason otherwise)",
+    )
+    training.add_argument(
+        "--no-training",
+        dest="training",
+        action="store_const",
+        const=False,
+        help="skip the legacy onnxruntime-training artifacts",
+    )
     p.add_argument(
         "--ort-format",
         action="store_true",
@@ -131,6 +148,7 @@ def run_export(args: argparse.Namespace) -> int:
             dynamic_batch=not args.static_batch,
             web=not args.no_web,
             portable=not args.no_portable,
+            training=args.training,
             ort_format=args.ort_format,
             signing_key=args.sign,
             overwrite=args.overwrite,
@@ -140,6 +158,9 @@ def run_export(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"realm export: validation FAILED, nothing written.\n{exc}", file=sys.stderr)
         return 1
+    except ImportError as exc:
+        print(f"realm export: {exc}", file=sys.stderr)
+        return 2
     except FileExistsError:
         print(f"realm export: {args.out} exists; add --overwrite to replace it", file=sys.stderr)
         return 1
@@ -168,4 +189,6 @@ def run_export(args: argparse.Namespace) -> int:
             f"no portable step graph (RealmRuntime will use backend 'ort-training'): "
             f"{result.portable_error}"
         )
+    if result.training_error is not None:
+        print(f"legacy training artifacts {result.training_error}")
     return 0
