@@ -176,6 +176,7 @@ def test_the_logits_tolerance_follows_their_scale():
         ("resnet18", "layer4.", "layer4."),
         ("vit_tiny_patch16_224", "blocks.9.", "norm."),
         ("levit_128s", "stages.2.", "head_dist."),
+        ("pit_ti_224", "transformers.2.", "norm."),  # feature_info: no group_matcher
     ],
 )
 def test_the_last_block_comes_from_timms_stage_groups(name, first, last):
@@ -191,7 +192,7 @@ def test_the_last_block_comes_from_timms_stage_groups(name, first, last):
 
 def test_a_module_timm_did_not_build_still_gets_the_explicit_error():
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.LazyLinear(5))
-    with pytest.raises(ValueError, match=r"not built by timm.*RealmConfig\.frozen"):
+    with pytest.raises(ValueError, match=r"stage metadata.*RealmConfig\.frozen"):
         last_block_patterns(model)
 
 

@@ -122,6 +122,8 @@ def last_block_patterns(model: nn.Module) -> tuple[str, ...]:
         ValueError: the model's layout is none of the above; pass ``frozen`` patterns instead.
     """
     from_timm = _timm_last_block(model)
+    if from_timm is None:
+        from_timm = _feature_info_last_block(model)
     if from_timm is not None:
         return from_timm
     children = dict(model.named_children())
@@ -139,8 +141,9 @@ def last_block_patterns(model: nn.Module) -> tuple[str, ...]:
         alternatives = "|".join(str(i) for i in range(first, depth))
         return (rf"blocks\.({alternatives})\.", r"norm\.", r"fc_norm\.")
     raise ValueError(
-        f"cannot tell the last block of {type(model).__name__}: it was not built by timm (no "
-        "group_matcher) and has none of the attributes layer4, stages, layers or blocks. Set "
+        f"cannot tell the last block of {type(model).__name__}: timm's stage metadata "
+        "(group_matcher, feature_info) is missing and it has none of the attributes layer4, "
+        "stages, layers or blocks. Set "
         "freeze_last_block=False and list the parameter-name patterns to freeze in "
         "RealmConfig.frozen instead."
     )
@@ -149,6 +152,29 @@ def last_block_patterns(model: nn.Module) -> tuple[str, ...]:
 # timm groups a hierarchical model by stage (at most 7 groups below the head in timm 1.0)
 # and an isotropic one block by block: from this many groups on, SAR's ViT rule applies.
 _ISOTROPIC_GROUPS = 8
+
+
+def _feature_info_last_block(model: nn.Module) -> tuple[str, ...] | None:
+    """The last stage by timm's ``feature_info`` (models without ``group_matcher``: PiT).
+
+    The last entry's module is the last stage (the last quarter of the entries where they all
+    share one reduction: an isotropic stack); it freezes with every norm after it.
+    """
+    info = getattr(model, "feature_info", None)
+    if not isinstance(info, list) or not info or not all(isinstance(i, dict) for i in info):
+        return None
+    modules = [i.get("module") for i in info]
+    if not all(isinstance(m, str) and m for m in modules):
+        return None
+    isotropic = len({i.get("reduction") for i in info}) == 1 and len(info) >= _ISOTROPIC_GROUPS
+    last = modules[-max(1, len(modules) // 4) :] if isotropic else modules[-1:]
+    order = [n for n, _ in model.named_parameters()]
+    inside = [n for n in order if any(n.startswith(f"{m}.") for m in last)]
+    if not inside:
+        return None
+    after = order[order.index(inside[-1]) + 1 :]
+    norms = set(norm_affine_names(model))
+    return tuple(rf"{re.escape(n)}$" for n in [*inside, *after] if n in norms)
 
 
 def _timm_last_block(model: nn.Module) -> tuple[str, ...] | None:

@@ -34,6 +34,7 @@ from ._coverage import (
     coverage_to_json,
     format_coverage,
     measure_model,
+    merge_rows,
     run_coverage,
 )
 from ._demo import (
