@@ -115,7 +115,7 @@ class _ExportPlan:
     preprocessing: dict[str, Any] | None  # None: from the model's pretrained_cfg
     model_info: dict[str, Any] | None
     signing_key: object | None  # loaded already, so a bad key fails before the export
-    notify: Progress
+    notify: _Stages  # the progress callback, remembering the current stage
 
     def training_inputs(self) -> list[np.ndarray]:
         """The training artifacts' validation inputs (one more of batch B + 1 if dynamic)."""
@@ -299,7 +299,7 @@ def _run(model: nn.Module, plan: _ExportPlan, start: float) -> ExportInfo:
     except (UnsupportedModelError, ValidationError, OSError, ImportError):
         raise
     except Exception as exc:
-        stage = plan.notify.current if isinstance(plan.notify, _Stages) else "exporting"
+        stage = plan.notify.current
         text = str(exc).strip()
         first = re.sub(r"\s+", " ", text.splitlines()[0])[:300] if text else ""
         raise UnsupportedModelError(
