@@ -99,8 +99,7 @@ def assert_same_state(a, b, tol: Mapping[str, float]) -> None:
         got = np.abs(b.momentum_buffers()[name] - value).max() / scale
         assert got <= tol["momentum"], (name, got)
     sa, sb = a.state, b.state
-    counters = ("samples", "updates", "updated_samples", "skipped_diversity", "skipped_entropy")
-    assert [getattr(sa, k) for k in counters] == [getattr(sb, k) for k in counters]
+    assert [getattr(sa, k) for k in COUNTERS] == [getattr(sb, k) for k in COUNTERS]
     if sa.alpha is None:  # Tent, EATA: no α, λ
         assert sb.alpha is None and sb.lam is None
     else:
@@ -198,8 +197,8 @@ class Tiny(nn.Module):
 
 
 def tiny_config(**kw):
-    """A REALM configuration for :class:`Tiny` (no momentum, C = 1), with overrides."""
-    from realm_sdk import RealmConfig
+    """A REALM configuration for :class:`Tiny` (no momentum, C = 1, no guardrails), overridable."""
+    from realm_sdk import Guardrails, RealmConfig
 
     base = dict(
         num_classes=CLASSES,
@@ -211,6 +210,7 @@ def tiny_config(**kw):
         lambda0=0.1,
         loss_scale="one",
         diversity_margin=0.4,
+        guardrails=Guardrails.off(),
     )
     base.update(kw)
     return RealmConfig(**base)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from conftest import assert_same_state, edit_manifest, export_digits, flip, manifest_offset
 
-from realm_runtime import RealmRuntime
+from realm_runtime import Guardrails, RealmRuntime
 from realm_tools import TOLERANCES, write_stream_folder
 
 NODE_APP = Path(__file__).resolve().parents[1] / "examples" / "node"
@@ -71,8 +71,14 @@ def _runtime_steps(
 
 @pytest.mark.parametrize(
     "overrides",
-    [{}, {"momentum": 0.9}, {"method": "eata"}],
-    ids=["realm", "realm-momentum-0.9", "eata"],
+    [
+        {},
+        {"momentum": 0.9},
+        {"method": "eata"},
+        {"method": "sar", "recovery_loss": 0.8},
+        {"lr": 0.02, "guardrails": Guardrails(relax=0.05, anchor=0.01, max_drift=0.004)},
+    ],
+    ids=["realm", "realm-momentum-0.9", "eata", "sar-recovering", "guardrails"],
 )
 def test_node_app_takes_the_runtimes_steps(digits_model, stream, tmp_path, overrides):
     artifacts = tmp_path / "artifacts"
@@ -106,6 +112,16 @@ def test_node_app_takes_the_runtimes_steps(digits_model, stream, tmp_path, overr
     restored = RealmRuntime(artifacts, threads=1)
     restored.restore(state)  # the app's checkpoint is the SDK's state file
     assert_same_state(rt, restored, TOLERANCES)
+    # The watch figures travel in the state file too (float32 there).
+    ours, theirs = rt.state, restored.state
+    for name in ("update_rate", "entropy_ema", "loss_ema"):
+        want = getattr(ours, name)
+        assert getattr(theirs, name) == (None if want is None else pytest.approx(want, rel=1e-5))
+    np.testing.assert_allclose(theirs.marginal, ours.marginal, rtol=1e-5)
+    if overrides.get("method") == "sar":
+        assert ours.resets_recovery > 0
+    if "guardrails" in overrides:
+        assert ours.drift_clips > 0
 
 
 def test_node_app_resumes_and_continues_python_states(digits_artifacts, stream, tmp_path):

@@ -32,8 +32,10 @@ def _check(case: ParityCase, reports, backends=BACKENDS) -> None:
     print(format_reports(reports))
     assert [r.backend for r in reports] == list(backends)
     for report in reports:
-        if report.not_applicable:  # only the batch case on the batch-1 portable graph
-            assert report.backend == "onnx" and case.batch > 1, report.not_applicable
+        if report.not_applicable:  # batches on the batch-1 graph; SAR on the legacy artifacts
+            batch = report.backend == "onnx" and case.batch > 1
+            sar = report.backend == "ort-training" and case.method == "sar"
+            assert batch or sar, report.not_applicable
             continue
         _check_one(case, report)
 
@@ -48,8 +50,16 @@ def _check_one(case: ParityCase, report) -> None:
     assert report.near_ties_resynced <= max(1, case.steps // 10)
     # Only the stream's 3e38 samples (every 13th step) may overflow on one side alone.
     assert report.overflow_resynced <= case.steps // 13
-    if case.method != "tent":  # both S_div branches ran
+    if case.method in ("realm", "eata"):  # both S_div branches ran
         assert report.skipped_diversity > 0
+    if case.method in ("eata", "sar"):  # and the entropy cut refused some
+        assert report.skipped_entropy > 0
+    # Each guardrail and SAR's recovery that the case sets up acted, alike on both sides.
+    if "guardrails" in case.name:
+        assert report.interventions["drift_clips"] > 0
+        assert report.interventions["resets_collapse"] > 0
+    if "recovery" in case.name:
+        assert report.interventions["resets_recovery"] > 0
     if case.steps > 13:  # the stream's overflowing inputs reached the guard on both sides
         assert report.skipped_nonfinite > 0
     if "bounds" in case.name:

@@ -31,6 +31,7 @@ PAGE_FILES = (
     "app.js",
     "realm-portable.js",
     "client-common.js",
+    "guardrails.js",
     "state-file.js",
     "manifest.js",
     "preprocess.js",

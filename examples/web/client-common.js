@@ -15,7 +15,12 @@ export const COUNTERS = /** @type {const} */ ([
   "skipped_diversity",
   "skipped_entropy",
   "skipped_nonfinite",
+  "resets_recovery",
+  "resets_collapse",
+  "drift_clips",
 ]);
+/** The counters a version-1 state file does not have: zero when it is restored. */
+export const COUNTERS_SINCE_2 = ["resets_recovery", "resets_collapse", "drift_clips"];
 
 /**
  * @typedef {object} StepRecord what one adapt() did

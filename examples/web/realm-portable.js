@@ -13,7 +13,17 @@
  * @module realm-portable
  */
 
-import { ALPHA, COUNTERS, LAMBDA, argmax, checkSample, decide, zeroCounters } from "./client-common.js";
+import { WATCH_WINDOW, Watch, driftNorms, pullTowardSource } from "./guardrails.js";
+import {
+  ALPHA,
+  COUNTERS,
+  COUNTERS_SINCE_2,
+  LAMBDA,
+  argmax,
+  checkSample,
+  decide,
+  zeroCounters,
+} from "./client-common.js";
 import {
   ArtifactError,
   MANIFEST_NAME,
@@ -130,7 +140,13 @@ export class RealmClient {
     /** @type {Record<string, number>} the step graph's scalar inputs it declares */
     this.hyper = {};
     const e0 = config.entropy_margin ?? 0.4 * Math.log(this.classes);
-    const values = { "realm.lr": config.lr, "realm.lr_alpha_lambda": config.lr_alpha_lambda, "realm.momentum": config.momentum, "realm.entropy_margin": e0 };
+    const values = {
+      "realm.lr": config.lr,
+      "realm.lr_alpha_lambda": config.lr_alpha_lambda,
+      "realm.momentum": config.momentum,
+      "realm.entropy_margin": e0,
+      "realm.sam_rho": config.sam_rho ?? 0.05,
+    };
     for (const [name, value] of Object.entries(values)) {
       if (step.inputNames.includes(name)) this.hyper[name] = value;
     }
@@ -155,12 +171,77 @@ export class RealmClient {
   _rate = 1; // EMA of the share of samples that update
   _calls = 0;
 
+  /** @type {Watch} the recent stream's figures (SPEC §10) */
+  watch = new Watch();
+  /** @type {number | null} SAR: EMA of its second-pass loss since the last reset */
+  lossEma = null;
+
   /** Back to the exported parameters, zero momentum, no EMA, zero counters. */
   reset() {
+    this._resetState();
+    this.counters = zeroCounters();
+  }
+
+  /** The exported parameters, zero momentum, no EMA, an empty watch; counters kept. */
+  _resetState() {
     this.params = new Float32Array(this.source);
     this.velocity = new Float32Array(this.source.length);
     this.ema = null;
-    this.counters = zeroCounters();
+    this.watch = new Watch();
+    this.lossEma = null;
+  }
+
+  /** @returns {import("./guardrails.js").Guardrails} the guardrails in force (none: off) */
+  get guardrails() {
+    return this.manifest.config.guardrails ?? { relax: null, anchor: null, max_drift: null, collapse: null };
+  }
+
+  /** @returns {number} ‖θ − θ0‖ / ‖θ0‖ over the adapted norm tensors (α, λ excluded) */
+  get drift() {
+    const [moved, source] = driftNorms(this.params, this.source, this._normSlots());
+    return source > 0 ? moved / source : 0;
+  }
+
+  /** @returns {import("./manifest.js").PortableSlot[]} */
+  _normSlots() {
+    return this.layout.filter((s) => s.name !== ALPHA && s.name !== LAMBDA);
+  }
+
+  /** The hard drift bound after an applied update (relax and anchor are the step graph's). */
+  _guardUpdate() {
+    const bound = this.guardrails.max_drift;
+    if (bound === null || bound === undefined) return;
+    const drift = this.drift;
+    if (drift > bound) {
+      pullTowardSource(this.params, this.source, this._normSlots(), bound / drift);
+      this.counters.drift_clips += 1;
+    }
+  }
+
+  /** Back to the source when recent predictions fall onto few classes (SPEC §10). */
+  _guardCollapse() {
+    const limit = this.guardrails.collapse;
+    const marginal = this.watch.marginal;
+    if (limit === null || limit === undefined || marginal === null || this.watch.seen < WATCH_WINDOW) return;
+    let spread = 0;
+    for (const m of marginal) spread -= m * Math.log(Math.max(m, 1e-12));
+    if (spread < limit * Math.log(this.classes) && this.drift > 0) {
+      this._resetState();
+      this.counters.resets_collapse += 1;
+    }
+  }
+
+  /**
+   * SAR's model recovery: back to the source when the EMA of its loss falls below e_m.
+   * @param {number} loss this update's (second-pass) loss
+   */
+  _recover(loss) {
+    const ema = this.lossEma === null ? loss : 0.9 * this.lossEma + 0.1 * loss;
+    this.lossEma = ema;
+    if (ema < (this.manifest.config.recovery_loss ?? 0.2)) {
+      this._resetState();
+      this.counters.resets_recovery += 1;
+    }
   }
 
   /**
@@ -259,6 +340,7 @@ export class RealmClient {
     }
     this.counters.samples += 1;
     const finite = logits.every(Number.isFinite);
+    if (finite) this.watch.see(logits);
     let reason = "updated";
     let updated = false;
     let selected = false;
@@ -275,22 +357,31 @@ export class RealmClient {
         this.counters[`skipped_${decided.skip}`] += 1;
       } else {
         out ??= await this._step(x);
-        if (out["realm.finite"].data[0]) {
+        // SAR: the sample cut again at the perturbed point (no such output: it is kept).
+        const kept = out["realm.kept"] ? Math.round(out["realm.kept"].data[0]) : 1;
+        if (kept === 0) {
+          reason = "entropy";
+          this.counters.skipped_entropy += 1;
+        } else if (out["realm.finite"].data[0]) {
           this.params = new Float32Array(out["realm.new_params"].data);
           this.velocity = new Float32Array(out["realm.new_velocity"].data);
           this.ema = decided.nextEma;
           this.counters.updates += 1;
           this.counters.updated_samples += 1;
           updated = true;
+          this._guardUpdate();
+          if (this.manifest.config.method === "sar") this._recover(out["realm.loss"].data[0]);
         } else {
           reason = "nonfinite";
           this.counters.skipped_nonfinite += 1;
         }
       }
     }
+    this.watch.sawUpdate(updated);
+    if (finite) this._guardCollapse();
     const top1 = argmax(logits);
     const record = { logits, top1, selected, updated, reason, cosine, alpha: this.alpha, lambda: this.lambda, ms: performance.now() - start };
-    if (this.manifest.config.episodic) this.reset();
+    if (this.manifest.config.episodic) this._resetState();
     return record;
   }
 
@@ -371,6 +462,12 @@ export class RealmClient {
     arrays.set("alpha_momentum", scalar(ALPHA, this.velocity, 0));
     arrays.set("lam_momentum", scalar(LAMBDA, this.velocity, 0));
     if (this.ema) arrays.set("ema", float32Array(this.ema, [this.classes]));
+    const w = this.watch;
+    const watched = { update_rate: w.updateRate, entropy_ema: w.entropyEma, loss_ema: this.lossEma };
+    for (const [key, value] of Object.entries(watched)) {
+      if (value !== null) arrays.set(`watch/${key}`, float32Array([value], []));
+    }
+    if (w.marginal) arrays.set("watch/marginal", float32Array(w.marginal, [this.classes]));
     const header = {
       method: config.method,
       num_classes: this.classes,
@@ -378,6 +475,7 @@ export class RealmClient {
       counters: { ...this.counters },
       config,
       artifacts: this.artifactsId,
+      watch_seen: w.seen,
     };
     return writeState(header, arrays);
   }
@@ -424,13 +522,30 @@ export class RealmClient {
       velocity.set(v, slot.offset);
     }
     const ema = arrays.has("ema") ? new Float32Array(take("ema", [this.classes])) : null;
-    const counters = Object.fromEntries(COUNTERS.map((k) => [k, header.counters?.[k]]));
+    const since2 = header.version === 1 ? COUNTERS_SINCE_2 : [];
+    const counters = Object.fromEntries(
+      COUNTERS.map((k) => [k, since2.includes(k) ? (header.counters?.[k] ?? 0) : header.counters?.[k]]),
+    );
     if (!Object.values(counters).every((c) => Number.isInteger(c) && c >= 0)) {
       throw new StateFileError(`counters: expected ${COUNTERS.join(", ")} as counts`);
+    }
+    const seen = header.watch_seen ?? null;
+    if (seen !== null && !(Number.isInteger(seen) && seen >= 0)) throw new StateFileError("header field watch_seen is not a count");
+    const scalarOf = (/** @type {string} */ key) => (arrays.has(key) ? take(key, [])[0] : null);
+    const watch = new Watch();
+    let lossEma = null;
+    if (seen !== null) {
+      watch.seen = seen;
+      watch.updateRate = scalarOf("watch/update_rate");
+      watch.entropyEma = scalarOf("watch/entropy_ema");
+      watch.marginal = arrays.has("watch/marginal") ? Float64Array.from(take("watch/marginal", [this.classes])) : null;
+      lossEma = scalarOf("watch/loss_ema");
     }
     this.params = params;
     this.velocity = velocity;
     this.ema = ema;
     this.counters = counters;
+    this.watch = watch;
+    this.lossEma = lossEma;
   }
 }

@@ -15,7 +15,9 @@
  */
 
 export const STATE_FORMAT = "realm-tta/adaptation-state";
-export const STATE_VERSION = 1;
+export const STATE_VERSION = 2;
+/** Versions this reads: a version-1 file has no guardrail counters (they start at zero). */
+export const READABLE_VERSIONS = [1, 2];
 const HEADER_MEMBER = "__header__";
 
 /** A state file that cannot be read, with what is wrong with it. */
@@ -313,9 +315,9 @@ function readStateUnchecked(bytes) {
   if (header.format !== STATE_FORMAT) {
     throw new StateFileError(`format ${JSON.stringify(header.format)}, expected ${STATE_FORMAT}`);
   }
-  if (header.version !== STATE_VERSION) {
+  if (!READABLE_VERSIONS.includes(header.version)) {
     throw new StateFileError(
-      `state format version ${header.version} is not supported (this reads ${STATE_VERSION})`,
+      `state format version ${header.version} is not supported (this reads ${READABLE_VERSIONS.join(", ")})`,
     );
   }
   return { header, arrays };

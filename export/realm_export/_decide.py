@@ -25,8 +25,8 @@ def decide_model(config: RealmConfig, ir_version: int) -> onnx.ModelProto:
     """SPEC §3 step 2 for one sample, from its pre-update logits (batch 1).
 
     Inputs ``logits`` (1, C), ``ema`` (C,), ``has_ema`` (bool); outputs ``probs``,
-    ``entropy``, ``cosine``, ``keep`` (update this sample?), ``passed_entropy`` (EATA's cut;
-    always true for the other methods), ``weight`` (its loss weight: 1, or EATA's
+    ``entropy``, ``cosine``, ``keep`` (update this sample?), ``passed_entropy`` (EATA's and
+    SAR's cut; always true for the other methods), ``weight`` (its loss weight: 1, or EATA's
     ``exp(−(H − e0))``, 0 when not kept) and ``next_ema`` (the EMA to commit if the update
     happens). Non-finite logits are never kept.
     """
@@ -62,7 +62,7 @@ def _constants(b: GraphBuilder, config: RealmConfig) -> None:
     b.const("zero", [0.0])
     if config.uses_diversity:
         b.const("margin", config.diversity_margin)
-    if config.method == "eata":
+    if config.uses_entropy_cut:
         b.const("e0", config.e0)
 
 
@@ -125,16 +125,18 @@ def _diversity_gate(b: GraphBuilder, keep: str, cosine: str) -> str:
 def _entropy_cut(
     b: GraphBuilder, config: RealmConfig, keep: str, entropy: str
 ) -> tuple[str, str, str]:
-    """EATA's cut ``H < e0`` and weight ``exp(−(H − e0))``; other methods pass with weight 1.
+    """The cut ``H < e0`` (EATA, SAR) and EATA's weight ``exp(−(H − e0))``; else weight 1.
 
     Returns:
         ``keep`` with the cut, whether the cut passed, the weight of a kept sample.
     """
-    if config.method != "eata":
+    if not config.uses_entropy_cut:
         certain = b.op("Equal", ["one", "one"], "certain")  # no entropy cut: always true
         return keep, certain, "one"
     certain = b.op("Less", [entropy, "e0"], "certain")
     keep = b.op("And", [keep, certain], "keep_ent")
+    if config.method != "eata":
+        return keep, certain, "one"
     h_minus_e0 = b.op("Sub", [entropy, "e0"], "h_minus_e0")
     neg_h = b.op("Neg", [h_minus_e0], "neg_h")
     return keep, certain, b.op("Exp", [neg_h], "eata_w")

@@ -359,7 +359,7 @@ def _checked_arguments(
         raise TypeError(f"config must be a RealmConfig, got {type(config).__name__}")
     if path.exists() and not overwrite and not _empty_dir(path):
         raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
-    wanted = _training_wanted(training)
+    wanted = _training_wanted(training, config)
     if not wanted[0] and not portable:
         raise ValueError(
             f"nothing to export: portable=False, and the training artifacts are {wanted[1]}"
@@ -804,12 +804,21 @@ def _ort_format_section(
     }
 
 
-def _training_wanted(training: bool | None) -> tuple[bool, str | None]:
+def _training_wanted(training: bool | None, config: RealmConfig) -> tuple[bool, str | None]:
     """Whether to try the training artifacts (asked for, or installed), and why not if not.
 
     Raises:
         ImportError: ``training=True`` where onnxruntime-training is not installed.
+        UnsupportedModelError: ``training=True`` for SAR, which they cannot hold.
     """
+    if config.method == "sar":
+        why = (
+            "SAR's step takes a second gradient at a perturbed point (SAM), which the legacy "
+            "training artifacts cannot hold"
+        )
+        if training:
+            raise UnsupportedModelError(f"training=True: {why}; export the portable graph")
+        return False, f"not written: {why}"
     import importlib.util
 
     available = importlib.util.find_spec("onnxruntime") is not None

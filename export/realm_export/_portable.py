@@ -21,6 +21,9 @@ exporter (opset 18, IR ≤ 10):
   One flat vector keeps the update, the projection and the finiteness test at a handful of
   nodes instead of four per tensor. With ``μ = 0`` and a zero buffer,
   ``realm.new_velocity`` *is* the gradient: that is how validation reads the gradients.
+  SAR's graph also takes ``realm.sam_rho`` and returns ``realm.kept``: its loss is the
+  entropy at θ + ρ·g/‖g‖ of the samples that pass the cut ``H < e0`` there too, and
+  ``realm.kept`` counts them (none: the runtime skips the sample).
 
 ``forward_model.onnx`` — ``input`` and the same ``realm.params`` (α, λ unused; a required
 input with no default: ONNX Runtime's JavaScript bindings cannot feed an input that also has
@@ -52,6 +55,7 @@ from realm_runtime.contract import (
     ALPHA_NAME,
     ENTROPY_MARGIN_NAME,
     FINITE_NAME,
+    KEPT_NAME,
     LAMBDA_NAME,
     LOSS_NAME,
     LR_ALPHA_LAMBDA_NAME,
@@ -60,6 +64,7 @@ from realm_runtime.contract import (
     NEW_PARAMS_NAME,
     NEW_VELOCITY_NAME,
     PARAMS_NAME,
+    SAM_RHO_NAME,
     SAMPLE_WEIGHT_NAME,
     VELOCITY_NAME,
     TensorSlot,
@@ -117,6 +122,7 @@ def build_portable_graphs(
             f"export shape has batch {example.shape[0]}"
         )
     realm = config.method == "realm"
+    sar = config.method == "sar"
     names = [*norm_names, *((ALPHA_NAME, LAMBDA_NAME) if realm else ())]
     n_norm = len(norm_names)
     named = dict(model.named_parameters())
@@ -136,6 +142,9 @@ def build_portable_graphs(
     if realm:
         lower[-2], upper[-2], lower[-1] = ALPHA_MIN, ALPHA_MAX, LAMBDA_MIN
 
+    initial = torch.cat([v.reshape(-1) for v in values])  # θ0, α0, λ0: what κ pulls toward
+    give_back = _give_back(config, total, realm)
+
     def unflatten(flat: Tensor) -> list[Tensor]:
         return [
             part.reshape(shape) for part, shape in zip(split_tree(flat, sizes), shapes, strict=True)
@@ -149,6 +158,24 @@ def build_portable_graphs(
             return eata_loss(h, e0)  # type: ignore[arg-type]
         return h
 
+    def logits_at(x: Tensor, flat: Tensor) -> tuple[Tensor, list[Tensor]]:
+        params = unflatten(flat)
+        named = dict(zip(norm_names, params[:n_norm], strict=True))
+        return functional_call(model, named, (x,)), params
+
+    def sam_loss(
+        x: Tensor, weight: Tensor, e0: Tensor, flat: Tensor, rho: Tensor, h: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """SAR's second loss: the entropy at θ + ρ·g/‖g‖, cut again (SPEC §4)."""
+        (g1,) = torch.autograd.grad((h * weight).sum(), [flat], retain_graph=True)
+        eps = rho * g1 / (torch.linalg.vector_norm(g1) + 1e-12)  # SAM's zero-gradient guard
+        # ε is a constant of the step: ∂L(θ + ε)/∂θ is the gradient taken at θ + ε.
+        h2 = entropy(logits_at(x, flat + eps.detach())[0])
+        kept = (weight > 0) & (h2 < e0)
+        count = kept.to(h2.dtype).sum()
+        w2 = kept.to(h2.dtype) / torch.clamp(count, min=1.0)
+        return (h2 * w2).sum(), count, g1
+
     def step(
         x: Tensor,
         weight: Tensor,
@@ -158,25 +185,34 @@ def build_portable_graphs(
         e0: Tensor,
         flat: Tensor,
         velocity: Tensor,
+        *sar_inputs: Tensor,
     ) -> tuple[Tensor, ...]:
-        params = unflatten(flat)
-        logits = functional_call(model, dict(zip(norm_names, params[:n_norm], strict=True)), (x,))
-        loss = (per_sample_loss(entropy(logits), params, e0) * weight).sum()
+        logits, params = logits_at(x, flat)
+        h = entropy(logits)
+        extra: tuple[Tensor, ...] = ()
+        if sar:
+            loss, count, g1 = sam_loss(x, weight, e0, flat, sar_inputs[0], h)
+            extra = (count,)
+        else:
+            loss = (per_sample_loss(h, params, e0) * weight).sum()
         (grad,) = torch.autograd.grad(loss, [flat])
         # g·0 is 0 for every finite g and NaN otherwise: a finiteness test that cannot
         # overflow, in two nodes over the whole parameter vector.
-        finite = torch.isfinite(loss + (grad * 0).sum())
+        checked = loss + (grad * 0).sum() + ((g1 * 0).sum() if sar else 0)
+        finite = torch.isfinite(checked)
         v_new = mu * velocity + grad
         rate = lr.expand(total) if not realm else torch.cat([lr.expand(total - 2), lr_al.expand(2)])
         p_new = torch.minimum(torch.maximum(flat - rate * v_new, lower), upper)
-        return loss, logits, finite, p_new, v_new
+        if give_back is not None:  # SPEC §10's relax and anchor: v ← v − κ·(v − v0)
+            p_new = p_new - give_back * (p_new - initial)
+        return loss, logits, finite, p_new, v_new, *extra
 
     def forward(x: Tensor, flat: Tensor) -> Tensor:
         # The whole vector, α and λ unused: one OrtValue serves both graphs.
         params = unflatten(flat)[:n_norm]
         return functional_call(model, dict(zip(norm_names, params, strict=True)), (x,))
 
-    source = torch.cat([v.reshape(-1) for v in values])
+    source = initial.clone()
     scalar = torch.tensor(0.0)
     step_args = [
         example,
@@ -187,6 +223,7 @@ def build_portable_graphs(
         torch.tensor(config.e0),
         source.clone().requires_grad_(True),
         torch.zeros_like(source),
+        *([torch.tensor(config.sam_rho)] if sar else []),
     ]
     step_gm = trace(step, step_args)
     forward_args = [example, source.clone()]
@@ -200,8 +237,11 @@ def build_portable_graphs(
         ENTROPY_MARGIN_NAME,
         PARAMS_NAME,
         VELOCITY_NAME,
+        *([SAM_RHO_NAME] if sar else []),
     ]
     step_outputs = [LOSS_NAME, LOGITS_NAME, FINITE_NAME, NEW_PARAMS_NAME, NEW_VELOCITY_NAME]
+    if sar:
+        step_outputs.append(KEPT_NAME)
     step_proto = to_onnx(step_gm, step_args, step_inputs, step_outputs)
     forward_proto = to_onnx(forward_gm, forward_args, [INPUT_NAME, PARAMS_NAME], [LOGITS_NAME])
     layout = []
@@ -218,6 +258,18 @@ def build_portable_graphs(
         forward_nodes=len(forward_proto.graph.node),
         aten_ops=count_ops(step_gm),
     )
+
+
+def _give_back(config: RealmConfig, total: int, realm: bool) -> Tensor | None:
+    """Per element of ``realm.params``, the guardrails' κ: anchor for θ, relax for α and λ."""
+    guard = config.guard
+    anchor, relax = guard.anchor or 0.0, (guard.relax or 0.0) if realm else 0.0
+    if anchor == 0 and relax == 0:
+        return None
+    kappa = torch.full((total,), anchor)
+    if realm:
+        kappa[-2:] = relax
+    return kappa
 
 
 @contextlib.contextmanager

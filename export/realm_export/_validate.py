@@ -336,7 +336,10 @@ def torch_reference(
     with torch.enable_grad():
         logits = ref(x)
         h = entropy(logits)
-        if config.method == "realm":
+        if config.method == "sar":
+            per_sample = _sar_second_entropy(ref, config, x, h, weights, params)
+            wrt, names = params, list(adapter.trainable_names)
+        elif config.method == "realm":
             per_sample = robust_loss(h, alpha, lam, scale_by_lambda=config.loss_scale == "lambda")
             wrt = [*params, alpha, lam]
             names = [*adapter.trainable_names, ALPHA_NAME, LAMBDA_NAME]
@@ -353,6 +356,34 @@ def torch_reference(
         {n: g.numpy() for n, g in zip(names, grads, strict=True)},
         names,
     )
+
+
+OPEN_CUT = 1e9  # an entropy margin no sample reaches: SAR's cut passes every sample
+
+
+def _sar_second_entropy(
+    ref: nn.Module,
+    config: RealmConfig,
+    x: torch.Tensor,
+    h: torch.Tensor,
+    weights: np.ndarray,
+    params: list[torch.Tensor],
+) -> torch.Tensor:
+    """SAR's per-sample second loss: entropies at θ + ρ·g/‖g‖, weighted over the kept.
+
+    The perturbation moves ``ref``'s parameters (a private copy) for good: its gradient is
+    the one SAR takes there.
+    """
+    w = torch.from_numpy(weights)
+    g1 = torch.autograd.grad((h * w).sum(), params, retain_graph=True)
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in g1]))
+    with torch.no_grad():
+        for p, g in zip(params, g1, strict=True):
+            p.add_(g * (config.sam_rho / (norm + 1e-12)))
+    h2 = entropy(ref(x))
+    kept = ((w > 0) & (h2.detach() < config.e0)).to(h2.dtype)
+    # The graph's weights are 1/n over the kept: the loss weight below is applied after.
+    return h2 * kept / torch.clamp(kept.sum(), min=1.0) / torch.where(w > 0, w, 1.0)
 
 
 def validate_artifacts(
@@ -459,6 +490,9 @@ def validate_portable(
         inputs: float32 arrays of shape ``(1, *input)``.
         atol: tolerance on logits and loss.
         grad_rtol: relative tolerance on gradients (see :class:`ValidationReport`).
+
+    SAR's graph is compared with its cut open (e0 above any entropy), so that every input
+    exercises the gradient at the perturbed point; the cut itself is the parity suite's.
     """
     from realm_runtime import onnxruntime_module
     from realm_runtime.contract import (
@@ -469,6 +503,7 @@ def validate_portable(
         MOMENTUM_NAME,
         NEW_VELOCITY_NAME,
         PARAMS_NAME,
+        SAM_RHO_NAME,
         VELOCITY_NAME,
     )
 
@@ -482,6 +517,8 @@ def validate_portable(
     source = np.load(directory / files["source_params"])
     step_inputs = {i.name for i in step.get_inputs()}
     out_names = [o.name for o in step.get_outputs()]
+    if config.method == "sar":
+        config = config.with_overrides(entropy_margin=OPEN_CUT)
     report = ValidationReport(
         atol=atol, grad_rtol=grad_rtol, inputs=len(inputs), **_cancelling_terms(config)
     )
@@ -502,6 +539,7 @@ def validate_portable(
             ENTROPY_MARGIN_NAME: np.array(config.e0, np.float32),
             PARAMS_NAME: source,
             VELOCITY_NAME: np.zeros_like(source),
+            SAM_RHO_NAME: np.array(config.sam_rho, np.float32),
         }
         out = dict(
             zip(

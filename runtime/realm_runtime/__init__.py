@@ -15,7 +15,7 @@ from . import contract
 from ._adaptation import AdaptationState
 from ._backend import BACKENDS
 from ._checkpoint import COUNTERS, read_state, write_state
-from ._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, METHODS, PRESETS, RealmConfig
+from ._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, METHODS, PRESETS, Guardrails, RealmConfig
 from ._manifest import ArtifactError, InputSpec, Manifest, load_manifest, verify_files
 from ._ort import onnxruntime_module, training_api
 from ._runtime import AdaptResult, RealmRuntime
@@ -34,6 +34,7 @@ __all__ = [
     "AdaptResult",
     "AdaptationState",
     "ArtifactError",
+    "Guardrails",
     "InputSpec",
     "Manifest",
     "RealmConfig",

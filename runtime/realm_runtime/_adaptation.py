@@ -12,6 +12,7 @@ Torch-free, like the rest of the package: the SDK imports it through ``realm_run
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from abc import ABC, abstractmethod
@@ -20,7 +21,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from ._checkpoint import COUNTERS, StateArrays, load_state, save_state
+from ._checkpoint import COUNTERS, StateArrays, WatchArrays, load_state, save_state
 from ._config import RealmConfig
 
 ArrayT = TypeVar("ArrayT")  # torch.Tensor in the SDK, np.ndarray in the runtime
@@ -46,6 +47,52 @@ class AdaptationState:
     skipped_diversity: int  # samples refused by S_div (too similar to the EMA)
     skipped_entropy: int  # samples refused by EATA's entropy threshold
     skipped_nonfinite: int  # samples whose step was refused: non-finite logits, loss or grad
+    resets_recovery: int  # SAR's model recoveries: its loss EMA fell below e_m
+    resets_collapse: int  # guardrail resets: the mean prediction collapsed onto few classes
+    drift_clips: int  # updates the drift bound pulled back toward the source
+    # What an app can watch (SPEC §10): EMAs over about the last 100 samples, and the drift.
+    update_rate: float | None  # share of recent samples that updated; None before any
+    entropy_ema: float | None  # mean entropy (nats) of recent predictions; None before any
+    marginal: np.ndarray | None  # (C,) mean of recent predictions; None before any
+    drift: float  # ‖θ − θ0‖ / ‖θ0‖ of the adapted parameters now
+    loss_ema: float | None  # SAR: EMA of its second-pass loss since the last reset
+
+
+WATCH_WINDOW = 100  # samples the watch EMAs average over: a scene, not a frame
+_WATCH_BETA = 1 - 1 / WATCH_WINDOW
+
+
+@dataclass
+class Watch:
+    """Running figures of the recent stream, the same in both twins (host floats)."""
+
+    seen: int = 0  # finite samples since the last reset
+    update_rate: float | None = None  # EMA of 1 (updated) / 0 per adapt() call
+    entropy_ema: float | None = None  # EMA of the prediction entropy per sample
+    marginal: np.ndarray | None = None  # (C,) EMA of the predicted probabilities
+
+    def see(self, logits: np.ndarray) -> None:
+        """Take one batch's finite logits, sample by sample."""
+        z = logits.astype(np.float64)
+        z = z - z.max(axis=1, keepdims=True)
+        log_p = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        p = np.exp(log_p)
+        for probs, h in zip(p, -(p * log_p).sum(axis=1), strict=True):
+            self.entropy_ema = _ema(self.entropy_ema, float(h))
+            self.marginal = (
+                probs.copy()
+                if self.marginal is None
+                else (_WATCH_BETA * self.marginal + (1 - _WATCH_BETA) * probs)
+            )
+            self.seen += 1
+
+    def saw_update(self, updated: bool) -> None:
+        """Take one adapt() call's outcome."""
+        self.update_rate = _ema(self.update_rate, float(updated))
+
+
+def _ema(old: float | None, new: float) -> float:
+    return new if old is None else _WATCH_BETA * old + (1 - _WATCH_BETA) * new
 
 
 class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
@@ -68,7 +115,7 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._init_adaptation_state()
+        self._reset_state()
         self._counters = dict.fromkeys(COUNTERS, 0)
 
     # ------------------------------------------------------------------ public API
@@ -101,6 +148,11 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
                 lam_momentum=lam_momentum,
                 ema=None if self._ema is None else self._to_numpy(self._ema),
                 **self._counters,
+                update_rate=self._watch.update_rate,
+                entropy_ema=self._watch.entropy_ema,
+                marginal=None if self._watch.marginal is None else self._watch.marginal.copy(),
+                drift=self._relative_drift(),
+                loss_ema=self._loss_ema,
             )
 
     def predict(self, x: ArrayT) -> ArrayT:
@@ -139,13 +191,13 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
         with self._lock:
             result = self._step(x)
             if self.config.episodic:
-                self._init_adaptation_state()
+                self._reset_state()
             return result
 
     def reset(self) -> None:
         """Back to the source parameters, α0, λ0, no EMA, zero momentum and zero counters."""
         with self._lock:
-            self._init_adaptation_state()
+            self._reset_state()
             self._counters = dict.fromkeys(COUNTERS, 0)
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -157,7 +209,7 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
         The runtime's names its artifacts (their ``manifest_sha256``).
         """
         with self._lock:
-            state = self._state_arrays()
+            state = dataclasses.replace(self._state_arrays(), watch=self._watch_arrays())
         save_state(path, state, self.config, artifacts=self._artifacts)
 
     def restore(self, path: str | os.PathLike[str]) -> None:
@@ -176,15 +228,65 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
         with self._lock:
             self._assign_state(state)
             self._counters = dict(state.counters)
+            self._take_watch(state.watch)
 
     # ------------------------------------------------------------------ the step
 
+    def _watch_arrays(self) -> WatchArrays:
+        w = self._watch
+
+        # float32 in the file, as every other array: the clients read and write only that.
+        def scalar(v: float | None) -> np.ndarray | None:
+            return None if v is None else np.array(v, np.float32)
+
+        return WatchArrays(
+            seen=w.seen,
+            update_rate=scalar(w.update_rate),
+            entropy_ema=scalar(w.entropy_ema),
+            marginal=None if w.marginal is None else w.marginal.astype(np.float32),
+            loss_ema=scalar(self._loss_ema),
+        )
+
+    def _take_watch(self, arrays: WatchArrays | None) -> None:
+        if arrays is None:
+            self._watch, self._loss_ema = Watch(), None
+            return
+
+        def scalar(v: np.ndarray | None) -> float | None:
+            return None if v is None else float(v)
+
+        self._watch = Watch(
+            seen=arrays.seen,
+            update_rate=scalar(arrays.update_rate),
+            entropy_ema=scalar(arrays.entropy_ema),
+            marginal=None if arrays.marginal is None else arrays.marginal.astype(np.float64),
+        )
+        self._loss_ema = scalar(arrays.loss_ema)
+
+    def _reset_state(self) -> None:
+        """The twin's source state, and the shared watch values back to none."""
+        self._init_adaptation_state()
+        self._loss_ema: float | None = None
+        self._watch = Watch()
+
     def _step(self, x: ArrayT) -> ResultT:
-        """SPEC §3 on one batch: predict, decide, step; the counters and the reasons."""
+        """SPEC §3 on one batch: predict, decide, step, guard; the counters and the reasons."""
         batch = x.shape[0]  # type: ignore[attr-defined]
         logits, forward = self._forward(x)
         self._counters["samples"] += batch
-        if not self._finite(logits):
+        finite = self._finite(logits)
+        if finite:
+            self._watch.see(self._to_numpy(logits))
+        result = self._decide_and_step(x, logits, forward, finite, batch)
+        self._watch.saw_update(bool(result.updated))  # type: ignore[attr-defined]
+        if finite:
+            self._guard_collapse()
+        return result
+
+    def _decide_and_step(
+        self, x: ArrayT, logits: ArrayT, forward: Any, finite: bool, batch: int
+    ) -> ResultT:
+        if not finite:
             self._counters["skipped_nonfinite"] += batch
             return self._result(logits, None, False, None, "nonfinite")
 
@@ -197,14 +299,63 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
             return self._result(logits, sel, False, None, reason)
 
         candidate = self._compute(x, forward, sel)
+        kept = n_keep if candidate.kept is None else candidate.kept
+        if kept == 0:  # SAR: every kept sample failed the cut again at the perturbed θ
+            self._counters["skipped_entropy"] += n_keep
+            return self._result(logits, sel, False, candidate.loss, "entropy")
         if not candidate.finite:
             self._counters["skipped_nonfinite"] += n_keep
             return self._result(logits, sel, False, candidate.loss, "nonfinite")
 
         self._accept(candidate, sel)
         self._counters["updates"] += 1
-        self._counters["updated_samples"] += n_keep
+        self._counters["updated_samples"] += kept
+        self._counters["skipped_entropy"] += n_keep - kept
+        self._guard_update()
+        if self.config.method == "sar":
+            self._recover(candidate.loss)
         return self._result(logits, sel, True, candidate.loss, "updated")
+
+    def _guard_update(self) -> None:
+        """The hard drift bound, after an applied update (relax and anchor are the update's)."""
+        guard = self.config.guard
+        if guard.max_drift is not None:
+            drift = self._relative_drift()
+            if drift > guard.max_drift:
+                self._pull_toward_source(guard.max_drift / drift)
+                self._counters["drift_clips"] += 1
+
+    def _guard_collapse(self) -> None:
+        """Back to the source when recent predictions fall onto few classes (a collapse).
+
+        Only a model that has moved is reset: the source's own predictions are no collapse
+        to recover from (a stream of one class stays one class).
+        """
+        limit = self.config.guard.collapse
+        marginal = self._watch.marginal
+        if limit is None or marginal is None or self._watch.seen < WATCH_WINDOW:
+            return
+        spread = float(-(marginal * np.log(np.maximum(marginal, 1e-12))).sum())
+        if spread < limit * np.log(self.config.num_classes) and self._relative_drift() > 0:
+            self._reset_state()
+            self._counters["resets_collapse"] += 1
+
+    def _relative_drift(self) -> float:
+        """‖θ − θ0‖ / ‖θ0‖ over every adapted norm tensor (0 for a zero source)."""
+        moved, source = self._drift_norms()
+        return moved / source if source > 0 else 0.0
+
+    def _recover(self, loss: float) -> None:
+        """SAR's model recovery: back to the source when the EMA of its loss falls below e_m.
+
+        A low loss EMA means the model has become confidently wrong (SAR's collapse sign).
+        """
+        beta = 0.9  # SAR's EMA coefficient of the second-pass loss
+        ema = loss if self._loss_ema is None else beta * self._loss_ema + (1 - beta) * loss
+        self._loss_ema = ema
+        if ema < self.config.recovery_loss:
+            self._reset_state()
+            self._counters["resets_recovery"] += 1
 
     # ------------------------------------------------------------------ hooks: the maths
 
@@ -246,13 +397,21 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
 
     @abstractmethod
     def _accept(self, candidate: Any, sel: Any) -> None:
-        """Apply a computed step: SGD with momentum, α/λ projection, and the EMA update."""
+        """Apply a computed step: SGD, α/λ projection, relax and anchor (SPEC §10), the EMA."""
 
     @abstractmethod
     def _result(
         self, logits: ArrayT, sel: Any | None, updated: bool, loss: float | None, reason: str
     ) -> ResultT:
         """The twin's ``AdaptResult`` (``sel`` None: nothing selected, non-finite logits)."""
+
+    @abstractmethod
+    def _drift_norms(self) -> tuple[float, float]:
+        """``(‖θ − θ0‖, ‖θ0‖)`` over every adapted norm tensor (α, λ excluded)."""
+
+    @abstractmethod
+    def _pull_toward_source(self, share: float) -> None:
+        """``θ ← θ0 + share·(θ − θ0)`` for every adapted norm tensor (momentum unchanged)."""
 
     @abstractmethod
     def _init_adaptation_state(self) -> None:

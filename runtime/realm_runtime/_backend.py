@@ -46,6 +46,7 @@ class Candidate:
     loss: float  # the weighted loss of the step
     finite: bool  # the loss and every gradient are finite
     payload: Any  # what accept() needs to apply the step
+    kept: int | None = None  # SAR: samples that passed the cut again at θ + ε (None: all)
 
 
 class StepBackend(ABC):

@@ -24,12 +24,14 @@ from ._ort import SHARED_ARENA_ENTRY, onnxruntime_module, session_options, share
 from ._portable_io import (
     ENTROPY_MARGIN_NAME,
     FINITE_NAME,
+    KEPT_NAME,
     LR_ALPHA_LAMBDA_NAME,
     LR_NAME,
     MOMENTUM_NAME,
     NEW_PARAMS_NAME,
     NEW_VELOCITY_NAME,
     PARAMS_NAME,
+    SAM_RHO_NAME,
     VELOCITY_NAME,
     TensorSlot,
 )
@@ -136,10 +138,17 @@ class PortableBackend(StepBackend):
             LR_ALPHA_LAMBDA_NAME: config.lr_alpha_lambda,
             MOMENTUM_NAME: config.momentum,
             ENTROPY_MARGIN_NAME: config.e0,
+            SAM_RHO_NAME: config.sam_rho,
         }
         graph_inputs = {i.name for i in self._step.get_inputs()}
         # Bind only what the graph declares, so a graph without one of these still loads.
         self._hyper = {k: np.array(v, dtype=F32) for k, v in hyper.items() if k in graph_inputs}
+        self._counts_kept = KEPT_NAME in {o.name for o in self._step.get_outputs()}  # SAR
+        if config.method == "sar" and not self._counts_kept:
+            raise ArtifactError(
+                f"{directory}: the step graph has no {KEPT_NAME} output, so it is not SAR's: "
+                f"these artifacts were exported for method {manifest.config.get('method')!r}"
+            )
         source = _read_source(directory / portable["source_params"], self._size)
         self._params = self._on_device(source)
         self._momentum = self._on_device(np.zeros(self._size, dtype=F32))
@@ -174,13 +183,16 @@ class PortableBackend(StepBackend):
             binding.bind_output(name, "cpu")
         for name in (NEW_PARAMS_NAME, NEW_VELOCITY_NAME):
             binding.bind_output(name, self._device_type, self._device_id)
+        if self._counts_kept:
+            binding.bind_output(KEPT_NAME, "cpu")
         self._step.run_with_iobinding(binding)
-        loss, logits, finite, new_params, new_momentum = binding.get_outputs()
+        loss, logits, finite, new_params, new_momentum, *kept = binding.get_outputs()
         return Candidate(
             logits=np.asarray(logits.numpy(), dtype=F32),
             loss=float(loss.numpy()),
             finite=bool(finite.numpy()),
             payload=(new_params, new_momentum),
+            kept=round(float(kept[0].numpy())) if kept else None,
         )
 
     def accept(self, candidate: Candidate) -> None:

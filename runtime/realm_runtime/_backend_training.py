@@ -24,7 +24,7 @@ from ._manifest import (
     Manifest,
 )
 from ._ort import onnxruntime_module, session_options, training_api
-from ._step import F32, entropy, project_alpha, project_lambda, sgd_momentum
+from ._step import F32, entropy, project_alpha, project_lambda, relax_and_anchor, sgd_momentum
 
 
 class TrainingBackend(StepBackend):
@@ -92,6 +92,7 @@ class TrainingBackend(StepBackend):
         self._shapes = {n: tuple(manifest.trainable[n]) for n in self.names}
         self._values = {n: np.array(self._params[n].data, dtype=F32) for n in self.names}
         self._momentum = {n: np.zeros_like(v) for n, v in self._values.items()}
+        self._initial = {n: v.copy() for n, v in self._values.items()}  # θ0, α0, λ0
 
     def infer(self, x: np.ndarray) -> np.ndarray:
         self._module.eval()
@@ -135,7 +136,7 @@ class TrainingBackend(StepBackend):
         if ALPHA_NAME in values:
             values[ALPHA_NAME] = project_alpha(values[ALPHA_NAME])
             values[LAMBDA_NAME] = project_lambda(values[LAMBDA_NAME])
-        self._commit(values)
+        self._commit(relax_and_anchor(values, self._initial, cfg))
         self._momentum = momentum
 
     def tensors(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:

@@ -28,7 +28,8 @@ from ._json import json_object
 from ._manifest import read_bounded
 
 STATE_FORMAT = "realm-tta/adaptation-state"
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: SAR's loss EMA, the watch figures and the guardrail counters
+READABLE_VERSIONS = (1, 2)  # a version-1 file restores with those at none and zero
 _HEADER_KEY = "__header__"
 # Bounds of a readable state file. The largest state of the models in docs/ (vit_base: norm
 # parameters and momentum) is under 1 MiB; 256 MiB leaves room for any model that adapts only
@@ -107,10 +108,10 @@ def read_state(
         ) from exc
     if header.get("format") != STATE_FORMAT:
         raise ValueError(f"{path}: format {header.get('format')!r}, expected {STATE_FORMAT!r}")
-    if header.get("version") != STATE_VERSION:
+    if header.get("version") not in READABLE_VERSIONS:
         raise ValueError(
             f"{path}: state format version {header.get('version')!r} is not supported "
-            f"(this library reads version {STATE_VERSION})"
+            f"(this library reads versions {', '.join(map(str, READABLE_VERSIONS))})"
         )
     return arrays, header
 
@@ -175,7 +176,12 @@ COUNTERS: tuple[str, ...] = (
     "skipped_diversity",
     "skipped_entropy",
     "skipped_nonfinite",
+    "resets_recovery",
+    "resets_collapse",
+    "drift_clips",
 )
+# Counters a version-1 state file does not have: they start at zero when it is restored.
+_COUNTERS_SINCE_2 = ("resets_recovery", "resets_collapse", "drift_clips")
 
 
 def state_header(
@@ -248,6 +254,8 @@ def check_state_header(
             f"{artifacts[:16]}…: a state belongs to the export it adapted"
         )
     counters = header.get("counters", {})
+    if header.get("version") == 1 and isinstance(counters, dict):
+        counters = {**dict.fromkeys(_COUNTERS_SINCE_2, 0), **counters}
     if not isinstance(counters, dict) or set(counters) != set(COUNTERS):
         got = sorted(map(str, counters)) if isinstance(counters, dict) else type(counters).__name__
         raise ValueError(f"{path}: counters {got} != {sorted(COUNTERS)}")
@@ -288,6 +296,20 @@ def check_alpha_lambda(alpha: float, lam: float, path: str | os.PathLike[str]) -
 
 
 @dataclass(frozen=True)
+class WatchArrays:
+    """The figures both twins keep alike, as a state file holds them (members ``watch/…``)."""
+
+    seen: int  # finite samples since the last reset
+    update_rate: np.ndarray | None  # 0-d EMA of updates per call
+    entropy_ema: np.ndarray | None  # 0-d EMA of the prediction entropy
+    marginal: np.ndarray | None  # (num_classes,) EMA of the predictions
+    loss_ema: np.ndarray | None  # 0-d SAR's loss EMA
+
+
+_WATCH_ARRAYS = ("update_rate", "entropy_ema", "marginal", "loss_ema")
+
+
+@dataclass(frozen=True)
 class StateArrays:
     """One adaptation state as numpy arrays: a state file's content, for either twin.
 
@@ -304,6 +326,7 @@ class StateArrays:
     lam_momentum: np.ndarray  # 0-d
     ema: np.ndarray | None  # (num_classes,) EMA of past predictions; None before an update
     counters: dict[str, int]  # COUNTERS -> count
+    watch: WatchArrays | None = None  # the shared watch figures (None: none yet)
 
 
 _SCALARS = ("alpha", "lam", "alpha_momentum", "lam_momentum")
@@ -325,6 +348,12 @@ def save_state(
     if state.ema is not None:
         arrays["ema"] = state.ema
     header = state_header(config, list(state.params), state.counters, artifacts)
+    if state.watch is not None:
+        header["watch_seen"] = state.watch.seen
+        for key in _WATCH_ARRAYS:
+            value = getattr(state.watch, key)
+            if value is not None:
+                arrays[f"watch/{key}"] = value
     write_state(path, arrays, header)
 
 
@@ -374,5 +403,28 @@ def load_state(
         momentum={n: take(f"momentum/{n}", s) for n, s in shapes.items()},
         ema=take("ema", (config.num_classes,)) if "ema" in arrays else None,
         counters=counters,
+        watch=_watch(arrays, header, config.num_classes, path),
         **scalars,
     )
+
+
+def _watch(
+    arrays: dict[str, np.ndarray],
+    header: dict[str, Any],
+    num_classes: int,
+    path: str | os.PathLike[str],
+) -> WatchArrays | None:
+    # Host figures, float64 in both twins: read as saved (float32), never cast on the way.
+    seen = header.get("watch_seen")
+    if seen is None:  # a version-1 file, or one saved before any sample
+        return None
+    if type(seen) is not int or seen < 0:
+        raise ValueError(f"{path}: header field 'watch_seen' is not a count")
+    shapes = {"marginal": (num_classes,)}
+    found = {
+        key: state_array(arrays, f"watch/{key}", shapes.get(key, ()), path)
+        if f"watch/{key}" in arrays
+        else None
+        for key in _WATCH_ARRAYS
+    }
+    return WatchArrays(seen=seen, **found)

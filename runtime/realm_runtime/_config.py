@@ -11,11 +11,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Method = Literal["realm", "tent", "eata"]
+Method = Literal["realm", "tent", "eata", "sar"]
 Preset = Literal["cifar", "imagenet"]
 LossScale = Literal["one", "lambda"]
 
-METHODS: tuple[str, ...] = ("realm", "tent", "eata")
+METHODS: tuple[str, ...] = ("realm", "tent", "eata", "sar")
 PRESETS: tuple[str, ...] = ("cifar", "imagenet")
 
 # Projection bounds of the robust-loss parameters (SPEC §2). α must stay below 2 (the loss is
@@ -23,6 +23,38 @@ PRESETS: tuple[str, ...] = ("cifar", "imagenet")
 ALPHA_MIN = 1e-3
 ALPHA_MAX = 1.999
 LAMBDA_MIN = 1e-4
+
+
+@dataclass(frozen=True)
+class Guardrails:
+    """What keeps an adapter that runs for months useful (SPEC §10); each is off with ``None``.
+
+    Every intervention is counted in the adaptation state, by reason. The defaults are those
+    the continual benchmark supports (docs/continual.md), chosen on its validation stream.
+    """
+
+    relax: float | None = 0.1  # share of α − α0 and λ − λ0 given back per update (REALM)
+    anchor: float | None = 0.003  # share of θ − θ0 given back per update (a soft drift bound)
+    max_drift: float | None = None  # hard bound of ‖θ − θ0‖ / ‖θ0‖; θ is pulled back onto it
+    collapse: float | None = None  # reset to the source when H(mean prediction) < this·ln C
+
+    def __post_init__(self) -> None:
+        errors = []
+        for name in ("relax", "anchor"):
+            value = getattr(self, name)
+            if value is not None and (not _finite(value) or not 0 < value < 1):
+                errors.append(f"{name} must be in (0, 1) or None, got {value!r}")
+        if self.max_drift is not None and (not _finite(self.max_drift) or self.max_drift <= 0):
+            errors.append(f"max_drift must be a finite number > 0 or None, got {self.max_drift!r}")
+        if self.collapse is not None and (not _finite(self.collapse) or not 0 < self.collapse < 1):
+            errors.append(f"collapse must be in (0, 1) or None, got {self.collapse!r}")
+        if errors:
+            raise ValueError("invalid Guardrails: " + "; ".join(errors))
+
+    @classmethod
+    def off(cls) -> Guardrails:
+        """No guardrail: the methods exactly as their papers run them."""
+        return cls(relax=None, anchor=None, max_drift=None, collapse=None)
 
 
 @dataclass(frozen=True)
@@ -35,7 +67,7 @@ class RealmConfig:
     """
 
     num_classes: int  # C of the classifier; sets λ0 and e0 of the ImageNet-style presets
-    method: Method = "realm"  # loss: REALM's robust ρ(H), Tent's H, or EATA's weighted H
+    method: Method = "realm"  # loss: REALM's ρ(H), Tent's H, EATA's weighted H, SAR's SAM on H
     lr: float = 0.005  # SGD learning rate of the normalisation affine parameters θ
     lr_alpha_lambda: float = 0.01  # SGD learning rate of α and λ (REALM only)
     momentum: float = 0.0  # SGD momentum (PyTorch semantics, dampening 0), shared by θ, α, λ
@@ -44,13 +76,21 @@ class RealmConfig:
     loss_scale: LossScale = "one"  # C of ρ: 1, or the live λ (removes λ from the grad's scale)
     diversity_margin: float = 0.4  # d: update only if |cos(p, ema)| < d (EATA's S_div)
     ema_beta: float = 0.9  # β of the EMA of the predictions of updated samples
-    entropy_margin: float | None = None  # e0 of EATA (None: 0.4·ln(num_classes), as EATA)
+    entropy_margin: float | None = None  # e0 of EATA and SAR (None: 0.4·ln(num_classes))
+    sam_rho: float = 0.05  # SAR: radius ρ of SAM's step to θ + ρ·g/‖g‖ (SAR's and SAM's value)
+    recovery_loss: float = 0.2  # SAR: reset to the source when its loss EMA falls below e_m
     frozen: tuple[str, ...] = ()  # regexes matched at the start of parameter names to freeze
     freeze_last_block: bool = False  # also freeze the model's last block (SAR/REALM ImageNet)
     episodic: bool = False  # reset to the source model after every adapt() call
+    # Bounds and resets (SPEC §10); None: REALM's defaults for REALM, none for the baselines,
+    # which run as their papers do.
+    guardrails: Guardrails | None = None
     preset_name: str | None = field(default=None, compare=True)  # provenance, for manifests
 
     def __post_init__(self) -> None:
+        if self.guardrails is None:
+            default = Guardrails() if self.method == "realm" else Guardrails.off()
+            object.__setattr__(self, "guardrails", default)
         errors = []
         if not isinstance(self.num_classes, int) or self.num_classes < 2:
             errors.append(f"num_classes must be an integer ≥ 2, got {self.num_classes!r}")
@@ -81,6 +121,12 @@ class RealmConfig:
             not _finite(self.entropy_margin) or self.entropy_margin <= 0
         ):
             errors.append(f"entropy_margin must be > 0 or None, got {self.entropy_margin!r}")
+        if not _finite(self.sam_rho) or self.sam_rho <= 0:
+            errors.append(f"sam_rho must be a finite number > 0, got {self.sam_rho!r}")
+        if not _finite(self.recovery_loss) or self.recovery_loss < 0:
+            errors.append(f"recovery_loss must be a finite number ≥ 0, got {self.recovery_loss!r}")
+        if not isinstance(self.guardrails, Guardrails):
+            errors.append(f"guardrails must be a Guardrails, got {self.guardrails!r}")
         if not isinstance(self.frozen, tuple) or not all(isinstance(p, str) for p in self.frozen):
             errors.append(f"frozen must be a tuple of regex strings, got {self.frozen!r}")
         if errors:
@@ -94,9 +140,20 @@ class RealmConfig:
         return 0.4 * math.log(self.num_classes)
 
     @property
+    def guard(self) -> Guardrails:
+        """The guardrails in force (``guardrails`` with its method's default resolved)."""
+        assert self.guardrails is not None  # resolved on construction
+        return self.guardrails
+
+    @property
     def uses_diversity(self) -> bool:
-        """Whether S_div gates updates (REALM and EATA; Tent updates on every sample)."""
-        return self.method != "tent"
+        """Whether S_div gates updates (REALM and EATA; Tent and SAR do without it)."""
+        return self.method in ("realm", "eata")
+
+    @property
+    def uses_entropy_cut(self) -> bool:
+        """Whether samples with H ≥ e0 are refused (EATA's and SAR's reliable-sample cut)."""
+        return self.method in ("eata", "sar")
 
     @property
     def learns_alpha_lambda(self) -> bool:
@@ -113,7 +170,8 @@ class RealmConfig:
             name: ``"cifar"`` (plain SGD, C = 1, d = 0.4) or ``"imagenet"`` (momentum 0.9,
                 C = λ, d = 0.05, λ0 = 0.4·ln(num_classes), last block frozen).
             num_classes: number of classes of the classifier.
-            method: ``"realm"``, or the ``"tent"`` / ``"eata"`` baselines on the same settings.
+            method: ``"realm"``, or the ``"tent"`` / ``"eata"`` / ``"sar"`` baselines on the
+                same settings (the REALM paper runs all of them on SAR's, App. B).
             **overrides: any other field, applied after the preset.
 
         Returns:
@@ -171,6 +229,10 @@ class RealmConfig:
         try:
             if "frozen" in data:
                 data["frozen"] = tuple(data["frozen"])
+            # A configuration written before guardrails existed ran without them.
+            guard = data.get("guardrails", dataclasses.asdict(Guardrails.off()))
+            if isinstance(guard, dict):
+                data["guardrails"] = Guardrails(**guard)
             return cls(**data)
         except TypeError as exc:  # a missing field, or a value of a type no check expected
             raise ValueError(f"not a RealmConfig: {exc}") from exc

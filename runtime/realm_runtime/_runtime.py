@@ -311,6 +311,22 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
         self._backend.load(self._source, {n: np.zeros_like(v) for n, v in self._source.items()})
         self._ema: np.ndarray | None = None
 
+    def _drift_norms(self) -> tuple[float, float]:
+        values, _ = self._backend.tensors()
+        f64 = np.float64  # as the JavaScript client sums them
+        moved = sum(
+            float(np.square(values[n].astype(f64) - self._source[n].astype(f64)).sum())
+            for n in self._names
+        )
+        source = sum(float(np.square(self._source[n].astype(f64)).sum()) for n in self._names)
+        return moved**0.5, source**0.5
+
+    def _pull_toward_source(self, share: float) -> None:
+        values, momentum = self._backend.tensors()
+        for n in self._names:
+            values[n] = (self._source[n] + F32(share) * (values[n] - self._source[n])).astype(F32)
+        self._backend.load(values, momentum)
+
     def _alpha_lambda(self) -> tuple[float, float, float, float]:
         values, momentum = self._backend.tensors()
         return (

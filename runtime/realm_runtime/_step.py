@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmConfig
+from ._manifest import ALPHA_NAME, LAMBDA_NAME
 
 F32 = np.float32
 
@@ -63,7 +64,7 @@ def select(logits: np.ndarray, ema: np.ndarray | None, config: RealmConfig) -> S
     keep = np.ones(batch, dtype=bool)
     uncertain = 0
     h = None
-    if config.method == "eata":
+    if config.uses_entropy_cut:
         h = entropy(logits)
         keep = h < F32(config.e0)
         uncertain = int((~keep).sum())
@@ -76,7 +77,9 @@ def select(logits: np.ndarray, ema: np.ndarray | None, config: RealmConfig) -> S
     n = int(keep.sum())
     if n:
         weights[keep] = F32(1.0) / F32(n)
-    factor = None if h is None else np.exp(-(h - F32(config.e0))).astype(F32)
+    factor = None
+    if config.method == "eata":
+        factor = np.exp(-(h - F32(config.e0))).astype(F32)
     return Selection(keep, weights, factor, probs, uncertain, similar)
 
 
@@ -107,3 +110,19 @@ def ema_update(ema: np.ndarray | None, probs: np.ndarray, beta: float) -> np.nda
     if ema is None:
         return mean_p
     return (F32(beta) * ema + F32(1 - beta) * mean_p).astype(F32)
+
+
+def relax_and_anchor(
+    values: dict[str, np.ndarray], initial: dict[str, np.ndarray], config: RealmConfig
+) -> dict[str, np.ndarray]:
+    """SPEC §10's share given back per update: ``v ← v − κ·(v − v0)``, new arrays.
+
+    κ is ``guardrails.anchor`` for the norm tensors θ and ``guardrails.relax`` for α and λ.
+    """
+    guard = config.guard
+    out = dict(values)
+    for name, v in values.items():
+        share = guard.relax if name in (ALPHA_NAME, LAMBDA_NAME) else guard.anchor
+        if share is not None:
+            out[name] = (v - F32(share) * (v - initial[name])).astype(F32)
+    return out

@@ -2,7 +2,7 @@
 
 REALM (Seto et al., WACV 2024) minimises a robust loss ρ(H; α, λ) of the prediction entropy,
 with learned shape α and scale λ, over the affine parameters of the normalisation layers,
-one sample at a time. Tent and EATA run on the same machinery as baselines.
+one sample at a time. Tent, EATA and SAR run on the same machinery as baselines.
 
     >>> from realm_sdk import RealmAdapter, RealmConfig
     >>> adapter = RealmAdapter(model, RealmConfig.preset("cifar", num_classes=10))
@@ -15,7 +15,14 @@ the tools built on the reference (demo, benchmarks, parity, data sets, the ``rea
 live in ``realm_tools``.
 """
 
-from realm_runtime import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, AdaptationState, RealmConfig
+from realm_runtime import (
+    ALPHA_MAX,
+    ALPHA_MIN,
+    LAMBDA_MIN,
+    AdaptationState,
+    Guardrails,
+    RealmConfig,
+)
 
 from ._adapter import AdaptResult, RealmAdapter
 from ._loss import eata_loss, entropy, robust_loss
@@ -29,6 +36,7 @@ __all__ = [
     "LAMBDA_MIN",
     "AdaptResult",
     "AdaptationState",
+    "Guardrails",
     "RealmAdapter",
     "RealmConfig",
     "eata_loss",

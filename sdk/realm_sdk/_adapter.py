@@ -50,6 +50,7 @@ class _Candidate:
     loss: float  # the mean loss of the kept samples
     finite: bool  # the loss and every gradient are finite
     grads: tuple[Tensor, ...]  # of the adapted parameters, then α and λ where they learn
+    kept: int | None = None  # SAR: samples that passed the cut again at θ + ε (None: all)
 
 
 class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
@@ -155,7 +156,7 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
         probs = F.softmax(logits, dim=-1)  # (B, C), no gradient
         keep = torch.ones(batch, dtype=torch.bool, device=logits.device)
         uncertain = similar = 0
-        if cfg.method == "eata":
+        if cfg.uses_entropy_cut:
             keep = h.detach() < cfg.e0
             uncertain = int((~keep).sum())
         if cfg.uses_diversity and self._ema is not None:
@@ -166,6 +167,8 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
         return _Selection(keep, probs, h, uncertain, similar)
 
     def _compute(self, x: Tensor, forward: Tensor, sel: _Selection) -> _Candidate:
+        if self.config.method == "sar":
+            return self._compute_sar(x, sel)
         learn_al = self.config.learns_alpha_lambda
         alpha = self._alpha.clone().requires_grad_(learn_al)
         lam = self._lam.clone().requires_grad_(learn_al)
@@ -176,6 +179,42 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
         loss_value = float(loss.detach())
         finite = np.isfinite(loss_value) and all(bool(g.isfinite().all()) for g in grads)
         return _Candidate(loss_value, finite, grads)
+
+    def _compute_sar(self, x: Tensor, sel: _Selection) -> _Candidate:
+        """SAR's step (Niu et al. 2023): the entropy's gradient at θ + ε, ε = ρ·g/‖g‖.
+
+        The samples kept at θ are cut again at θ + ε; θ itself is back in place on return.
+        """
+        params = list(self._params.values())
+        with torch.enable_grad():
+            first = sel.entropy[sel.keep].mean()
+            g1 = torch.autograd.grad(first, params)
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in g1]))
+        scale = self.config.sam_rho / (norm + 1e-12)  # SAM's guard against a zero gradient
+        saved = [p.detach().clone() for p in params]
+        try:
+            with torch.no_grad():
+                for p, g in zip(params, g1, strict=True):
+                    p.add_(g * scale)
+            with torch.enable_grad():
+                h2 = entropy(self.model(x))[sel.keep]
+                keep2 = h2.detach() < self.config.e0
+                kept = int(keep2.sum())
+                if kept == 0:
+                    return _Candidate(float(h2.detach().mean()), True, (), kept=0)
+                loss = h2[keep2].mean()
+                grads = torch.autograd.grad(loss, params)
+        finally:
+            with torch.no_grad():
+                for p, old in zip(params, saved, strict=True):
+                    p.copy_(old)
+        loss_value = float(loss.detach())
+        finite = (
+            np.isfinite(loss_value)
+            and bool(norm.isfinite())
+            and all(bool(g.isfinite().all()) for g in grads)
+        )
+        return _Candidate(loss_value, finite, grads, kept=kept)
 
     def _accept(self, candidate: _Candidate, sel: _Selection) -> None:
         cfg = self.config
@@ -214,6 +253,17 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
         self._alpha_momentum = torch.zeros((), **like)
         self._lam_momentum = torch.zeros((), **like)
         self._ema: Tensor | None = None
+
+    @torch.no_grad()
+    def _drift_norms(self) -> tuple[float, float]:
+        moved = sum(float(((p - self._source[n]) ** 2).sum()) for n, p in self._params.items())
+        source = sum(float((s**2).sum()) for s in self._source.values())
+        return moved**0.5, source**0.5
+
+    @torch.no_grad()
+    def _pull_toward_source(self, share: float) -> None:
+        for n, p in self._params.items():
+            p.copy_(self._source[n] + share * (p - self._source[n]))
 
     def _alpha_lambda(self) -> tuple[float, float, float, float]:
         return (
@@ -289,3 +339,17 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
                 ALPHA_MIN, ALPHA_MAX
             )
             self._lam = (self._lam - cfg.lr_alpha_lambda * self._lam_momentum).clamp(min=LAMBDA_MIN)
+        self._relax_and_anchor()
+
+    @torch.no_grad()
+    def _relax_and_anchor(self) -> None:
+        # SPEC §10: each value gives back a share κ of its way from where it started,
+        # v ← v − κ·(v − v0); within the projection bounds, as v and v0 both are.
+        guard = self.config.guard
+        if guard.anchor is not None:  # lerp(θ, θ0, κ) = θ − κ(θ − θ0), fused over tensors
+            params = list(self._params.values())
+            torch._foreach_lerp_(params, [self._source[n] for n in self._params], guard.anchor)
+        if guard.relax is not None and self.config.learns_alpha_lambda:
+            cfg = self.config
+            self._alpha = self._alpha - guard.relax * (self._alpha - cfg.alpha0)
+            self._lam = self._lam - guard.relax * (self._lam - cfg.lambda0)

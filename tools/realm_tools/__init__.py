@@ -25,6 +25,16 @@ from ._bench import (
     take_turns,
 )
 from ._cli import QUICK_EPOCHS, QUICK_LIMIT, main
+from ._continual import (
+    STREAM_METHODS,
+    StreamRun,
+    bench_streams,
+    method_config,
+    plot_streams,
+    run_stream,
+    streams_tables,
+    streams_to_json,
+)
 from ._corruptions import CORRUPTIONS, corrupt, resize_bilinear
 from ._coverage import (
     COVERAGE_MODELS,
@@ -86,6 +96,7 @@ from ._quality import (
     METHODS as QUALITY_METHODS,  # the rows of the quality table (not RealmConfig's methods)
 )
 from ._quality import (
+    DigitsShift,
     QualityRun,
     bench_quality,
     plot_quality,
@@ -105,6 +116,7 @@ from ._realdata import (
     load_cifar10c,
     load_imagenetc,
 )
+from ._streams import JUNK, NO_LABEL, SETTINGS, Stream, StreamSettings, build_stream
 
 __all__ = [
     "CASES",
@@ -115,18 +127,23 @@ __all__ = [
     "IMAGENET_MEAN",
     "IMAGENET_STD",
     "IMAGE_SIZE",
+    "JUNK",
     "MODELS",
+    "NO_LABEL",
     "NUM_CLASSES",
     "OVERFLOW_INPUT",
     "QUALITY_METHODS",
     "QUICK_EPOCHS",
     "QUICK_LIMIT",
+    "SETTINGS",
+    "STREAM_METHODS",
     "TIE_MARGIN",
     "TOLERANCES",
     "Cifar10C",
     "CoverageRow",
     "DigitsData",
     "DigitsGNNet",
+    "DigitsShift",
     "ExternalRuntime",
     "ExternalSide",
     "ImageNetC",
@@ -140,11 +157,16 @@ __all__ = [
     "QualityRun",
     "ShiftDataset",
     "SpeedRow",
+    "Stream",
+    "StreamRun",
+    "StreamSettings",
     "bench_model",
     "bench_quality",
+    "bench_streams",
     "block_ratios",
     "build_case",
     "build_model",
+    "build_stream",
     "corrupt",
     "count_flops",
     "coverage_environment",
@@ -169,9 +191,11 @@ __all__ = [
     "make_stream",
     "measure_model",
     "merge_rows",
+    "method_config",
     "model_from_spec",
     "plot_quality",
     "plot_speed",
+    "plot_streams",
     "quality_table",
     "reports_to_json",
     "resize_bilinear",
@@ -181,9 +205,12 @@ __all__ = [
     "run_demo",
     "run_online",
     "run_runtime_demo",
+    "run_stream",
     "runs_from_json",
     "runs_to_json",
     "source_model",
+    "streams_tables",
+    "streams_to_json",
     "take_turns",
     "timm_model",
     "train_digits_model",

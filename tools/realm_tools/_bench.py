@@ -206,11 +206,11 @@ def forced_overrides(config: RealmConfig) -> dict[str, float]:
     """Overrides under which every sample updates: the cost of a step, not of a skip.
 
     d = 1 lets every sample through S_div (|cos| < 1 unless a prediction equals the EMA);
-    an entropy ≤ ln C always passes EATA's cut at e0 = ln C + 0.1 (its weights
+    an entropy ≤ ln C always passes EATA's and SAR's cut at e0 = ln C + 0.1 (EATA's weights
     exp(e0 − H) stay ≤ 1.11·C). Both are fields the runtime overrides without re-export.
     """
     out = {"diversity_margin": 1.0}
-    if config.method == "eata":
+    if config.uses_entropy_cut:
         out["entropy_margin"] = math.log(config.num_classes) + 0.1
     return out
 

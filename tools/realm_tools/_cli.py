@@ -6,7 +6,10 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from ._streams import SETTINGS as SETTINGS_CHOICES
 
 if TYPE_CHECKING:  # torch stays an import of the commands that need it
     from torch import nn
@@ -16,6 +19,8 @@ if TYPE_CHECKING:  # torch stays an import of the commands that need it
 # `realm bench quality --quick`, a smoke run for CI (also the tests' recipe).
 QUICK_EPOCHS = 6  # epochs of the digits source model: ~10 s to train
 QUICK_LIMIT = 150  # samples per stream
+# The episodic table's rows (realm-runtime: REALM through the exported artifacts).
+QUALITY_DEFAULT_METHODS = ("none", "tent", "eata", "realm", "realm-runtime")
 
 
 def _tqdm_factory(unit: str = "sample") -> Callable[[str, int], Callable[[int], None]]:
@@ -139,8 +144,6 @@ def _cmd_bench_speed(args: argparse.Namespace) -> int:
     table = format_speed(rows)
     print(table)
     if args.json:
-        from pathlib import Path
-
         text = rows_to_json(rows)
         Path(args.json).write_text(text)
         plot = plot_speed(json.loads(text), Path(args.json).with_suffix(".png"))
@@ -187,8 +190,6 @@ def _quality_data(
         else:
             classes = None
             if args.classes:
-                from pathlib import Path
-
                 classes = Path(args.classes).read_text().split()
             dataset = load_imagenetc(args.data_root, classes=classes)
         if args.random_init:
@@ -204,7 +205,6 @@ def _quality_data(
 
 
 def _cmd_bench_quality(args: argparse.Namespace) -> int:
-    from pathlib import Path
 
     from ._quality import METHODS, bench_quality, plot_quality, quality_table, runs_to_json
 
@@ -217,6 +217,10 @@ def _cmd_bench_quality(args: argparse.Namespace) -> int:
         print(data, file=sys.stderr)
         return 2
     dataset, source = data
+    if args.settings:
+        return _bench_streams(args, dataset, source)
+    if args.methods is None:
+        args.methods = list(QUALITY_DEFAULT_METHODS)
     if dataset is None:  # the built-in digits task
         from ._corruptions import CORRUPTIONS
 
@@ -290,6 +294,102 @@ def _cmd_bench_quality(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_streams(
+    args: argparse.Namespace, dataset: ShiftDataset | None, source: nn.Module | None
+) -> int:
+    """``bench quality --settings …``: the long-running streams, every row of the table."""
+    from dataclasses import asdict
+
+    from ._continual import (
+        STREAM_METHODS,
+        bench_streams,
+        plot_streams,
+        streams_tables,
+        streams_to_json,
+    )
+    from ._digits import load_digits, train_digits_model
+    from ._quality import DigitsShift
+    from ._streams import SETTINGS, StreamSettings
+
+    settings = list(SETTINGS) if "all" in args.settings else list(args.settings)
+    methods = args.methods or list(STREAM_METHODS)
+    bad = [m for m in methods if m not in STREAM_METHODS]
+    if bad:
+        print(
+            f"unknown methods {bad} with --settings; known: {list(STREAM_METHODS)}", file=sys.stderr
+        )
+        return 2
+    if dataset is None:
+        digits = load_digits()
+        dataset = DigitsShift(digits)
+        source = train_digits_model(digits, epochs=args.epochs or 30, cache_dir=args.cache_dir)
+    assert source is not None
+    corruptions = args.corruptions or list(dataset.default_corruptions)
+    unknown = [c for c in corruptions if c not in dataset.corruptions]
+    if unknown:
+        print(f"unknown corruptions {unknown}; known: {list(dataset.corruptions)}", file=sys.stderr)
+        return 2
+    stream_settings = StreamSettings(
+        severity=args.severity,
+        passes=args.passes,
+        horizon=args.horizon,
+        junk_length=args.junk_length,
+        limit=args.limit,
+    )
+    preset = args.preset or ("imagenet" if args.dataset == "imagenetc" else "cifar")
+    try:
+        runs = bench_streams(
+            dataset,
+            source,
+            settings=settings,
+            seeds=args.seeds,
+            corruptions=corruptions,
+            methods=methods,
+            preset=preset,
+            stream_settings=stream_settings,
+            on_run=None if args.no_progress else _tqdm_factory(),
+        )
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    tables = streams_tables(runs)
+    print(tables)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    record = {
+        "dataset": args.dataset,
+        "settings": settings,
+        "corruptions": corruptions,
+        "seeds": list(args.seeds),
+        "methods": methods,
+        "preset": preset,
+        "streams": asdict(stream_settings),
+        "batch_size": 1,
+    }
+    (out / "streams.json").write_text(streams_to_json(runs, record))
+    (out / "streams.md").write_text(
+        _run_header("Long-running streams: accuracy, forgetting, interventions", sys.argv)
+        + tables
+        + "\n"
+    )
+    plots = plot_streams(runs, out)
+    print(f"written: {out / 'streams.md'}, {out / 'streams.json'}, {len(plots)} plots")
+    return 0
+
+
+def _cpu_name() -> str:
+    """The CPU's model name where the OS says it (Linux), else the architecture."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
 def _run_header(title: str, argv: Sequence[str]) -> str:
     """Markdown heading with the command, the machine and the versions behind a table."""
     import os
@@ -306,7 +406,7 @@ def _run_header(title: str, argv: Sequence[str]) -> str:
         ort = "not installed"
     command = "realm " + " ".join(argv[1:])
     return (
-        f"# {title}\n\nCommand: `{command}`\n\nMachine: {platform.machine()}, "
+        f"# {title}\n\nCommand: `{command}`\n\nMachine: {_cpu_name()}, "
         f"{os.cpu_count()} CPU cores, {platform.system()} {platform.release()}; Python "
         f"{platform.python_version()}, torch {torch.__version__}, onnxruntime {ort}, numpy "
         f"{np.__version__}.\n\n"
@@ -314,7 +414,6 @@ def _run_header(title: str, argv: Sequence[str]) -> str:
 
 
 def _cmd_parity(args: argparse.Namespace) -> int:
-    from pathlib import Path
 
     from ._parity import BACKENDS, CASES, format_reports, reports_to_json, run_case
 
@@ -508,7 +607,26 @@ def _add_bench_quality(bench: Any) -> None:
     quality.add_argument("--severity", type=int, default=5, choices=range(1, 6))
     quality.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     quality.add_argument(
-        "--methods", nargs="+", default=["none", "tent", "eata", "realm", "realm-runtime"]
+        "--methods",
+        nargs="+",
+        default=None,
+        help=f"default: {' '.join(QUALITY_DEFAULT_METHODS)}; with --settings: "
+        "none tent eata sar realm realm-guarded",
+    )
+    quality.add_argument(
+        "--settings",
+        nargs="+",
+        default=None,
+        choices=(*SETTINGS_CHOICES, "all"),
+        help="long-running streams instead of the episodic table: continual, mixed, "
+        "gradual, correlated, long, junk-* (or all, with episodic); writes streams.md",
+    )
+    quality.add_argument("--passes", type=int, default=4, help="--settings continual: passes")
+    quality.add_argument(
+        "--horizon", type=int, default=100_000, help="--settings long: at least this many samples"
+    )
+    quality.add_argument(
+        "--junk-length", type=int, default=3000, help="--settings junk-*: samples per stream"
     )
     quality.add_argument(
         "--preset",

@@ -60,7 +60,7 @@ class QualityRun:
 
 
 @dataclass(frozen=True)
-class _DigitsShift:
+class DigitsShift:
     """The built-in digits task as a :class:`ShiftDataset` (it alone has a clean split)."""
 
     data: DigitsData  # the split of scikit-learn's digits
@@ -145,7 +145,7 @@ def bench_quality(
         raise ValueError(f"unknown methods {unknown}; known: {METHODS}")
     if dataset is None:
         digits = load_digits()
-        dataset = _DigitsShift(digits)
+        dataset = DigitsShift(digits)
         if source is None:
             source = train_digits_model(digits, epochs=epochs, cache_dir=cache_dir)
     elif source is None:

@@ -1,0 +1,111 @@
+"""The long-running streams (continual, mixed, gradual, correlated, long, junk) and their bench."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from realm_tools import (
+    JUNK,
+    NO_LABEL,
+    SETTINGS,
+    DigitsShift,
+    StreamSettings,
+    bench_streams,
+    build_stream,
+    streams_tables,
+)
+
+SMALL = StreamSettings(passes=2, horizon=500, junk_length=50, limit=40)
+DOMAINS = ("gaussian_noise", "defocus_blur", "contrast")
+
+
+@pytest.fixture(scope="module")
+def shift(digits):
+    return DigitsShift(digits)
+
+
+def test_continual_runs_the_domains_in_turn_for_every_pass(shift):
+    s = build_stream(shift, "continual", seed=3, corruptions=DOMAINS, settings=SMALL)
+    assert len(s) == 2 * 3 * 40
+    assert [name for _, name in s.segments] == list(DOMAINS) * 2
+    # Each pass shows the same samples in a new order.
+    assert not np.array_equal(s.labels[:40], s.labels[120:160])
+    assert sorted(s.index[:40, 1].tolist()) == sorted(s.index[120:160, 1].tolist())
+    assert s.parts[s.index[120, 0]] is s.parts[s.index[0, 0]]  # the same samples again
+    x = s.sample(5)
+    assert x.shape == (1, 1, 32, 32) and x.dtype == np.float32
+
+
+def test_mixed_shuffles_every_domain_together(shift):
+    s = build_stream(shift, "mixed", seed=3, corruptions=DOMAINS, settings=SMALL)
+    parts = s.index[:, 0]
+    assert sorted(np.bincount(parts).tolist()) == [40, 40, 40]
+    # Shuffled: the first 40 samples come from more than one domain.
+    assert len(set(parts[:40].tolist())) > 1
+
+
+def test_gradual_goes_up_to_five_and_down_again(shift):
+    s = build_stream(shift, "gradual", seed=1, corruptions=DOMAINS[:1], settings=SMALL)
+    names = [name for _, name in s.segments]
+    assert names == [f"gaussian_noise@{k}" for k in (1, 2, 3, 4, 5, 4, 3, 2, 1)]
+
+
+def test_correlated_streams_show_few_classes_at_a_time(shift):
+    settings = StreamSettings(limit=None)
+    s = build_stream(shift, "correlated", seed=0, corruptions=DOMAINS[:1], settings=settings)
+    iid = build_stream(shift, "continual", seed=0, corruptions=DOMAINS[:1], settings=settings)
+
+    def classes_per_window(labels: np.ndarray) -> float:
+        return float(np.mean([len(set(labels[i : i + 30])) for i in range(0, len(labels), 30)]))
+
+    assert sorted(s.labels.tolist()) == sorted(iid.labels[: len(s)].tolist())
+    assert classes_per_window(s.labels) < 0.5 * classes_per_window(iid.labels)
+
+
+def test_long_streams_reach_their_horizon_in_whole_passes(shift):
+    s = build_stream(shift, "long", seed=0, corruptions=DOMAINS, settings=SMALL)
+    assert len(s) >= 500 and len(s) % 120 == 0
+
+
+@pytest.mark.parametrize("setting", JUNK)
+def test_junk_streams(shift, setting):
+    s = build_stream(shift, setting, seed=2, corruptions=DOMAINS, settings=SMALL)
+    assert len(s) == 50
+    frames = np.concatenate([s.sample(i) for i in range(len(s))])
+    if setting == "junk-dark":
+        assert np.ptp(frames) == 0 and (s.labels == NO_LABEL).all()
+    elif setting == "junk-image":
+        assert (frames == frames[0]).all() and len(set(s.labels.tolist())) == 1
+    elif setting == "junk-class":
+        assert len(set(s.labels.tolist())) == 1 and len({f.tobytes() for f in frames}) > 1
+    else:
+        assert (s.labels == NO_LABEL).all() and frames.std() > 0.5
+
+
+def test_unknown_settings_are_named(shift):
+    with pytest.raises(ValueError, match="unknown stream setting 'weekly'"):
+        build_stream(shift, "weekly", seed=0, corruptions=DOMAINS)
+    assert "episodic" in SETTINGS
+
+
+def test_the_bench_runs_every_row_and_tabulates(shift, digits_model):
+    settings = StreamSettings(passes=2, junk_length=30, limit=15)
+    runs = bench_streams(
+        shift,
+        digits_model,
+        settings=["continual", "junk-dark"],
+        seeds=[5],
+        corruptions=DOMAINS[:2],
+        methods=["none", "sar", "realm-guarded"],
+        stream_settings=settings,
+    )
+    assert len(runs) == 2 * 3
+    continual = {r.method: r for r in runs if r.setting == "continual"}
+    assert continual["none"].updates == 0 and continual["realm-guarded"].updates > 0
+    assert all(r.clean_after is not None for r in runs)
+    assert len(continual["realm-guarded"].segments) == 4  # 2 domains × 2 passes
+    table = streams_tables(runs)
+    assert "REALM + guardrails" in table and "pass 2" in table
+    dark = [r for r in runs if r.setting == "junk-dark"]
+    assert all(r.accuracy is None for r in dark)
