@@ -4,6 +4,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.realm-tta-installed
 PYTEST_ARGS ?=
+# Tests pin torch to one thread (bit-for-bit reruns), so two processes use both cores of a
+# small CI machine; a file stays in one process (its module-scoped fixtures are built once).
+WORKERS ?= -n 2 --dist loadfile
 
 WEB    := examples/web
 WEB_STAMP := $(WEB)/node_modules/.realm-tta-installed
@@ -25,10 +28,10 @@ demo: $(STAMP)
 	$(BIN)/realm demo
 
 test: $(STAMP) web-deps browser
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" $(WORKERS) $(PYTEST_ARGS)
 
 test-all: $(STAMP) web-deps browser
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(WORKERS) $(PYTEST_ARGS)
 
 # Both parity tiers, tables written to docs/ (the slow tier takes a few minutes on 2 cores).
 parity: $(STAMP)
