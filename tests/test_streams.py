@@ -10,6 +10,7 @@ from realm_tools import (
     NO_LABEL,
     SETTINGS,
     DigitsShift,
+    StreamRun,
     StreamSettings,
     bench_streams,
     build_stream,
@@ -109,3 +110,23 @@ def test_the_bench_runs_every_row_and_tabulates(shift, digits_model):
     assert "REALM + guardrails" in table and "pass 2" in table
     dark = [r for r in runs if r.setting == "junk-dark"]
     assert all(r.accuracy is None for r in dark)
+
+
+def test_a_table_of_junk_streams_alone_has_no_empty_accuracy_table():
+    runs = [
+        StreamRun(
+            "junk-dark",
+            m,
+            0,
+            10,
+            None,
+            [],
+            97.0,
+            0,
+            dict.fromkeys(("resets_recovery", "resets_collapse", "drift_clips"), 0),
+        )
+        for m in ("none", "realm")
+    ]
+    table = streams_tables(runs)
+    assert "Online accuracy" not in table and table.startswith("### Clean accuracy")
+    assert "| REALM | 97.0 |" in table

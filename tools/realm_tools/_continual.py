@@ -253,16 +253,25 @@ def streams_tables(runs: Sequence[StreamRun]) -> str:
     settings = list(dict.fromkeys(r.setting for r in runs))
     methods = [m for m in STREAM_METHODS if any(r.method == m for r in runs)]
     scored = [s for s in settings if s not in JUNK]
-    out = ["### Online accuracy (%), mean ± std over seeds", ""]
-    out += ["| method | " + " | ".join(scored) + " |", "|---" * (len(scored) + 1) + "|"]
-    for m in methods:
-        cells = [
-            _cell([r.accuracy for r in runs if r.method == m and r.setting == s and r.accuracy])
-            for s in scored
-        ]
-        out.append(f"| {STREAM_LABELS[m]} | " + " | ".join(cells) + " |")
+    out: list[str] = []
+    if scored:  # junk streams alone have no labels to score
+        out += ["### Online accuracy (%), mean ± std over seeds", ""]
+        out += ["| method | " + " | ".join(scored) + " |", "|---" * (len(scored) + 1) + "|"]
+        for m in methods:
+            cells = [
+                _cell([r.accuracy for r in runs if r.method == m and r.setting == s and r.accuracy])
+                for s in scored
+            ]
+            out.append(f"| {STREAM_LABELS[m]} | " + " | ".join(cells) + " |")
     if any(r.clean_after is not None for r in runs):
-        out += ["", "### Clean accuracy (%) after each stream", ""]
+        out += (
+            ["", "### Clean accuracy (%) after each stream", ""]
+            if out
+            else [
+                "### Clean accuracy (%) after each stream",
+                "",
+            ]
+        )
         out += ["| method | " + " | ".join(settings) + " |", "|---" * (len(settings) + 1) + "|"]
         for m in methods:
             cells = [
