@@ -23,6 +23,7 @@ from torch import nn
 from realm_runtime import Guardrails, RealmConfig
 from realm_sdk import RealmAdapter
 
+from ._quality import _clean_accuracy, _torch_predict
 from ._realdata import ShiftDataset
 from ._streams import JUNK, NO_LABEL, Stream, StreamSettings, build_stream
 
@@ -130,7 +131,7 @@ def run_stream(
         samples=n,
         accuracy=float(correct[labelled].mean() * 100) if labelled.any() else None,
         segments=segments,
-        clean_after=_clean_accuracy(model, clean),
+        clean_after=_clean_accuracy(_torch_predict(model), clean),
         updates=state.updates if state is not None else 0,
         events={k: getattr(state, k) if state is not None else 0 for k in EVENTS},
         reset_at=reset_at,
@@ -150,15 +151,6 @@ def _windowed(correct: np.ndarray, labelled: np.ndarray, at: Sequence[int]) -> l
         got = hits[i] - (hits[j - 1] if j > 0 else 0)
         out.append(float(got / count * 100) if count else float("nan"))
     return out
-
-
-def _clean_accuracy(model: nn.Module, clean: tuple[Any, np.ndarray] | None) -> float | None:
-    if clean is None:
-        return None
-    x, y = clean
-    with torch.no_grad():
-        top1 = model(torch.from_numpy(np.asarray(x[:], dtype=np.float32))).argmax(1).numpy()
-    return float((top1 == y).mean() * 100)
 
 
 def bench_streams(
