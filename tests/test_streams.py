@@ -50,6 +50,10 @@ def test_gradual_goes_up_to_five_and_down_again(shift):
     s = build_stream(shift, "gradual", seed=1, corruptions=DOMAINS[:1], settings=SMALL)
     names = [name for _, name in s.segments]
     assert names == [f"gaussian_noise@{k}" for k in (1, 2, 3, 4, 5, 4, 3, 2, 1)]
+    # Each sample of the domain once, whatever its severity: as long as one continual pass.
+    assert len(s) == 40 and sorted(s.index[:, 1].tolist()) == list(range(40))
+    at_five = int(s.index[s.segments[4][0], 0])
+    assert not np.array_equal(s.parts[at_five], s.parts[int(s.index[0, 0])])  # severity 5's pixels
 
 
 def test_correlated_streams_show_few_classes_at_a_time(shift):
@@ -130,3 +134,33 @@ def test_a_table_of_junk_streams_alone_has_no_empty_accuracy_table():
     table = streams_tables(runs)
     assert "Online accuracy" not in table and table.startswith("### Clean accuracy")
     assert "| REALM | 97.0 |" in table
+
+
+def test_worker_processes_give_the_figures_of_one_process(shift, digits_model):
+    settings = StreamSettings(passes=2, limit=12)
+    common = dict(
+        settings=["episodic", "continual"],
+        seeds=[4],
+        corruptions=DOMAINS[:2],
+        methods=["tent", "realm-guarded"],
+        stream_settings=settings,
+    )
+    seen: dict[str, list[int]] = {}
+
+    def on_run(label: str, total: int):
+        seen[label] = [total]
+        return lambda done: seen[label].append(done)
+
+    one = bench_streams(shift, digits_model, **common)
+    two = bench_streams(shift, digits_model, **common, jobs=2, on_run=on_run)
+    assert [(r.setting, r.method, r.seed) for r in two] == [
+        (r.setting, r.method, r.seed) for r in one
+    ]
+    for a, b in zip(one, two, strict=True):
+        assert a.accuracy == b.accuracy and a.segments == b.segments
+        assert a.updates == b.updates and a.clean_after == b.clean_after
+    # Every run reported its progress to the end: 2 episodic parts + 1 continual, per method.
+    assert len(seen) == 2 * 3
+    assert all(done[-1] == done[0] for done in seen.values())
+    with pytest.raises(ValueError, match="jobs must be"):
+        bench_streams(shift, digits_model, **common, jobs=0)

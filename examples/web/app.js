@@ -69,8 +69,9 @@ async function store(key, value) {
  * @param {HTMLCanvasElement} canvas
  * @param {{values: number[], color: string}[]} series
  * @param {[number, number] | null} range fixed y range, or null to fit
+ * @param {number[]} [marks] sample indices to mark with a vertical line (the resets)
  */
-function plot(canvas, series, range) {
+function plot(canvas, series, range, marks = []) {
   const ctx = /** @type {CanvasRenderingContext2D} */ (canvas.getContext("2d"));
   const { width: W, height: H } = canvas;
   const pad = 34;
@@ -85,6 +86,11 @@ function plot(canvas, series, range) {
   const label = (/** @type {number} */ v) => String(Number(v.toPrecision(3)));
   ctx.fillText(label(hi), 2, 14); ctx.fillText(label(lo), 2, H - pad + 4);
   ctx.fillText("sample", W - 50, H - 8); ctx.fillText(String(n), W - 80, H - 20);
+  ctx.strokeStyle = "#d33c3c"; ctx.lineWidth = 1;
+  for (const i of marks) {
+    const x = pad + ((W - pad - 6) * i) / (n - 1);
+    ctx.beginPath(); ctx.moveTo(x, 6); ctx.lineTo(x, H - pad + 6); ctx.stroke();
+  }
   for (const s of series) {
     ctx.strokeStyle = s.color; ctx.lineWidth = 1.5; ctx.beginPath();
     s.values.forEach((v, i) => {
@@ -213,17 +219,25 @@ async function main() {
   const severity = meta.severity === null ? "" : ` (severity ${meta.severity})`;
   $("stream-name").textContent = `${meta.corruption}${severity}, ${total} samples`;
 
-  /** @type {{pos: number, correct: number, acc: number[], alpha: number[], lambda: number[], ms: number[]}} */
-  let view = { pos: 0, correct: 0, acc: [], alpha: [], lambda: [], ms: [] };
+  /**
+   * What the page plots, kept with the state so that a reload draws the same.
+   * @typedef {{pos: number, correct: number, acc: number[], alpha: number[], lambda: number[], ms: number[],
+   *   rate: number[], entropy: number[], drift: number[], resets: number[]}} View
+   * @returns {View}
+   */
+  const emptyView = () => ({ pos: 0, correct: 0, acc: [], alpha: [], lambda: [], ms: [], rate: [], entropy: [], drift: [], resets: [] });
+  let view = emptyView();
   if (PERSIST && !FRESH) {
     const saved = await store(key);
     if (saved) {
       client.restoreState(saved.state);
-      view = saved.view;
+      view = { ...emptyView(), ...saved.view }; // a view saved before the watch plots had none
       run.restored = { pos: view.pos, counters: { ...client.counters } };
     }
   }
 
+  const resetCount = () => client.counters.resets_recovery + client.counters.resets_collapse;
+  let lastResets = resetCount();
   const refresh = () => {
     $("samples").textContent = String(view.pos);
     $("accuracy").textContent = view.pos ? `${((100 * view.correct) / view.pos).toFixed(1)} %` : "–";
@@ -232,9 +246,22 @@ async function main() {
     $("lambda").textContent = client.lambda === null ? "–" : client.lambda.toFixed(4);
     const recent = view.ms.slice(-50).sort((a, b) => a - b);
     $("latency").textContent = recent.length ? recent[Math.floor(recent.length / 2)].toFixed(2) : "–";
+    const w = client.watch;
+    const c = client.counters;
+    $("update-rate").textContent = w.updateRate === null ? "–" : w.updateRate.toFixed(3);
+    $("entropy-ema").textContent = w.entropyEma === null ? "–" : `${w.entropyEma.toFixed(3)} nats`;
+    $("drift").textContent = view.drift.length ? view.drift[view.drift.length - 1].toExponential(2) : "–";
+    $("interventions").textContent = `${c.resets_recovery + c.resets_collapse} · ${c.drift_clips}`;
     plot(/** @type {HTMLCanvasElement} */ ($("plot-accuracy")), [{ values: view.acc, color: "#2a6fdb" }], [0, 100]);
     plot(/** @type {HTMLCanvasElement} */ ($("plot-alpha")), [{ values: view.alpha, color: "#e8772e" }], null);
     plot(/** @type {HTMLCanvasElement} */ ($("plot-lambda")), [{ values: view.lambda, color: "#2a6fdb" }], null);
+    plot(
+      /** @type {HTMLCanvasElement} */ ($("plot-watch")),
+      [{ values: view.rate, color: "#2a6fdb" }, { values: view.entropy, color: "#e8772e" }],
+      [0, 1],
+      view.resets,
+    );
+    plot(/** @type {HTMLCanvasElement} */ ($("plot-drift")), [{ values: view.drift, color: "#4a9a4a" }], null, view.resets);
   };
   const save = async () => { if (PERSIST) await store(key, { state: client.saveState(), view }); };
 
@@ -250,6 +277,13 @@ async function main() {
     if (r.alpha !== null) view.alpha.push(r.alpha);
     if (r.lambda !== null) view.lambda.push(r.lambda);
     view.ms.push(r.ms);
+    const w = client.watch;
+    const resets = resetCount();
+    if (resets > lastResets) view.resets.push(i);
+    lastResets = resets;
+    view.rate.push(w.updateRate ?? 0);
+    view.entropy.push(w.entropyEma === null ? 0 : w.entropyEma / Math.log(r.logits.length));
+    view.drift.push(client.drift);
     run.log.push({ index: i, top1: r.top1, label, selected: r.selected, updated: r.updated, reason: r.reason, cosine: r.cosine, alpha: r.alpha, lambda: r.lambda, ms: r.ms, logits: Array.from(r.logits) });
     drawSample(x, meta.prep);
     $("sample-caption").textContent = `#${i}: predicted ${r.top1}, label ${label} · ${r.reason}`;
@@ -276,7 +310,8 @@ async function main() {
   $("reset").onclick = async () => {
     running = false;
     client.reset();
-    view = { pos: 0, correct: 0, acc: [], alpha: [], lambda: [], ms: [] };
+    lastResets = resetCount();
+    view = emptyView();
     refresh();
     await save();
     status("reset to the exported model");
@@ -294,6 +329,7 @@ async function main() {
     if (!file) return;
     try {
       client.restoreState(new Uint8Array(await file.arrayBuffer()));
+      lastResets = resetCount();
       refresh();
       await save();
       status(`restored ${file.name}: ${client.counters.samples} samples, ${client.counters.updates} updates`);

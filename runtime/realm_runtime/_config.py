@@ -35,7 +35,7 @@ class Guardrails:
 
     relax: float | None = 0.1  # share of α − α0 and λ − λ0 given back per update (REALM)
     anchor: float | None = 0.003  # share of θ − θ0 given back per update (a soft drift bound)
-    max_drift: float | None = None  # hard bound of ‖θ − θ0‖ / ‖θ0‖; θ is pulled back onto it
+    max_drift: float | None = 0.006  # bound of ‖θ − θ0‖ / ‖θ0‖; junk frames cost no clean accuracy
     collapse: float | None = None  # reset to the source when H(mean prediction) < this·ln C
 
     def __post_init__(self) -> None:

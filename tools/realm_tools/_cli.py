@@ -348,6 +348,7 @@ def _bench_streams(
             preset=preset,
             stream_settings=stream_settings,
             on_run=None if args.no_progress else _tqdm_factory(),
+            jobs=args.jobs,
         )
     except ValueError as exc:
         print(exc, file=sys.stderr)
@@ -365,6 +366,7 @@ def _bench_streams(
         "preset": preset,
         "streams": asdict(stream_settings),
         "batch_size": 1,
+        "jobs": args.jobs,
     }
     (out / "streams.json").write_text(streams_to_json(runs, record))
     (out / "streams.md").write_text(
@@ -627,6 +629,12 @@ def _add_bench_quality(bench: Any) -> None:
     )
     quality.add_argument(
         "--junk-length", type=int, default=3000, help="--settings junk-*: samples per stream"
+    )
+    quality.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="--settings: worker processes, one torch thread each (e.g. the core count)",
     )
     quality.add_argument(
         "--preset",

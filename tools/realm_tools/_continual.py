@@ -78,9 +78,12 @@ def run_stream(
     preset: str,
     num_classes: int,
     clean: tuple[Any, np.ndarray] | None,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> StreamRun:
-    """One method through one stream, sample by sample, on a private copy of ``source``."""
+    """One method through one stream, sample by sample, on a private copy of ``source``.
+
+    ``progress(done, total)`` is called every 64 samples and at the end.
+    """
     model = copy.deepcopy(source).eval()
     adapter = (
         None
@@ -113,7 +116,7 @@ def run_stream(
                 reset_at.append(i)  # at trace resolution
                 resets = st.resets_recovery + st.resets_collapse
         if progress is not None and ((i + 1) % 64 == 0 or i + 1 == n):
-            progress(i + 1)
+            progress(i + 1, n)
     labelled = stream.labels != NO_LABEL
     at = trace_at if adapter is not None else sorted({*range(every - 1, n, every), n - 1})
     window = _windowed(correct, labelled, at)
@@ -164,66 +167,196 @@ def bench_streams(
     preset: str = "cifar",
     stream_settings: StreamSettings | None = None,
     on_run: Callable[[str, int], Callable[[int], None] | None] | None = None,
+    jobs: int = 1,
 ) -> list[StreamRun]:
     """Every method × setting × seed; ``episodic``: each corruption from the source, averaged.
 
+    Args:
+        dataset: the shifted test set; its clean split measures forgetting.
+        source: the source model; every run adapts a private copy.
+        settings: names of :data:`SETTINGS`.
+        seeds: one stream per seed and setting.
+        corruptions: the domains, in pass-1 order.
+        methods: rows, names of :data:`STREAM_METHODS`.
+        preset: the hyper-parameters' preset (``"cifar"`` or ``"imagenet"``).
+        stream_settings: lengths, passes and severities of the streams.
+        on_run: ``on_run(label, samples)`` opens a run's progress callback (or None).
+        jobs: worker processes (one torch thread each); 1 runs in this process. The runs
+            are independent: the figures do not depend on it.
+
     Returns:
-        One :class:`StreamRun` per combination.
+        One :class:`StreamRun` per combination, in settings × seeds × methods order.
     """
     unknown = [m for m in methods if m not in STREAM_METHODS]
     if unknown:
         raise ValueError(f"unknown methods {unknown}; known: {STREAM_METHODS}")
-    clean = dataset.clean()
-    shape = stream_settings or StreamSettings()
-
-    def one(method: str, stream: Stream, label: str) -> StreamRun:
-        progress = on_run(label, len(stream)) if on_run else None
-        return run_stream(
-            method,
-            source,
-            stream,
-            preset=preset,
-            num_classes=dataset.num_classes,
-            clean=clean,
-            progress=progress,
-        )
-
-    runs = []
+    if jobs < 1:
+        raise ValueError(f"jobs must be ≥ 1, got {jobs}")
+    job = _Job(dataset, source, tuple(corruptions), preset, stream_settings or StreamSettings())
+    cells = [
+        _Cell(setting, seed, method, part)
+        for setting in settings
+        for seed in seeds
+        for method in methods
+        for part in (corruptions if setting == "episodic" else (None,))
+    ]
+    if jobs == 1:
+        done = [job.run(c, _progress(on_run, c)) for c in cells]
+    else:
+        done = _run_pool(job, cells, jobs, on_run)
+    runs: list[StreamRun] = []
     for setting in settings:
         for seed in seeds:
-            if setting == "episodic":
-                runs += [_episodic(dataset, m, seed, corruptions, shape, one) for m in methods]
-                continue
-            stream = build_stream(
-                dataset, setting, seed=seed, corruptions=corruptions, settings=shape
-            )
             for method in methods:
-                run = one(method, stream, f"{setting}/s{seed}/{method}")
-                run.seed = seed
-                runs.append(run)
+                mine = [
+                    r
+                    for c, r in zip(cells, done, strict=True)
+                    if (c.setting, c.seed, c.method) == (setting, seed, method)
+                ]
+                runs.append(_episodic(mine, corruptions) if setting == "episodic" else mine[0])
     return runs
 
 
-def _episodic(
-    dataset: ShiftDataset,
-    method: str,
-    seed: int,
-    corruptions: Sequence[str],
-    settings: StreamSettings,
-    one: Callable[[str, Stream, str], StreamRun],
-) -> StreamRun:
+@dataclass(frozen=True)
+class _Cell:
+    """One run of the benchmark: a method on one seed's stream (episodic: one corruption)."""
+
+    setting: str
+    seed: int
+    method: str
+    part: str | None  # episodic: the corruption; None for the one-stream settings
+
+    @property
+    def label(self) -> str:
+        middle = f"{self.setting}/{self.part}" if self.part else self.setting
+        return f"{middle}/s{self.seed}/{self.method}"
+
+    @property
+    def weight(self) -> float:
+        """Rough relative cost, to start the longest runs first in a pool."""
+        length = {"long": 14.0, "gradual": 9.0, "continual": 4.0}.get(self.setting, 1.0)
+        return length * {"none": 0.3, "sar": 2.0}.get(self.method, 1.0)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What every run of one benchmark shares (sent once to each worker process)."""
+
+    dataset: ShiftDataset
+    source: nn.Module
+    corruptions: tuple[str, ...]
+    preset: str
+    shape: StreamSettings
+
+    def run(self, cell: _Cell, progress: Callable[[int, int], None] | None) -> StreamRun:
+        if cell.part is not None:
+            x, y = self.dataset.stream(
+                cell.part, self.shape.severity, seed=cell.seed, limit=self.shape.limit
+            )
+            rows = np.stack([np.zeros(len(y)), np.arange(len(y))], 1).astype(np.int64)
+            stream = Stream("episodic", (x,), rows, np.asarray(y), ((0, cell.part),))
+        else:
+            stream = build_stream(
+                self.dataset,
+                cell.setting,
+                seed=cell.seed,
+                corruptions=self.corruptions,
+                settings=self.shape,
+            )
+        run = run_stream(
+            cell.method,
+            self.source,
+            stream,
+            preset=self.preset,
+            num_classes=self.dataset.num_classes,
+            clean=self.dataset.clean(),
+            progress=progress,
+        )
+        run.seed = cell.seed
+        return run
+
+
+def _progress(
+    on_run: Callable[[str, int], Callable[[int], None] | None] | None, cell: _Cell
+) -> Callable[[int, int], None] | None:
+    """A progress callback that opens its bar on the first report (the length is known then)."""
+    if on_run is None:
+        return None
+    bar: list[Callable[[int], None] | None] = []
+
+    def update(done: int, total: int) -> None:
+        if not bar:
+            bar.append(on_run(cell.label, total))
+        if bar[0] is not None:
+            bar[0](done)
+
+    return update
+
+
+_WORKER: dict[str, Any] = {}  # the job and the progress queue of a pool's worker process
+
+
+def _init_worker(job: _Job, queue: Any) -> None:
+    torch.set_num_threads(1)
+    _WORKER.update(job=job, queue=queue)
+
+
+def _work(index: int, cell: _Cell) -> StreamRun:
+    job: _Job = _WORKER["job"]
+    queue = _WORKER["queue"]
+    return job.run(cell, lambda done, total: queue.put((index, done, total)))
+
+
+def _run_pool(
+    job: _Job,
+    cells: list[_Cell],
+    jobs: int,
+    on_run: Callable[[str, int], Callable[[int], None] | None] | None,
+) -> list[StreamRun]:
+    """The cells on ``jobs`` spawned processes, longest first; progress through a queue."""
+    import multiprocessing
+    import queue as queue_module
+    from concurrent.futures import ProcessPoolExecutor, wait
+
+    context = multiprocessing.get_context("spawn")  # no fork of a process with torch threads
+    bars = {i: _progress(on_run, c) for i, c in enumerate(cells)}
+    order = sorted(range(len(cells)), key=lambda i: -cells[i].weight)
+    results: dict[int, StreamRun] = {}
+    with context.Manager() as manager:
+        reports = manager.Queue()
+
+        def drain() -> None:
+            while True:
+                try:
+                    i, done, total = reports.get_nowait()
+                except queue_module.Empty:
+                    return
+                bar = bars[i]
+                if bar is not None:
+                    bar(done, total)
+
+        with ProcessPoolExecutor(
+            jobs, mp_context=context, initializer=_init_worker, initargs=(job, reports)
+        ) as pool:
+            futures = {pool.submit(_work, i, cells[i]): i for i in order}
+            pending = set(futures)
+            while pending:
+                finished, pending = wait(pending, timeout=0.5)
+                for future in finished:
+                    results[futures[future]] = future.result()  # a worker's error is raised here
+                drain()
+        drain()
+    return [results[i] for i in range(len(cells))]
+
+
+def _episodic(parts: list[StreamRun], corruptions: Sequence[str]) -> StreamRun:
     """The paper's protocol as one row: each corruption from the source, then the mean."""
-    parts = []
-    for name in corruptions:
-        x, y = dataset.stream(name, settings.severity, seed=seed, limit=settings.limit)
-        rows = np.stack([np.zeros(len(y)), np.arange(len(y))], 1).astype(np.int64)
-        stream = Stream("episodic", (x,), rows, np.asarray(y), ((0, name),))
-        parts.append(one(method, stream, f"episodic/{name}/s{seed}/{method}"))
+    first = parts[0]
     cleans = [r.clean_after for r in parts if r.clean_after is not None]
     return StreamRun(
         setting="episodic",
-        method=method,
-        seed=seed,
+        method=first.method,
+        seed=first.seed,
         samples=sum(r.samples for r in parts),
         accuracy=float(np.mean([r.accuracy for r in parts if r.accuracy is not None])),
         segments=[(name, r.accuracy or 0.0) for name, r in zip(corruptions, parts, strict=True)],

@@ -5,7 +5,7 @@ Each setting is one stream a single adapter sees from start to end, with no rese
 - ``continual``: the corruptions in turn, ``passes`` times, each pass the same samples in
   a new order (CoTTA's protocol);
 - ``mixed``: every corruption's samples shuffled together;
-- ``gradual``: per corruption, severity 1 → 5 → 1;
+- ``gradual``: per corruption, severity 1 → 5 → 1, the domain's samples split over the steps;
 - ``correlated``: the corruptions in turn, each with its class order drawn from a Dirichlet
   of small concentration (label shift, as RoTTA and ROID test);
 - ``long``: the continual stream repeated past ``horizon`` samples;
@@ -182,12 +182,13 @@ def build_stream(
                 break
         return b.build(shuffle=rng if setting == "mixed" else None)
     if setting == "gradual":
-        k = 0
-        for name in corruptions:
-            for severity in GRADUAL_SEVERITIES:
-                x, y = domain(name, severity, k)
-                b.add(x, y, f"{name}@{severity}")
-                k += 1
+        # A domain's samples are split over its severity steps, each seen once: the stream is
+        # as long as one continual pass, and the severity moves while the scene stays.
+        for k, name in enumerate(corruptions):
+            steps = [domain(name, severity, k) for severity in GRADUAL_SEVERITIES]
+            chunks = np.array_split(np.arange(len(steps[0][1])), len(steps))
+            for severity, (x, y), rows in zip(GRADUAL_SEVERITIES, steps, chunks, strict=True):
+                b.add(x, y, f"{name}@{severity}", rows)
         return b.build()
     return _junk(dataset, setting, rng, s.junk_length, b)
 
