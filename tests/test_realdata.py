@@ -413,6 +413,27 @@ def test_cli_quality_on_cifar10c_fixture(cifar_root, tmp_path, capsys):
     assert (out / "online_accuracy.png").is_file() and (out / "alpha_lambda.png").is_file()
 
 
+def test_cli_streams_on_data_without_a_clean_split_leave_junk_out(cifar_root, tmp_path, capsys):
+    from realm_tools import main
+
+    out = tmp_path / "s"
+    argv = ["bench", "quality", "--dataset", "cifar10c", "--data-root", str(cifar_root)]
+    argv += ["--model", "resnet18", "--random-init", "--methods", "none", "realm"]
+    argv += ["--settings", "all", "--seeds", "0", "--limit", "6", "--passes", "1"]
+    argv += ["--horizon", "24", "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    assert "no clean split: the junk streams are left out" in capsys.readouterr().out
+    data = json.loads((out / "streams.json").read_text())
+    assert data["settings"]["settings"] == ["episodic", "continual", "mixed", "gradual",
+                                            "correlated", "long"]  # fmt: skip
+    assert {r["setting"] for r in data["runs"]} == set(data["settings"]["settings"])
+    assert all(r["clean_after"] is None for r in data["runs"])
+    # Named explicitly, a junk stream is refused before anything runs.
+    argv[argv.index("all")] = "junk-noise"
+    assert main(argv) == 2
+    assert "junk-noise need clean images of cifar10c" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

@@ -164,3 +164,23 @@ def test_worker_processes_give_the_figures_of_one_process(shift, digits_model):
     assert all(done[-1] == done[0] for done in seen.values())
     with pytest.raises(ValueError, match="jobs must be"):
         bench_streams(shift, digits_model, **common, jobs=0)
+
+
+def test_junk_on_data_without_a_clean_split_is_refused_before_any_run(digits, digits_model):
+    class NoClean(DigitsShift):
+        def clean(self):
+            return None
+
+    started: list[str] = []
+    with pytest.raises(ValueError, match="junk-dark need clean images of digits"):
+        bench_streams(
+            NoClean(digits),
+            digits_model,
+            settings=["continual", "junk-dark"],
+            seeds=[0],
+            corruptions=DOMAINS[:1],
+            methods=["realm"],
+            stream_settings=SMALL,
+            on_run=lambda label, total: started.append(label),
+        )
+    assert started == []

@@ -324,6 +324,9 @@ def _bench_streams(
         dataset = DigitsShift(digits)
         source = train_digits_model(digits, epochs=args.epochs or 30, cache_dir=args.cache_dir)
     assert source is not None
+    if "all" in args.settings and dataset.clean() is None:
+        print(f"{dataset.name} has no clean split: the junk streams are left out")
+        settings = [s for s in settings if not s.startswith("junk-")]
     corruptions = args.corruptions or list(dataset.default_corruptions)
     unknown = [c for c in corruptions if c not in dataset.corruptions]
     if unknown:

@@ -192,6 +192,13 @@ def bench_streams(
         raise ValueError(f"unknown methods {unknown}; known: {STREAM_METHODS}")
     if jobs < 1:
         raise ValueError(f"jobs must be ≥ 1, got {jobs}")
+    junk = [s for s in settings if s in JUNK]
+    if junk and dataset.clean() is None:  # before hours of other runs, not after
+        raise ValueError(
+            f"{', '.join(junk)} need clean images of {dataset.name} (to draw frames from and "
+            "to measure forgetting after), and this copy of the data set has none: leave "
+            "the junk settings out"
+        )
     job = _Job(dataset, source, tuple(corruptions), preset, stream_settings or StreamSettings())
     cells = [
         _Cell(setting, seed, method, part)
