@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--limit", type=int, default=None, help="samples in the stream")
     parser.add_argument("--preset", choices=("cifar", "imagenet"), default="cifar")
-    parser.add_argument("--method", choices=("realm", "tent", "eata"), default="realm")
+    parser.add_argument("--method", choices=("realm", "tent", "eata", "sar"), default="realm")
     parser.add_argument("--cache-dir", default=".cache")
     parser.add_argument(
         "--trusted-key",
