@@ -14,7 +14,10 @@ from realm_tools import (
     StreamSettings,
     bench_streams,
     build_stream,
+    plot_streams,
+    streams_from_json,
     streams_tables,
+    streams_to_json,
 )
 
 SMALL = StreamSettings(passes=2, horizon=500, junk_length=50, limit=40)
@@ -94,7 +97,7 @@ def test_unknown_settings_are_named(shift):
     assert "episodic" in SETTINGS
 
 
-def test_the_bench_runs_every_row_and_tabulates(shift, digits_model):
+def test_the_bench_runs_every_row_and_tabulates(shift, digits_model, tmp_path):
     settings = StreamSettings(passes=2, junk_length=30, limit=15)
     runs = bench_streams(
         shift,
@@ -114,6 +117,13 @@ def test_the_bench_runs_every_row_and_tabulates(shift, digits_model):
     assert "REALM + guardrails" in table and "pass 2" in table
     dark = [r for r in runs if r.setting == "junk-dark"]
     assert all(r.accuracy is None for r in dark)
+    # Saved and read back, the figures tabulate the same; the plots come from the traces.
+    again = streams_from_json(streams_to_json(runs, {"seeds": [5]}))
+    assert streams_tables(again) == table
+    assert [r.segments for r in again] == [r.segments for r in runs]
+    plots = plot_streams(again, tmp_path)
+    assert sorted(p.name for p in plots) == ["stream_continual.png", "stream_junk-dark.png"]
+    assert all(p.stat().st_size > 10_000 for p in plots)
 
 
 def test_a_table_of_junk_streams_alone_has_no_empty_accuracy_table():

@@ -32,6 +32,7 @@ from ._continual import (
     method_config,
     plot_streams,
     run_stream,
+    streams_from_json,
     streams_tables,
     streams_to_json,
 )
@@ -209,6 +210,7 @@ __all__ = [
     "runs_from_json",
     "runs_to_json",
     "source_model",
+    "streams_from_json",
     "streams_tables",
     "streams_to_json",
     "take_turns",

@@ -461,7 +461,7 @@ def plot_streams(runs: Sequence[StreamRun], out_dir: str | Path) -> list[Path]:
     for setting in dict.fromkeys(r.setting for r in runs if r.trace):
         mine = [r for r in runs if r.setting == setting]
         seed = min(r.seed for r in mine)  # one seed drawn; the tables have all of them
-        fig, axes = plt.subplots(1, 3, figsize=(16, 3.8))
+        fig, axes = plt.subplots(1, 4, figsize=(20, 3.8))
         for r in (r for r in mine if r.seed == seed):
             color = colors[r.method]
             label = STREAM_LABELS[r.method]
@@ -472,22 +472,38 @@ def plot_streams(runs: Sequence[StreamRun], out_dir: str | Path) -> list[Path]:
                 axes[1].plot(r.trace_at, r.trace["alpha"], style, color=color, alpha=0.5)
             if r.trace.get("drift"):
                 axes[2].plot(r.trace_at, r.trace["drift"], color=color, label=label, lw=1)
-            for at in r.reset_at:
-                axes[0].axvline(at, color=color, alpha=0.25, lw=0.8)
+            if r.trace.get("update_rate"):
+                axes[3].plot(r.trace_at, r.trace["update_rate"], color=color, label=label, lw=1)
+            for ax in (axes[0], axes[3]):
+                for at in r.reset_at:
+                    ax.axvline(at, color=color, alpha=0.25, lw=0.8)
+        bound = Guardrails().max_drift
+        if bound is not None and any(r.method == "realm-guarded" for r in mine):
+            axes[2].axhline(bound, color="grey", ls=":", lw=1, label="drift bound (defaults)")
         axes[0].set_title(f"{setting}: accuracy over the last 500 samples (%)")
         axes[1].set_title("REALM's λ (bright) and α (faded)")
-        axes[2].set_title("drift ‖θ − θ0‖ / ‖θ0‖")
+        axes[2].set_title("drift ‖θ − θ0‖ / ‖θ0‖ (clipped at the bound)")
+        axes[3].set_title("update rate (EMA over ~100 samples)")
         for ax in axes:
             ax.set_xlabel(f"samples (seed {seed}); vertical lines: resets")
             ax.grid(alpha=0.3)
-        axes[0].legend(fontsize=7)
-        axes[1].legend(fontsize=7)
+        for ax in axes[:3]:
+            ax.legend(fontsize=7)
         fig.tight_layout()
         path = out / f"stream_{setting}.png"
         fig.savefig(path, dpi=100)
         plt.close(fig)
         written.append(path)
     return written
+
+
+def streams_from_json(text: str) -> list[StreamRun]:
+    """Inverse of :func:`streams_to_json` (to re-plot or re-tabulate a saved run)."""
+    runs = []
+    for r in json.loads(text)["runs"]:
+        r["segments"] = [tuple(s) for s in r["segments"]]
+        runs.append(StreamRun(**r))
+    return runs
 
 
 def streams_to_json(runs: Sequence[StreamRun], settings: dict[str, Any]) -> str:
