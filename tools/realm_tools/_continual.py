@@ -241,7 +241,7 @@ class _Cell:
     @property
     def weight(self) -> float:
         """Rough relative cost, to start the longest runs first in a pool."""
-        length = {"long": 14.0, "gradual": 9.0, "continual": 4.0}.get(self.setting, 1.0)
+        length = {"long": 14.0, "continual": 4.0}.get(self.setting, 1.0)
         return length * {"none": 0.3, "sar": 2.0}.get(self.method, 1.0)
 
 
