@@ -182,7 +182,7 @@ def bench_streams(
         stream_settings: lengths, passes and severities of the streams.
         on_run: ``on_run(label, samples)`` opens a run's progress callback (or None).
         jobs: worker processes (one torch thread each); 1 runs in this process. The runs
-            are independent: the figures do not depend on it.
+            are independent: the figures are those of one process at one torch thread.
 
     Returns:
         One :class:`StreamRun` per combination, in settings × seeds × methods order.
