@@ -12,6 +12,7 @@ from realm_tools import (
     plot_quality,
     quality_table,
     runs_to_json,
+    train_digits_model,
 )
 
 
@@ -71,3 +72,20 @@ def test_quick_cli_writes_table_json_and_plots(tmp_path, digits_model, digits_ca
     table = (out / "quality.md").read_text()
     assert "| REALM (runtime) |" in table and "clean after" in table
     assert (out / "online_accuracy.png").is_file() and (out / "alpha_lambda.png").is_file()
+
+
+def test_the_source_model_is_the_same_whatever_the_thread_count(digits):
+    # The docs' figures come from a cached model: a fresh machine must train the same one.
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        two = train_digits_model(digits, epochs=1, seed=3)
+        assert torch.get_num_threads() == 2  # the caller's setting is given back
+        torch.set_num_threads(1)
+        one = train_digits_model(digits, epochs=1, seed=3)
+    finally:
+        torch.set_num_threads(threads)
+    for (name, a), b in zip(two.state_dict().items(), one.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name

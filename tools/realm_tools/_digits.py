@@ -149,8 +149,9 @@ def train_digits_model(
 ) -> nn.Module:
     """Train (or load from ``cache_dir``) the source model on the digits, deterministically.
 
-    Adam, batch 32, light random-shift augmentation; about 20 s on 2 cores. The result is
-    cached as safetensors keyed by the settings, so later calls load it.
+    Adam, batch 32, light random-shift augmentation, on one torch thread whatever the
+    caller's setting (the thread count changes float sums, hence the weights); about 20 s.
+    The result is cached as safetensors keyed by the settings, so later calls load it.
 
     Args:
         data: the split (default: :func:`load_digits`).
@@ -176,6 +177,21 @@ def train_digits_model(
             log.info("loaded the digits source model from %s", cache)
             return _described(model.eval(), data)
 
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the same weights on every machine: sums in one order
+    try:
+        model = _train(build, data, epochs, seed)
+    finally:
+        torch.set_num_threads(threads)
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(".tmp")
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp))
+        os.replace(tmp, cache)
+    return _described(model, data)
+
+
+def _train(build: Callable[[], nn.Module], data: DigitsData, epochs: int, seed: int) -> nn.Module:
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     model = build()  # re-created after seeding: the init is part of the recipe
@@ -197,13 +213,7 @@ def train_digits_model(
             total += float(loss.detach()) * len(idx)
         sched.step()
         log.info("digits source model: epoch %d/%d, loss %.4f", epoch + 1, epochs, total / len(x))
-    model.eval()
-    if cache is not None:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(".tmp")
-        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp))
-        os.replace(tmp, cache)
-    return _described(model, data)
+    return model.eval()
 
 
 def digits_preprocessing(data: DigitsData) -> dict[str, list]:
