@@ -194,3 +194,18 @@ def test_junk_on_data_without_a_clean_split_is_refused_before_any_run(digits, di
             on_run=lambda label, total: started.append(label),
         )
     assert started == []
+
+
+def test_the_table_says_where_realm_loses():
+    def run(method: str, accuracy: float, clean: float) -> StreamRun:
+        events = dict.fromkeys(("resets_recovery", "resets_collapse", "drift_clips"), 0)
+        return StreamRun("mixed", method, 0, 10, accuracy, [], clean, 0, events)
+
+    runs = [run("eata", 80.0, 96.0), run("sar", 70.0, 97.0), run("realm", 75.0, 97.0)]
+    runs.append(run("realm-guarded", 81.0, 96.5))
+    table = streams_tables(runs)
+    assert "### Where REALM loses" in table
+    assert "- mixed, online accuracy: REALM 75.0 < EATA 80.0" in table
+    assert "- mixed, clean after: REALM + guardrails 96.5 < SAR 97.0" in table
+    assert "REALM + guardrails 81.0" not in table  # it beats both: no line
+    assert "REALM 97.0 <" not in table  # a tie is no loss

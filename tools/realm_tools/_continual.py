@@ -417,6 +417,9 @@ def streams_tables(runs: Sequence[StreamRun]) -> str:
                 for s in settings
             ]
             out.append(f"| {STREAM_LABELS[m]} | " + " | ".join(cells) + " |")
+    losses = _where_realm_loses(runs, settings)
+    if losses:
+        out += ["", "### Where REALM loses (mean over seeds)", "", *losses]
     continual = [r for r in runs if r.setting == "continual"]
     if continual:
         passes = _passes(continual[0])
@@ -436,6 +439,34 @@ def streams_tables(runs: Sequence[StreamRun]) -> str:
                 counts = [f"{np.mean([r.events[e] for r in mine]):.1f}" for e in EVENTS]
                 out.append(f"| {STREAM_LABELS[m]} | {s} | " + " | ".join(counts) + " |")
     return "\n".join(out)
+
+
+def _where_realm_loses(runs: Sequence[StreamRun], settings: Sequence[str]) -> list[str]:
+    """One line per setting and figure where a REALM row is below EATA's or SAR's mean."""
+
+    def mean(method: str, setting: str, figure: str) -> float | None:
+        values = [
+            getattr(r, figure)
+            for r in runs
+            if r.method == method and r.setting == setting and getattr(r, figure) is not None
+        ]
+        return float(np.mean(values)) if values else None
+
+    lines = []
+    for setting in settings:
+        for figure, what in (("accuracy", "online accuracy"), ("clean_after", "clean after")):
+            for realm in ("realm", "realm-guarded"):
+                mine = mean(realm, setting, figure)
+                if mine is None:
+                    continue
+                for rival in ("eata", "sar"):
+                    theirs = mean(rival, setting, figure)
+                    if theirs is not None and round(theirs, 1) > round(mine, 1):
+                        lines.append(
+                            f"- {setting}, {what}: {STREAM_LABELS[realm]} {mine:.1f} < "
+                            f"{STREAM_LABELS[rival]} {theirs:.1f}"
+                        )
+    return lines
 
 
 def _passes(run: StreamRun) -> list[float]:
