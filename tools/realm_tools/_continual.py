@@ -192,14 +192,16 @@ def bench_streams(
         raise ValueError(f"unknown methods {unknown}; known: {STREAM_METHODS}")
     if jobs < 1:
         raise ValueError(f"jobs must be ≥ 1, got {jobs}")
+    clean = dataset.clean()
     junk = [s for s in settings if s in JUNK]
-    if junk and dataset.clean() is None:  # before hours of other runs, not after
+    if junk and clean is None:  # before hours of other runs, not after
         raise ValueError(
             f"{', '.join(junk)} need clean images of {dataset.name} (to draw frames from and "
             "to measure forgetting after), and this copy of the data set has none: leave "
             "the junk settings out"
         )
-    job = _Job(dataset, source, tuple(corruptions), preset, stream_settings or StreamSettings())
+    shape = stream_settings or StreamSettings()
+    job = _Job(dataset, source, clean, tuple(corruptions), preset, shape)
     cells = [
         _Cell(setting, seed, method, part)
         for setting in settings
@@ -251,6 +253,7 @@ class _Job:
 
     dataset: ShiftDataset
     source: nn.Module
+    clean: tuple[Any, np.ndarray] | None  # the clean split, built once (forgetting)
     corruptions: tuple[str, ...]
     preset: str
     shape: StreamSettings
@@ -276,7 +279,7 @@ class _Job:
             stream,
             preset=self.preset,
             num_classes=self.dataset.num_classes,
-            clean=self.dataset.clean(),
+            clean=self.clean,
             progress=progress,
         )
         run.seed = cell.seed
