@@ -315,7 +315,8 @@ def test_decision_graph_decides_like_the_runtime(digits_model, tmp_path, digits_
         skip = "diversity" if d["passed_entropy"][0] else "entropy"
         assert step.reason == ("updated" if d["keep"][0] else skip)
         if step.updated:
-            np.testing.assert_allclose(d["next_ema"], runtime.state.ema, rtol=0, atol=1e-7)
+            # Two float32 softmaxes (ORT's vectorised one, numpy's) differ by a few ULP per CPU.
+            np.testing.assert_allclose(d["next_ema"], runtime.state.ema, rtol=0, atol=1e-6)
     assert "updated" in reasons and len(reasons) > 1, reasons
 
 
