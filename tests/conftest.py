@@ -3,7 +3,12 @@ test both twins (``RealmAdapter`` and ``RealmRuntime``) alike."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -340,3 +345,64 @@ def adapted(digits_artifacts, digits_stream, tmp_path_factory):
     path = tmp_path_factory.mktemp("state") / "good.npz"
     rt.save(path)
     return rt, path
+
+
+# ---- the torch-free runtime venv (newest onnxruntime), made once per checkout
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNTIME_VENV = ROOT / ".venv-runtime"
+
+
+def _run(cmd, **kw):
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, **kw)
+    if result.returncode != 0:
+        pytest.fail(f"{' '.join(map(str, cmd))} failed:\n{result.stdout}\n{result.stderr}")
+    return result.stdout
+
+
+def run_in_runtime_venv(python: Path, script: str, *args: object, cwd: Path) -> dict:
+    """Run ``script`` under the runtime venv's Python; its last stdout line, as JSON."""
+    out = _run(
+        [str(python), "-c", script, *map(str, args)],
+        cwd=cwd,
+        # This checkout's realm_runtime ahead of the copy installed when the venv was made
+        # (it is rebuilt only when pyproject.toml changes).
+        env={**os.environ, "PYTHONPATH": str(ROOT / "runtime")},
+    )
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _newest_python() -> str:
+    """The newest CPython ≥ 3.12 that runs here (pyenv shims of absent versions do not)."""
+    candidates = [shutil.which(f"python3.{minor}") for minor in (13, 12)]
+    candidates += sorted(
+        (str(p) for p in Path.home().glob(".pyenv/versions/3.1[23]*/bin/python3.1[23]")),
+        reverse=True,
+    )
+    for exe in filter(None, candidates):
+        probe = subprocess.run([exe, "-c", "import venv"], capture_output=True)
+        if probe.returncode == 0:
+            return exe
+    return sys.executable  # 3.11: still the newest onnxruntime, not the newest Python
+
+
+@pytest.fixture(scope="session")
+def runtime_python() -> Path:
+    """``.venv-runtime/bin/python`` with ``.[runtime]`` installed (made when missing/stale)."""
+    stamp = RUNTIME_VENV / ".realm-tta-runtime"
+    # A plain (non-editable) install: rebuilt when pyproject.toml or the runtime's code
+    # changes, or the venv would go on testing the runtime as it was when first installed.
+    sources = [
+        ROOT / "pyproject.toml",
+        *sorted((ROOT / "runtime").rglob("*.py")),
+    ]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()
+    py = RUNTIME_VENV / "bin" / "python"
+    if not (py.exists() and stamp.exists() and stamp.read_text() == digest):
+        shutil.rmtree(RUNTIME_VENV, ignore_errors=True)
+        _run([_newest_python(), "-m", "venv", str(RUNTIME_VENV)])
+        pip = [str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        _run([*pip, "--upgrade", "onnxruntime"])  # the newest, whatever the extra allows
+        _run([*pip, f"{ROOT}[runtime]"])
+        stamp.write_text(digest)
+    return py

@@ -13,22 +13,17 @@ code changes), so ``make test`` pays for the install once.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import shutil
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_in_runtime_venv
 
 from realm_runtime import RealmRuntime
 
 ROOT = Path(__file__).resolve().parents[1]
-VENV = ROOT / ".venv-runtime"
 
 SCRIPT = textwrap.dedent("""
     import importlib.util, json, sys, time
@@ -76,64 +71,12 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def _run(cmd, **kw):
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, **kw)
-    if result.returncode != 0:
-        pytest.fail(f"{' '.join(map(str, cmd))} failed:\n{result.stdout}\n{result.stderr}")
-    return result.stdout
-
-
-def _run_there(python: Path, script: str, *args: object, cwd: Path) -> dict:
-    """Run ``script`` under the runtime venv's Python; its last stdout line, as JSON."""
-    out = _run(
-        [str(python), "-c", script, *map(str, args)],
-        cwd=cwd,
-        # This checkout's realm_runtime ahead of the copy installed when the venv was made
-        # (it is rebuilt only when pyproject.toml changes).
-        env={**os.environ, "PYTHONPATH": str(ROOT / "runtime")},
-    )
-    return json.loads(out.strip().splitlines()[-1])
-
-
-def _newest_python() -> str:
-    """The newest CPython ≥ 3.12 that runs here (pyenv shims of absent versions do not)."""
-    candidates = [shutil.which(f"python3.{minor}") for minor in (13, 12)]
-    candidates += sorted(
-        (str(p) for p in Path.home().glob(".pyenv/versions/3.1[23]*/bin/python3.1[23]")),
-        reverse=True,
-    )
-    for exe in filter(None, candidates):
-        probe = subprocess.run([exe, "-c", "import venv"], capture_output=True)
-        if probe.returncode == 0:
-            return exe
-    return sys.executable  # 3.11: still the newest onnxruntime, not the newest Python
-
-
-@pytest.fixture(scope="session")
-def runtime_python() -> Path:
-    """``.venv-runtime/bin/python`` with ``.[runtime]`` installed (made when missing/stale)."""
-    stamp = VENV / ".realm-tta-runtime"
-    # A plain (non-editable) install: rebuilt when pyproject.toml or the runtime's code
-    # changes, or the venv would go on testing the runtime as it was when first installed.
-    sources = [ROOT / "pyproject.toml", *sorted((ROOT / "runtime").rglob("*.py"))]
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()
-    py = VENV / "bin" / "python"
-    if not (py.exists() and stamp.exists() and stamp.read_text() == digest):
-        shutil.rmtree(VENV, ignore_errors=True)
-        _run([_newest_python(), "-m", "venv", str(VENV)])
-        pip = [str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-        _run([*pip, "--upgrade", "onnxruntime"])  # the newest, whatever the extra allows
-        _run([*pip, f"{ROOT}[runtime]"])
-        stamp.write_text(digest)
-    return py
-
-
 def test_runtime_on_newest_onnxruntime_without_torch_or_training(
     runtime_python, digits_artifacts, digits_stream, tmp_path
 ):
     xs = np.ascontiguousarray(digits_stream[0][:40])
     np.save(tmp_path / "stream.npy", xs)
-    there = _run_there(
+    there = run_in_runtime_venv(
         runtime_python, SCRIPT, digits_artifacts[0], tmp_path / "stream.npy", tmp_path, cwd=tmp_path
     )
     assert there["torch_loaded"] is False
@@ -190,7 +133,7 @@ def test_ort_format_graphs_load_on_the_newest_onnxruntime(
     newest onnxruntime and take the same steps as the .onnx graphs there."""
     xs = np.ascontiguousarray(digits_stream[0][:40])
     np.save(tmp_path / "stream.npy", xs)
-    there = _run_there(
+    there = run_in_runtime_venv(
         runtime_python,
         ORT_FORMAT_SCRIPT,
         digits_ort_artifacts[0],

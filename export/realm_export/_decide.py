@@ -18,7 +18,7 @@ from realm_runtime import RealmConfig
 from ._onnx_builder import GraphBuilder
 
 DECIDE_MODEL = "decide_model.onnx"
-DECIDE_OPSET = 17
+DECIDE_OPSET = 18  # the portable graphs' opset: the adapt graph inlines this one
 
 
 def decide_model(config: RealmConfig, ir_version: int) -> onnx.ModelProto:
@@ -71,7 +71,7 @@ def _softmax_entropy(b: GraphBuilder) -> tuple[str, str]:
 
     As the runtime's numpy computes them: from the shifted logits.
     """
-    max_logit = b.op("ReduceMax", ["logits"], "max", axes=[1], keepdims=1)
+    max_logit = b.op("ReduceMax", ["logits", "axis1"], "max", keepdims=1)
     shifted = b.op("Sub", ["logits", max_logit], "shifted")
     e = b.op("Exp", [shifted], "exp")
     total = b.op("ReduceSum", [e, "axis1"], "sum", keepdims=1)
@@ -109,7 +109,7 @@ def _finite(b: GraphBuilder) -> str:
     inf = b.op("IsInf", ["logits"], "inf")
     bad = b.op("Or", [nan, inf], "bad")
     badf = b.op("Cast", [bad], "badf", to=TensorProto.FLOAT)
-    worst = b.op("ReduceMax", [badf], "worst", axes=[1], keepdims=0)
+    worst = b.op("ReduceMax", [badf, "axis1"], "worst", keepdims=0)
     return b.op("Equal", [worst, "zero"], "finite")
 
 

@@ -13,7 +13,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from realm_runtime.contract import (
 )
 from realm_sdk import RealmAdapter, RealmConfig
 
+from ._adapt import write_adapt
 from ._decide import DECIDE_MODEL, decide_model
 from ._graph import (
     INPUT_NAME,
@@ -156,6 +157,7 @@ class _Built:
     training_report: ValidationReport | None = None  # None: not validated, or not written
     training_error: str | None = None  # why there are no training artifacts, if there are none
     training_failure: ValidationError | None = None  # their failed validation, if that was why
+    adapt: dict[str, Any] = field(default_factory=dict)  # the manifest's adapt section, if written
 
 
 def export_realm_artifacts(
@@ -676,6 +678,9 @@ def _write_portable(plan: _ExportPlan, traced: _Traced, directory: Path) -> _Bui
     if report is not None and not report.passed:
         return _Built(directory, _discard_portable(directory, report), report)
     section = _portable_section(graphs, report, started) | {"weights": weights}
+    # The one adapt graph reads the step graph's weights from the same file.
+    weights["graphs"]["adapt_model"] = list(weights["graphs"]["step_model"])
+    adapt = write_adapt(graphs.step, plan.config, graphs.source, directory)
     if plan.web:
         # SPEC §3's decision for the JavaScript clients of the portable graphs.
         decide = decide_model(plan.config, graphs.step.ir_version)
@@ -684,7 +689,7 @@ def _write_portable(plan: _ExportPlan, traced: _Traced, directory: Path) -> _Bui
     ort_report = None
     if plan.ort_format:
         section["ort_format"], ort_report = _write_ort_format(plan, traced, directory, graphs)
-    return _Built(directory, section, report, ort_report)
+    return _Built(directory, section, report, ort_report, adapt=adapt)
 
 
 def _standalone(graphs: PortableGraphs) -> onnx.ModelProto:
@@ -951,6 +956,7 @@ def _manifest(plan: _ExportPlan, traced: _Traced, built: _Built) -> Manifest:
         model=_model_info(traced.source, plan.model_info),
         portable=built.portable,
         training=_training_section(built),
+        adapt=built.adapt,
     )
 
 

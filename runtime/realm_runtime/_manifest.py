@@ -78,6 +78,7 @@ class Manifest:
     model: dict[str, Any] = field(default_factory=dict)  # model name/class, source
     portable: dict[str, Any] = field(default_factory=dict)  # step graph layout, or its "error"
     training: dict[str, Any] = field(default_factory=dict)  # legacy artifacts: written, or why not
+    adapt: dict[str, Any] = field(default_factory=dict)  # the one adapt graph and its state
     digest: str = ""  # manifest_sha256 of the file it was read from ("" before it is written)
 
     def to_bytes(self) -> bytes:
@@ -97,6 +98,7 @@ class Manifest:
             "model": self.model,
             "portable": self.portable,
             "training": self.training,
+            "adapt": self.adapt,
             DIGEST_KEY: _UNSEALED,
         }
         return seal(json.dumps(data, indent=2, sort_keys=False).encode("utf-8"))
@@ -127,6 +129,7 @@ class Manifest:
             "model": dict,
             "portable": dict,
             "training": dict,
+            "adapt": dict,
         }
         for key, kind in kinds.items():
             if key in data and (not isinstance(data[key], kind) or isinstance(data[key], bool)):
@@ -177,6 +180,7 @@ class Manifest:
             model=dict(data.get("model", {})),
             portable=dict(data.get("portable", {})),
             training=dict(data.get("training", {})),
+            adapt=dict(data.get("adapt", {})),
             digest=str(data.get(DIGEST_KEY, "")),
         )
 

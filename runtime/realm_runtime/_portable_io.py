@@ -23,6 +23,31 @@ ORT_OPERATORS_CONFIG = "required_operators.config"
 
 LAYOUT_VERSION = 1  # of the manifest's "portable" section
 
+# The one adapt graph (SPEC §3 whole, for one sample): a client feeds the sample and the state
+# the manifest's "adapt" section lists, and takes each state's next value for the next call.
+ADAPT_MODEL = "adapt_model.onnx"
+ADAPT_SECTION_VERSION = 1  # of the manifest's "adapt" section
+ADAPT_UPDATED_NAME = "realm.updated"  # bool scalar output: the step was applied
+ADAPT_SELECTED_NAME = "realm.selected"  # bool scalar output: the sample passed the filters
+ADAPT_REASON_NAME = "realm.reason"  # int64 scalar output: an index into ADAPT_REASONS
+ADAPT_LOSS_NAME = "realm.step_loss"  # float scalar output: the step's loss (0 if not selected)
+ADAPT_REASONS = ("updated", "diversity", "entropy", "nonfinite")  # the twins' step reasons
+EMA_NAME = "realm.ema"  # (C,) state: S_div's EMA of the updated predictions
+MARGINAL_NAME = "realm.marginal"  # (C,) state: the watch's EMA of every prediction
+WATCH_NAME = "realm.watch"  # (3,) state: the watch figures, in ADAPT_WATCH order
+ADAPT_WATCH = ("update_rate", "entropy_ema", "loss_ema")
+KNOWN_NAME = "realm.known"  # (4,) bool state: which optional values exist, ADAPT_KNOWN order
+# "watch": the entropy EMA and the marginal (finite samples seen since the last reset).
+ADAPT_KNOWN = ("ema", "update_rate", "watch", "loss_ema")
+SEEN_NAME = "realm.seen"  # int64 state: finite samples since the last reset
+COUNTERS_NAME = "realm.counters"  # (9,) int64 state: the counters, in COUNTERS order
+
+
+def next_name(state: str) -> str:
+    """The adapt graph's output that holds the next value of the state input ``state``."""
+    return state + ".next"
+
+
 LR_NAME = "realm.lr"  # learning rate of the norm parameters (scalar input)
 LR_ALPHA_LAMBDA_NAME = "realm.lr_alpha_lambda"  # learning rate of α and λ (scalar input)
 MOMENTUM_NAME = "realm.momentum"  # SGD momentum μ (scalar input)

@@ -107,6 +107,12 @@ class ParityCase:
 # entropy is also close to ln C, above EATA's e0, so EATA runs on the trained digits model.
 _RANDOM_D = "d near the stream's median cosine so that both S_div branches run"
 _SLOW = _RANDOM_D + ", and lr 64× the preset's so that 20–30 steps move θ, α, λ measurably"
+# Torch's float32 GroupNorm backward on CPU is the far side here: against a float64 run of
+# the SDK its momentum strays further than the portable graph's (docs/BENCHMARKS.md, Parity).
+_GN_FLOAT32 = (
+    "momentum 3e-4: the SDK's float32 GroupNorm backward itself strays up to 1e-4 of the "
+    "buffer scale from a float64 SDK on this stream, the runtime a few 1e-6"
+)
 INTERVENTIONS = ("resets_recovery", "resets_collapse", "drift_clips")
 # The watch figures are float64 EMAs of float32 logits and parameters: the sides' logits
 # differ by ≤ 1e-5 (TOLERANCES), so do entropies and drifts, to a few 1e-6.
@@ -259,7 +265,8 @@ CASES: tuple[ParityCase, ...] = (
         steps=25,
         slow=True,
         overrides={"diversity_margin": 0.99967, "lr": 1e-3, "lr_alpha_lambda": 1e-3},
-        why=_SLOW,
+        tolerance={"momentum": 3e-4},
+        why=_SLOW + "; " + _GN_FLOAT32,
     ),
     ParityCase(
         "swin_tiny-imagenet",

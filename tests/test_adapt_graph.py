@@ -1,0 +1,181 @@
+"""The one adapt graph (issue 27): a client that knows only the manifest's ``adapt`` section.
+
+The client is the code block of docs/adapt.md, run as written (numpy and onnxruntime only).
+It must take RealmRuntime's trajectory, step after step: the same reasons and updates, the
+same logits and parameters (α and λ among them), and in the end the same counters and watch
+figures, for every method and every guardrail, on selected, skipped, refused (non-finite) and
+reset steps.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import export_digits, run_in_runtime_venv
+
+from realm_runtime import COUNTERS, Guardrails, RealmRuntime
+from realm_runtime.contract import ADAPT_KNOWN, ADAPT_WATCH
+from realm_tools import TOLERANCES
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "adapt.md"
+STEPS = 130
+OVERFLOW = 1e30  # an input this large overflows float32 in the first layers
+
+
+def client_source() -> str:
+    """The docs' client: the one python block under "A client in 25 lines"."""
+    section = DOC.read_text().split("## A client in 25 lines", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_the_docs_client_is_short_and_knows_only_numpy_and_onnxruntime():
+    source = client_source()
+    code = [line for line in source.splitlines() if line.strip()]
+    assert len(code) <= 26, len(code)
+    imported = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            imported |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported.add(node.module.split(".")[0])
+    assert imported == {"json", "pathlib", "numpy", "onnxruntime"}
+
+
+def _client(directory: Path):
+    scope: dict = {}
+    exec(compile(client_source(), str(DOC), "exec"), scope)  # the docs' code, as written
+    return scope["AdaptClient"](directory)
+
+
+def _stream(digits, kind: str, *, overflow: bool = True) -> np.ndarray:
+    if kind == "one-class":  # what the collapse guard is for: one clean class, over and over
+        x, y = digits.stream("clean", 1, seed=0)
+        x = np.concatenate([x[y == 3]] * 3)
+    else:
+        x = digits.stream("gaussian_noise", 5, seed=0)[0]
+    x = np.ascontiguousarray(x[:STEPS], dtype=np.float32)
+    if overflow:  # finite, but its logits overflow (in ONNX Runtime 1.19's kernels)
+        x[11] = OVERFLOW
+    return x
+
+
+CASES = {
+    "realm": ({}, "shifted"),
+    "realm-imagenet": ({"preset": "imagenet", "diversity_margin": 0.4, "lr": 2e-3}, "shifted"),
+    "tent": ({"method": "tent"}, "shifted"),
+    "eata": ({"method": "eata"}, "shifted"),
+    "sar-recovering": ({"method": "sar", "recovery_loss": 0.8}, "shifted"),
+    "guardrails": (
+        {"lr": 0.02, "guardrails": Guardrails(relax=0.05, anchor=0.01, max_drift=0.004)},
+        "shifted",
+    ),
+    "collapse": (
+        {"guardrails": Guardrails(collapse=0.5)},
+        "one-class",
+    ),
+    "episodic": ({"episodic": True}, "shifted"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_manifest_only_client_takes_the_runtimes_steps(case, digits_model, digits, tmp_path):
+    overrides, kind = CASES[case]
+    directory = tmp_path / "a"
+    export_digits(digits_model, directory, **overrides)
+    xs = _stream(digits, kind)
+    runtime = RealmRuntime(directory, threads=1, schedule="infer-first")
+    client = _client(directory)
+    layout = json.loads((directory / "realm.json").read_text())["portable"]["layout"]
+    reasons = set()
+    for i, x in enumerate(xs):
+        ours = runtime.adapt(x[None])
+        logits, updated, reason = client.adapt(x[None])
+        assert (reason, updated) == (ours.reason, ours.updated), f"step {i}"
+        reasons.add(reason)
+        if np.isfinite(ours.logits).all():
+            np.testing.assert_allclose(logits, ours.logits, rtol=0, atol=TOLERANCES["logits"])
+        flat = client.state["realm.params"]
+        for slot in layout:
+            name, start = slot["name"], slot["offset"]
+            want = _runtime_value(runtime, name)
+            got = flat[start : start + want.size].reshape(want.shape)
+            np.testing.assert_allclose(got, want, rtol=0, atol=TOLERANCES["params"], err_msg=name)
+    state = runtime.state
+    counters = dict(zip(COUNTERS, client.state["realm.counters"].tolist(), strict=True))
+    assert counters == {c: getattr(state, c) for c in COUNTERS}
+    assert {"updated", "nonfinite"} <= reasons, reasons
+    _same_watch(client, state)
+    if case == "sar-recovering":
+        assert state.resets_recovery > 0
+    if case == "guardrails":
+        assert state.drift_clips > 0
+    if case == "collapse":
+        assert state.resets_collapse > 0
+
+
+def _runtime_value(runtime: RealmRuntime, name: str) -> np.ndarray:
+    if name in ("realm.alpha", "realm.lambda"):
+        value = runtime.state.alpha if name == "realm.alpha" else runtime.state.lam
+        return np.array(value, np.float32)
+    return runtime.trainable_parameters()[name]
+
+
+def _same_watch(client, state) -> None:
+    known = dict(zip(ADAPT_KNOWN, client.state["realm.known"], strict=True))
+    watch = dict(zip(ADAPT_WATCH, client.state["realm.watch"], strict=True))
+    assert bool(known["ema"]) == (state.ema is not None)
+    if state.ema is not None:
+        np.testing.assert_allclose(client.state["realm.ema"], state.ema, atol=TOLERANCES["ema"])
+    for figure, flag in (("update_rate", "update_rate"), ("entropy_ema", "watch")):
+        want = getattr(state, figure)
+        assert bool(known[flag]) == (want is not None), figure
+        if want is not None:
+            assert watch[figure] == pytest.approx(want, rel=1e-5, abs=1e-6), figure
+    assert bool(known["loss_ema"]) == (state.loss_ema is not None)
+    if state.loss_ema is not None:
+        assert watch["loss_ema"] == pytest.approx(state.loss_ema, rel=1e-5)
+    if state.marginal is not None:
+        np.testing.assert_allclose(client.state["realm.marginal"], state.marginal, atol=1e-5)
+
+
+NEWEST = """
+import json, sys
+import numpy as np, onnxruntime
+scope = {}
+exec(open(sys.argv[1]).read(), scope)
+client = scope["AdaptClient"](sys.argv[2])
+rows = []
+for x in np.load(sys.argv[3]):
+    logits, updated, reason = client.adapt(x[None])
+    rows.append([reason, updated, logits[0].tolist(), client.state["realm.params"].tolist()])
+print(json.dumps({"ort": onnxruntime.__version__, "rows": rows}))
+"""
+
+
+def test_the_docs_client_on_the_newest_onnxruntime(runtime_python, digits_model, digits, tmp_path):
+    directory = tmp_path / "a"
+    export_digits(digits_model, directory, method="sar")  # If, SAM and the recovery
+    # No overflowing input: whether its logits overflow depends on the version's kernels.
+    xs = _stream(digits, "shifted", overflow=False)[:100]
+    np.save(tmp_path / "xs.npy", xs)
+    (tmp_path / "client.py").write_text(client_source())
+    there = run_in_runtime_venv(
+        runtime_python, NEWEST, tmp_path / "client.py", directory, tmp_path / "xs.npy", cwd=tmp_path
+    )
+    import onnxruntime
+
+    assert there["ort"] != onnxruntime.__version__  # two ONNX Runtime versions compared
+    runtime = RealmRuntime(directory, threads=1, schedule="infer-first")
+    for i, (x, (reason, updated, logits, params)) in enumerate(zip(xs, there["rows"], strict=True)):
+        ours = runtime.adapt(x[None])
+        assert (reason, updated) == (ours.reason, ours.updated), f"step {i}"
+        if np.isfinite(ours.logits).all():
+            np.testing.assert_allclose(logits, ours.logits[0], atol=TOLERANCES["logits"])
+        flat = np.concatenate([v.reshape(-1) for v in runtime.trainable_parameters().values()])
+        np.testing.assert_allclose(params, flat, atol=TOLERANCES["params"])
