@@ -179,3 +179,55 @@ def test_the_docs_client_on_the_newest_onnxruntime(runtime_python, digits_model,
             np.testing.assert_allclose(logits, ours.logits[0], atol=TOLERANCES["logits"])
         flat = np.concatenate([v.reshape(-1) for v in runtime.trainable_parameters().values()])
         np.testing.assert_allclose(params, flat, atol=TOLERANCES["params"])
+
+
+@pytest.mark.parametrize("method", ["realm", "eata"])
+def test_the_export_validates_the_adapt_graph_on_selected_and_skipped_samples(
+    method, digits_model, tmp_path
+):
+    directory = tmp_path / "a"
+    export_digits(digits_model, directory, method=method)
+    section = json.loads((directory / "realm.json").read_text())["adapt"]
+    reports = section["validation"]
+    assert all(r["passed"] and r["mismatch"] is None for r in reports)
+    assert all(r["steps"] >= 6 and r["logits_max_abs"] <= r["logits_tol"] for r in reports)
+    # EATA: the written graph, and its twin with the cut opened so that the update runs too.
+    assert len(reports) == (2 if method == "eata" else 1)
+    seen = set().union(*(r["reasons"] for r in reports))
+    assert "updated" in seen and seen - {"updated"}, seen
+
+
+def test_the_ort_format_adapt_graph_takes_the_same_steps(digits_ort_artifacts, digits):
+    directory = digits_ort_artifacts[0]
+    manifest = json.loads((directory / "realm.json").read_text())
+    mobile = manifest["portable"]["ort_format"]
+    assert mobile["adapt_validation"]["passed"]
+    operators = (directory / mobile["operators_config"]).read_text()
+    assert re.search(r"^ai\.onnx;\d+;.*\bIf\b", operators, re.M), operators  # a build keeps If
+    onnx_client, ort_client = _client(directory), _client(directory)
+    ort_client.spec = {**ort_client.spec, "file": mobile["adapt_model"]}
+    import onnxruntime
+
+    ort_client.session = onnxruntime.InferenceSession(str(directory / mobile["adapt_model"]))
+    for i, x in enumerate(_stream(digits, "shifted")[:100]):
+        a, b = onnx_client.adapt(x[None]), ort_client.adapt(x[None])
+        assert a[1:] == b[1:], f"step {i}"
+        np.testing.assert_allclose(b[0], a[0], atol=TOLERANCES["logits"])
+    np.testing.assert_allclose(
+        ort_client.state["realm.params"], onnx_client.state["realm.params"], atol=1e-5
+    )
+
+
+def test_the_adapt_benchmark_runs_the_rates_it_names():
+    from realm_tools import bench_adapt, format_adapt_costs, machine_peak
+
+    peak = machine_peak(1, n=256, repeats=1)
+    row = bench_adapt(
+        "digits", rates=(0.0, 0.5, 1.0), samples=4, rounds=1, threads=1, warmup=1, peak=peak
+    )
+    assert row.stream_rate == {0.0: 0.0, 0.5: 0.5, 1.0: 1.0}  # the forced decisions held
+    assert row.forward_ms > 0 and row.skip_ms > 0 and row.update_ms > 0
+    assert row.target_ms(0.0) == row.forward_ms and row.target_ms(1.0) == row.step_ms
+    assert row.today_ms(1.0) == row.step_ms
+    table = format_adapt_costs([row], rates=(0.0, 0.5, 1.0))
+    assert table.count("| digits |") == 4 and "share of the floor" in table

@@ -232,7 +232,11 @@ def test_manifest_describes_the_export(tmp_path):
         "forward_model.onnx",
         "source_params.npy",
         "weights.bin",
+        "adapt_model.onnx",
+        *(e["initial"] for e in m.adapt["state"] if e["initial"] != "source_params.npy"),
     }
+    # The adapt graph's initial state: one .npy per state tensor but the parameters.
+    assert len(m.adapt["state"]) == 8 and m.adapt["file"] == "adapt_model.onnx"
     assert m.portable["step_model"] == "step_model.onnx" and m.portable["batch"] == 1
     assert m.portable["opset"] == 18 and m.portable["ir_version"] <= 10
     assert [s["name"] for s in m.portable["layout"]] == list(m.trainable)

@@ -355,9 +355,9 @@ def test_onnx_sessions_share_one_arena_unless_told_otherwise(digits_artifacts, d
 
 
 def test_graphs_keep_their_weights_once_in_a_shared_file(digits_artifacts, digits_stream):
-    """The step and forward graphs' weights are stored once, in weights.bin (external data).
+    """The portable graphs' weights are stored once, in weights.bin (external data).
 
-    Both graphs point to the same bytes for a tensor they share; a plain InferenceSession
+    The step, forward and adapt graphs point to the same bytes for a tensor they share; a plain InferenceSession
     given the forward graph's path reads them itself, and its logits are the runtime's:
     sessions that read the file themselves, and lean ones that got the tensors from one
     buffer (``add_initializer``).
@@ -366,7 +366,8 @@ def test_graphs_keep_their_weights_once_in_a_shared_file(digits_artifacts, digit
     weights = RealmRuntime(directory).manifest.portable["weights"]
     assert weights["file"] == "weights.bin" and weights["gemm_bytes"] >= 0
     tables = {role: {n: (o, s) for n, o, s in t} for role, t in weights["graphs"].items()}
-    assert set(tables) == {"step_model", "forward_model"} and tables["forward_model"]
+    assert set(tables) == {"step_model", "forward_model", "adapt_model"}
+    assert tables["forward_model"] and tables["adapt_model"] == tables["step_model"]
     for role, table in tables.items():
         graph = onnx.load(str(directory / f"{role}.onnx"), load_external_data=False)
         external = {

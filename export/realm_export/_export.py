@@ -63,6 +63,7 @@ from ._validate import (
     validate_artifacts,
     validate_portable,
 )
+from ._validate_adapt import validate_adapt_graphs
 from ._weights import save_with_shared_weights
 
 log = logging.getLogger(__name__)
@@ -638,6 +639,8 @@ def _files(plan: _ExportPlan, built: _Built) -> dict[str, Path]:
         for role in ("step_model", "forward_model", "source_params"):
             files[role] = out_dir / portable[role]
         files["weights"] = out_dir / portable["weights"]["file"]
+    if "file" in built.adapt:
+        files["adapt_model"] = out_dir / built.adapt["file"]
     ort_section = portable.get("ort_format", {})
     for role in ("step_model", "forward_model", "operators_config"):
         if role in ort_section:
@@ -680,7 +683,7 @@ def _write_portable(plan: _ExportPlan, traced: _Traced, directory: Path) -> _Bui
     section = _portable_section(graphs, report, started) | {"weights": weights}
     # The one adapt graph reads the step graph's weights from the same file.
     weights["graphs"]["adapt_model"] = list(weights["graphs"]["step_model"])
-    adapt = write_adapt(graphs.step, plan.config, graphs.source, directory)
+    adapt = _write_adapt(plan, traced, directory, graphs)
     if plan.web:
         # SPEC §3's decision for the JavaScript clients of the portable graphs.
         decide = decide_model(plan.config, graphs.step.ir_version)
@@ -688,8 +691,53 @@ def _write_portable(plan: _ExportPlan, traced: _Traced, directory: Path) -> _Bui
         section["decide_model"] = DECIDE_MODEL
     ort_report = None
     if plan.ort_format:
-        section["ort_format"], ort_report = _write_ort_format(plan, traced, directory, graphs)
+        section["ort_format"], ort_report = _write_ort_format(
+            plan, traced, directory, graphs, adapt
+        )
     return _Built(directory, section, report, ort_report, adapt=adapt)
+
+
+def _write_adapt(
+    plan: _ExportPlan, traced: _Traced, directory: Path, graphs: PortableGraphs
+) -> dict[str, Any]:
+    """Write and validate the one adapt graph; its manifest section, or why it is not here."""
+    plan.notify("writing the adapt graph")
+    section = write_adapt(graphs.step, plan.config, graphs.source, directory)
+    if not plan.validate:
+        return section
+    plan.notify("validating the adapt graph against the PyTorch reference")
+    try:
+        reports = validate_adapt_graphs(
+            directory,
+            section,
+            graphs.step,
+            traced.source,
+            plan.config,
+            plan.portable_inputs(),
+            atol=plan.atol,
+            grad_rtol=plan.grad_rtol,
+        )
+    except Exception as exc:  # ONNX Runtime refused to load or run it: say so, keep the rest
+        _discard_adapt(directory, section)
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        return {"error": f"ONNX Runtime could not run the adapt graph: {first}"}
+    for report, what in zip(reports, ("", " (entropy cut opened)"), strict=False):
+        log.info("validation of the adapt graph%s: %s", what, report.summary())
+    figures = [r.to_dict() for r in reports]
+    if all(r.passed for r in reports):
+        return section | {"validation": figures}
+    _discard_adapt(directory, section)
+    failed = next(r for r in reports if not r.passed)
+    reason = f"the adapt graph disagrees with the PyTorch reference: {failed.summary()}"
+    return {"error": reason, "validation": figures}
+
+
+def _discard_adapt(directory: Path, section: dict[str, Any]) -> None:
+    """Remove the adapt graph and its initial state (not the source parameters, shared)."""
+    for entry in section["state"]:
+        if entry["initial"] != SOURCE_PARAMS:
+            (directory / entry["initial"]).unlink(missing_ok=True)
+    (directory / section["file"]).unlink(missing_ok=True)
 
 
 def _standalone(graphs: PortableGraphs) -> onnx.ModelProto:
@@ -735,9 +783,13 @@ def _portable_section(
 
 
 def _write_ort_format(
-    plan: _ExportPlan, traced: _Traced, directory: Path, graphs: PortableGraphs
+    plan: _ExportPlan,
+    traced: _Traced,
+    directory: Path,
+    graphs: PortableGraphs,
+    adapt: dict[str, Any],
 ) -> tuple[dict[str, Any], ValidationReport | None]:
-    """Convert the portable graphs to ORT format and validate them.
+    """Convert the portable graphs (and the adapt graph) to ORT format and validate them.
 
     Returns:
         The manifest's ``portable.ort_format`` section, and the report (None unless
@@ -748,7 +800,8 @@ def _write_ort_format(
         ValidationError: the ORT-format graphs disagree with the reference.
     """
     plan.notify("writing the ORT-format graphs (ONNX Runtime's converter)")
-    converted = write_ort_format(directory, [STEP_MODEL, FORWARD_MODEL], [SHARED_WEIGHTS])
+    names = [STEP_MODEL, FORWARD_MODEL, *([adapt["file"]] if "file" in adapt else [])]
+    converted = write_ort_format(directory, names, [SHARED_WEIGHTS])
     files = {
         "step_model": converted[STEP_MODEL],
         "forward_model": converted[FORWARD_MODEL],
@@ -760,7 +813,30 @@ def _write_ort_format(
             "the ORT-format graphs disagree with the PyTorch reference:\n" + report.table(),
             report,
         )
-    return _ort_format_section(files, converted, report), report
+    section = _ort_format_section(files, converted, report)
+    if "file" in adapt:
+        section["adapt_model"] = converted[adapt["file"]]
+        if plan.validate:  # the same trajectory from the ORT-format adapt graph
+            ort_adapt = adapt | {"file": converted[adapt["file"]]}
+            figures = validate_adapt_graphs(
+                directory,
+                ort_adapt,
+                graphs.step,
+                traced.source,
+                plan.config,
+                plan.portable_inputs(),
+                atol=plan.atol,
+                grad_rtol=plan.grad_rtol,
+            )[0]
+            log.info("validation of the ORT-format adapt graph: %s", figures.summary())
+            section["adapt_validation"] = figures.to_dict()
+            if not figures.passed:
+                raise ValidationError(
+                    f"the ORT-format adapt graph disagrees with the PyTorch reference: "
+                    f"{figures.summary()}",
+                    report,  # type: ignore[arg-type]
+                )
+    return section, report
 
 
 def _check_graphs(

@@ -24,6 +24,7 @@ from ._bench import (
     rows_to_json,
     take_turns,
 )
+from ._bench_adapt import AdaptCost, bench_adapt, format_adapt_costs
 from ._cli import QUICK_EPOCHS, QUICK_LIMIT, main
 from ._continual import (
     STREAM_METHODS,
@@ -140,6 +141,7 @@ __all__ = [
     "STREAM_METHODS",
     "TIE_MARGIN",
     "TOLERANCES",
+    "AdaptCost",
     "Cifar10C",
     "CoverageRow",
     "DigitsData",
@@ -161,6 +163,7 @@ __all__ = [
     "Stream",
     "StreamRun",
     "StreamSettings",
+    "bench_adapt",
     "bench_model",
     "bench_quality",
     "bench_streams",
@@ -176,6 +179,7 @@ __all__ = [
     "decision_margin",
     "digits_preprocessing",
     "export_digits_artifacts",
+    "format_adapt_costs",
     "format_coverage",
     "format_demo",
     "format_reports",

@@ -488,6 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
     _add_bench_speed(bench)
     _add_bench_quality(bench)
+    _add_bench_adapt(bench)
     _add_parity(sub)
     _add_export(sub)
     _add_coverage(sub)
@@ -559,6 +560,52 @@ def _add_bench_speed(bench: Any) -> None:
     )
     speed.add_argument("--json", default=None, help="also write every figure to this file")
     speed.set_defaults(func=_cmd_bench_speed)
+
+
+def _add_bench_adapt(bench: Any) -> None:
+    adapt = bench.add_parser(
+        "adapt", help="the one adapt graph's cost per sample at several update rates, vs today's"
+    )
+    adapt.add_argument(
+        "--models",
+        nargs="+",
+        default=["resnet50_gn", "timm:mobilenetv3_large_100"],
+        help="names in MODELS or timm:<name>",
+    )
+    adapt.add_argument("--threads", type=int, default=2)
+    adapt.add_argument("--samples", type=int, default=20, help="samples per side and round")
+    adapt.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    adapt.add_argument("--image-size", type=int, default=None, help="input side (model's)")
+    adapt.add_argument("--no-progress", action="store_true")
+    adapt.set_defaults(func=_cmd_bench_adapt)
+
+
+def _cmd_bench_adapt(args: argparse.Namespace) -> int:
+    from ._bench_adapt import bench_adapt, format_adapt_costs
+    from ._flops import machine_peak
+
+    peak = machine_peak(args.threads)
+    print(peak.describe())
+    rows = []
+    for name in args.models:
+        bar = None if args.no_progress else _tqdm_factory("round")(name, args.rounds)
+        rows.append(
+            bench_adapt(
+                name,
+                image_size=args.image_size,
+                samples=args.samples,
+                rounds=args.rounds,
+                threads=args.threads,
+                peak=peak,
+                on_round=bar,
+            )
+        )
+    print(
+        f"CPU: {_cpu_name()}, {args.threads} threads; "
+        f"onnxruntime {rows[0].onnxruntime}; {args.samples} samples × {args.rounds} rounds"
+    )
+    print(format_adapt_costs(rows))
+    return 0
 
 
 def _add_bench_quality(bench: Any) -> None:

@@ -181,6 +181,14 @@ def run_export(args: argparse.Namespace) -> int:
     if result.portable_validation is not None and result.portable_error is None:
         print("validation against the PyTorch reference (portable step graph):")
         print(result.portable_validation.table())
+    adapt = result.manifest.adapt
+    for figures, what in zip(
+        adapt.get("validation", []), ("", ", entropy cut opened"), strict=False
+    ):
+        print(f"validation against the PyTorch reference (adapt graph{what}):")
+        print(f"  {figures['summary']}")
+    if "error" in adapt:
+        print(f"no adapt graph: {adapt['error']}")
     if result.ort_format_validation is not None:
         print("validation against the PyTorch reference (ORT-format graphs):")
         print(result.ort_format_validation.table())

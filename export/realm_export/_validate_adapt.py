@@ -1,0 +1,230 @@
+"""Export validation of the one adapt graph: its trajectory against the PyTorch reference.
+
+The step graph inside it is validated gradient by gradient (:func:`._validate.validate_portable`);
+what the adapt graph adds is the decision, the commit and the bookkeeping. So the graph and a
+``RealmAdapter`` on the source model take the same short stream, each validation input twice
+(the repeat meets S_div, a skipped sample), and every step's reason, logits and parameters are
+compared, then the counters.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+from torch import nn
+
+from realm_runtime.contract import COUNTERS, PARAMS_NAME, SOURCE_PARAMS
+from realm_sdk import RealmAdapter, RealmConfig
+
+from ._adapt import adapt_model
+from ._validate import LOGITS_RTOL
+
+# The adapt graph's parameters after k steps, against the reference's: relative to how far the
+# reference moved them. The step graph's gradients pass within grad_rtol of torch's, or within
+# the reference's own spread at ReLU kinks (up to SPREAD_MAX_SCALE · grad_rtol); a few steps of
+# SGD carry that relative error into the update.
+UPDATE_RTOL_FACTOR = 10.0
+# A decision this close to its threshold may fall either way in float32 (the parity suite's
+# TIE_MARGIN): the comparison stops there without failing.
+TIE_MARGIN = 1e-4
+
+
+@dataclass
+class AdaptReport:
+    """What the adapt graph's validation compared, and how far apart the sides were."""
+
+    steps: int  # steps compared
+    logits_max_abs: float = 0.0
+    params_max_rel: float = 0.0  # max |θ_graph − θ_ref| / max |θ_ref − θ0|
+    reasons: dict[str, int] = field(default_factory=dict)  # the reference's reasons, counted
+    mismatch: str | None = None  # the first disagreement, in words
+    near_tie: int | None = None  # the step where a near-tie ended the comparison
+    logits_tol: float = 0.0
+    params_tol: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        """Same decisions and counters, logits and parameters within tolerance."""
+        return (
+            self.mismatch is None
+            and self.logits_max_abs <= self.logits_tol
+            and self.params_max_rel <= self.params_tol
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The figures, for the manifest."""
+        return {
+            "steps": self.steps,
+            "logits_max_abs": self.logits_max_abs,
+            "params_max_rel": self.params_max_rel,
+            "logits_tol": self.logits_tol,
+            "params_tol": self.params_tol,
+            "reasons": dict(self.reasons),
+            "near_tie": self.near_tie,
+            "mismatch": self.mismatch,
+            "passed": self.passed,
+            "summary": self.summary(),
+        }
+
+    def summary(self) -> str:
+        """One line of figures."""
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(self.reasons.items()))
+        line = (
+            f"{self.steps} steps ({reasons}): logits {self.logits_max_abs:.1e} "
+            f"(≤ {self.logits_tol:.1e}), parameters {self.params_max_rel:.1e} of the update "
+            f"(≤ {self.params_tol:.1e})"
+        )
+        if self.near_tie is not None:
+            line += f"; stopped at a near-tie at step {self.near_tie}"
+        if self.mismatch is not None:
+            line += f"; {self.mismatch}"
+        return line
+
+
+def validate_adapt(
+    directory: Path,
+    section: dict[str, Any],
+    model: nn.Module,
+    config: RealmConfig,
+    inputs: list[np.ndarray],
+    *,
+    atol: float,
+    grad_rtol: float,
+) -> AdaptReport:
+    """Run ``adapt_model.onnx`` and ``RealmAdapter`` over ``inputs``, each twice; compare.
+
+    Args:
+        directory: the artifact directory (the graph and its initial state).
+        section: the manifest's ``adapt`` section.
+        model: the source model (copied, not modified).
+        config: the export's configuration.
+        inputs: float32 arrays of shape ``(1, *input)``.
+        atol: tolerance on logits (plus ``LOGITS_RTOL`` of their scale).
+        grad_rtol: the step graph's relative gradient tolerance.
+    """
+    from realm_runtime import onnxruntime_module
+
+    ort = onnxruntime_module()
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(directory / section["file"]), options)
+    names = [o.name for o in session.get_outputs()]
+    state = {s["input"]: np.load(directory / s["initial"]) for s in section["state"]}
+    outputs = {s["input"]: s["output"] for s in section["state"]}
+    adapter = RealmAdapter(copy.deepcopy(model), config)
+    source = state[PARAMS_NAME].copy()
+    stream = [x for x in inputs for _ in range(2)]
+    report = AdaptReport(steps=0, params_tol=UPDATE_RTOL_FACTOR * grad_rtol)
+    for step, x in enumerate(stream):
+        out = dict(zip(names, session.run(None, {section["input"]: x, **state}), strict=True))
+        for name, output in outputs.items():
+            state[name] = out[output]
+        margin = _decision_margin(adapter, x, config)
+        ref = adapter.adapt(torch.from_numpy(x))
+        reason = section["reasons"][int(out[section["reason"]])]
+        if (reason, bool(out[section["updated"]])) != (ref.reason, ref.updated):
+            if margin < TIE_MARGIN:
+                report.near_tie = step
+                break
+            report.mismatch = (
+                f"step {step}: the graph says {reason!r}, the reference {ref.reason!r}"
+            )
+            break
+        report.steps += 1
+        report.reasons[ref.reason] = report.reasons.get(ref.reason, 0) + 1
+        want = ref.logits.detach().numpy()
+        if np.isfinite(want).all():
+            got = out[section["logits"]]
+            report.logits_max_abs = max(report.logits_max_abs, float(np.abs(got - want).max()))
+            report.logits_tol = max(
+                report.logits_tol, atol + LOGITS_RTOL * float(np.abs(want).max())
+            )
+        theirs = _flat_params(adapter, config)
+        moved = max(float(np.abs(theirs - source).max()), 1e-12)
+        error = float(np.abs(state[PARAMS_NAME] - theirs).max()) / moved
+        report.params_max_rel = max(report.params_max_rel, error if moved > 1e-12 else 0.0)
+    report.logits_tol = report.logits_tol or atol
+    if report.mismatch is None and report.near_tie is None:
+        counters = dict(zip(COUNTERS, state["realm.counters"].tolist(), strict=True))
+        expected = {c: getattr(adapter.state, c) for c in COUNTERS}
+        if counters != expected:
+            report.mismatch = f"counters {counters} against the reference's {expected}"
+    return report
+
+
+def _flat_params(adapter: RealmAdapter, config: RealmConfig) -> np.ndarray:
+    """The reference's ``realm.params``: its norm tensors in order, then α and λ (REALM)."""
+    parts = [t.detach().numpy().reshape(-1) for t in adapter.trainable_parameters().values()]
+    if config.learns_alpha_lambda:
+        state = adapter.state
+        parts.append(np.array([state.alpha, state.lam], np.float32))
+    return np.concatenate(parts).astype(np.float32)
+
+
+@torch.no_grad()
+def _decision_margin(adapter: RealmAdapter, x: np.ndarray, config: RealmConfig) -> float:
+    """How close the reference's decision for ``x`` is to a threshold (inf: no threshold)."""
+    logits = adapter.predict(torch.from_numpy(x)).double()
+    probs = torch.softmax(logits, dim=1)[0]
+    margins = [float("inf")]
+    if config.uses_entropy_cut:
+        h = float(-(probs * torch.log(probs.clamp_min(1e-300))).sum())
+        margins.append(abs(h - config.e0))
+    ema = adapter.state.ema
+    if config.uses_diversity and ema is not None:
+        m = torch.from_numpy(np.asarray(ema, np.float64))
+        cos = float((probs @ m) / max(float(probs.norm() * m.norm()), 1e-8))
+        margins.append(abs(abs(cos) - config.diversity_margin))
+    return min(margins)
+
+
+def validate_adapt_graphs(
+    directory: Path,
+    section: dict[str, Any],
+    step: onnx.ModelProto,
+    model: nn.Module,
+    config: RealmConfig,
+    inputs: list[np.ndarray],
+    *,
+    atol: float,
+    grad_rtol: float,
+) -> list[AdaptReport]:
+    """:func:`validate_adapt` on the written graph and, for EATA and SAR, on its cut opened.
+
+    An untrained or badly shifted model is unsure of every input, so EATA's and SAR's cut
+    refuses them all and the written graph never runs its update. A twin graph whose entropy
+    margin lies above ``ln C`` keeps every sample (and SAR's second cut too), so the update,
+    the commit and the recovery are compared as well; it is written beside the real one (its
+    weights resolve from the same file) and removed.
+    """
+    reports = [
+        validate_adapt(directory, section, model, config, inputs, atol=atol, grad_rtol=grad_rtol)
+    ]
+    if not config.uses_entropy_cut:
+        return reports
+    opened = dataclasses.replace(config, entropy_margin=math.log(config.num_classes) + 1.0)
+    path = directory / ("opened_" + section["file"])
+    try:
+        onnx.save_model(adapt_model(step, opened, np.load(directory / SOURCE_PARAMS)), str(path))
+        reports.append(
+            validate_adapt(
+                directory,
+                section | {"file": path.name},
+                model,
+                opened,
+                inputs,
+                atol=atol,
+                grad_rtol=grad_rtol,
+            )
+        )
+    finally:
+        path.unlink(missing_ok=True)
+    return reports
