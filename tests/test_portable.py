@@ -357,10 +357,10 @@ def test_onnx_sessions_share_one_arena_unless_told_otherwise(digits_artifacts, d
 def test_graphs_keep_their_weights_once_in_a_shared_file(digits_artifacts, digits_stream):
     """The portable graphs' weights are stored once, in weights.bin (external data).
 
-    The step, forward and adapt graphs point to the same bytes for a tensor they share; a plain InferenceSession
-    given the forward graph's path reads them itself, and its logits are the runtime's:
-    sessions that read the file themselves, and lean ones that got the tensors from one
-    buffer (``add_initializer``).
+    The step, forward and adapt graphs point to the same bytes for a tensor they share; a
+    plain InferenceSession given the forward graph's path reads them itself, and its logits
+    are the runtime's: sessions that read the file themselves, and lean ones that got the
+    tensors from one buffer (``add_initializer``).
     """
     directory = digits_artifacts[0]
     weights = RealmRuntime(directory).manifest.portable["weights"]
