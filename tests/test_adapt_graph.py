@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import export_digits, run_in_runtime_venv
+from conftest import assert_same_state, export_digits, run_in_runtime_venv
 
 from realm_runtime import COUNTERS, Guardrails, RealmRuntime
 from realm_runtime.contract import ADAPT_KNOWN, ADAPT_WATCH
@@ -91,12 +91,19 @@ def test_a_manifest_only_client_takes_the_runtimes_steps(case, digits_model, dig
     xs = _stream(digits, kind)
     runtime = RealmRuntime(directory, threads=1, schedule="infer-first")
     client = _client(directory)
+    graph = RealmRuntime(directory, threads=1, schedule="graph")  # RealmRuntime on the graph
     layout = json.loads((directory / "realm.json").read_text())["portable"]["layout"]
     reasons = set()
     for i, x in enumerate(xs):
         ours = runtime.adapt(x[None])
         logits, updated, reason = client.adapt(x[None])
+        fed = graph.adapt(x[None])
         assert (reason, updated) == (ours.reason, ours.updated), f"step {i}"
+        assert (fed.reason, fed.updated, fed.loss is None) == (
+            ours.reason,
+            ours.updated,
+            ours.loss is None,
+        ), f"step {i}"
         reasons.add(reason)
         if np.isfinite(ours.logits).all():
             np.testing.assert_allclose(logits, ours.logits, rtol=0, atol=TOLERANCES["logits"])
@@ -111,6 +118,11 @@ def test_a_manifest_only_client_takes_the_runtimes_steps(case, digits_model, dig
     assert counters == {c: getattr(state, c) for c in COUNTERS}
     assert {"updated", "nonfinite"} <= reasons, reasons
     _same_watch(client, state)
+    assert_same_state(runtime, graph, TOLERANCES)
+    for figure in ("update_rate", "entropy_ema", "loss_ema"):
+        want = getattr(state, figure)
+        got = getattr(graph.state, figure)
+        assert got == (None if want is None else pytest.approx(want, rel=1e-5, abs=1e-6))
     if case == "sar-recovering":
         assert state.resets_recovery > 0
     if case == "guardrails":

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from conftest import assert_same_state, edit_manifest, export_digits, flip, manifest_offset
 
-from realm_runtime import Guardrails, RealmRuntime
+from realm_runtime import COUNTERS, Guardrails, RealmRuntime
 from realm_tools import TOLERANCES, write_stream_folder
 
 NODE_APP = Path(__file__).resolve().parents[1] / "examples" / "node"
@@ -203,3 +203,52 @@ def test_node_app_checks_signatures(signed_artifacts, signing_keys, stream, tmp_
     (copy / "realm.sig").unlink()
     done = _run_app(copy, stream, "--limit", "3", "--trusted-key", str(vendor_pub))
     assert done.returncode == 1 and "unsigned" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"method": "eata"}, {"method": "sar", "recovery_loss": 0.8}],
+    ids=["realm", "eata", "sar-recovering"],
+)
+def test_node_adapt_graph_client_takes_the_runtimes_steps(
+    digits_model, stream, tmp_path, overrides
+):
+    """examples/node/adapt-app.mjs: the one adapt graph, fed from the manifest's adapt only."""
+    artifacts = tmp_path / "artifacts"
+    export_digits(digits_model, artifacts, **overrides)
+    log = tmp_path / "steps.jsonl"
+    done = subprocess.run(
+        [
+            _node(),
+            "adapt-app.mjs",
+            "--artifacts",
+            str(artifacts),
+            "--stream",
+            str(stream),
+            "--log",
+            str(log),
+        ],
+        cwd=NODE_APP,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr + done.stdout
+    rt, steps = _runtime_steps(artifacts, stream)
+    there = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(there) == SAMPLES
+    for i, (node, py) in enumerate(zip(there, steps, strict=True)):
+        assert (node["reason"], node["updated"], node["selected"], node["top1"]) == (
+            py.reason,
+            py.updated,
+            bool(py.selected[0]),
+            int(py.top1[0]),
+        ), f"sample {i}"
+        np.testing.assert_allclose(node["logits"], py.logits[0], rtol=0, atol=TOLERANCES["logits"])
+    flat = np.concatenate([v.reshape(-1) for v in rt.trainable_parameters().values()])
+    np.testing.assert_allclose(there[-1]["params"][: flat.size], flat, atol=TOLERANCES["params"])
+    counters = json.loads(done.stdout.strip().splitlines()[-1])["counters"]
+    assert counters == {c: getattr(rt.state, c) for c in COUNTERS}
+    assert rt.state.updates > 0
+    if overrides.get("method") == "sar":
+        assert rt.state.resets_recovery > 0

@@ -12,11 +12,11 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import BACKENDS  # onnx and ort-training: run_case's sides (not "auto")
 
 from realm_tools import (
     CASES,
     OVERFLOW_INPUT,
+    PARITY_BACKENDS,
     TIE_MARGIN,
     ParityCase,
     format_reports,
@@ -28,12 +28,12 @@ FAST = [c for c in CASES if not c.slow]
 SLOW = [c for c in CASES if c.slow]
 
 
-def _check(case: ParityCase, reports, backends=BACKENDS) -> None:
+def _check(case: ParityCase, reports, backends=PARITY_BACKENDS) -> None:
     print(format_reports(reports))
     assert [r.backend for r in reports] == list(backends)
     for report in reports:
         if report.not_applicable:  # batches on the batch-1 graph; SAR on the legacy artifacts
-            batch = report.backend == "onnx" and case.batch > 1
+            batch = report.backend in ("onnx", "graph") and case.batch > 1
             sar = report.backend == "ort-training" and case.method == "sar"
             assert batch or sar, report.not_applicable
             continue
@@ -94,8 +94,9 @@ def _has_cuda() -> bool:
 )
 @pytest.mark.parametrize("case", FAST[:3], ids=[c.name for c in FAST[:3]])
 def test_parity_cuda(case, tmp_path):
-    reports = run_case(case, device="cuda", threads=None, work_dir=tmp_path, backends=["onnx"])
-    _check(case, reports, backends=["onnx"])
+    sides = ["onnx", "graph"]
+    reports = run_case(case, device="cuda", threads=None, work_dir=tmp_path, backends=sides)
+    _check(case, reports, backends=sides)
 
 
 def _step(reason: str, selected: bool) -> SimpleNamespace:

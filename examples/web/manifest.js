@@ -39,6 +39,30 @@ export class ArtifactError extends Error {
  */
 
 /**
+ * @typedef {object} AdaptState one state tensor of the adapt graph
+ * @property {string} input the graph input
+ * @property {string} output the graph output holding its next value
+ * @property {string} initial the .npy file of its initial value
+ */
+
+/**
+ * @typedef {object} AdaptSection the manifest's "adapt": all a client of the one graph needs
+ * @property {string} file the graph
+ * @property {string} input the sample input
+ * @property {string} logits the logits output
+ * @property {string} updated bool output: the step was applied
+ * @property {string} selected bool output: the sample passed the filters
+ * @property {string} reason int64 output: an index into reasons
+ * @property {string[]} reasons the reason names
+ * @property {string} loss float output: the step's loss where selected
+ * @property {string[]} counters the order of realm.counters
+ * @property {string[]} watch the order of realm.watch
+ * @property {string[]} known the order of realm.known
+ * @property {AdaptState[]} state the state tensors
+ * @property {string} [error] why there is no adapt graph
+ */
+
+/**
  * @typedef {object} Manifest
  * @property {string} format always ARTIFACT_FORMAT
  * @property {number} version ARTIFACT_VERSION of the writer
@@ -51,6 +75,7 @@ export class ArtifactError extends Error {
  * @property {Record<string, any>} versions library versions of the export
  * @property {PortableSection} portable the portable step graph's files and layout
  * @property {Record<string, any>} [model] model name/class, source
+ * @property {AdaptSection} [adapt] the one adapt graph (docs/adapt.md), where it was written
  * @property {string} manifest_sha256 the manifest's seal: names these artifacts
  */
 

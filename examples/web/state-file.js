@@ -31,9 +31,10 @@ export class StateFileError extends Error {
 
 /**
  * @typedef {object} NpyArray one array of a state file
- * @property {"<f4" | "|u1"} dtype numpy's type string (float32 or uint8: all a state holds)
+ * @property {"<f4" | "|u1" | "<i8" | "|b1"} dtype numpy's type string (a state file holds
+ *   float32 and uint8; the adapt graph's initial state also int64 and bool)
  * @property {number[]} shape `[]` for a scalar
- * @property {Float32Array | Uint8Array} data C order
+ * @property {Float32Array | Uint8Array | BigInt64Array} data C order
  */
 
 /**
@@ -68,14 +69,15 @@ export function crc32(bytes) {
 // ------------------------------------------------------------------ .npy
 
 const NPY_MAGIC = [0x93, 0x4e, 0x55, 0x4d, 0x50, 0x59]; // \x93NUMPY
-const ITEM_SIZE = { "<f4": 4, "|u1": 1 };
+// float32 and uint8 (a state file's); int64 and bool (the adapt graph's initial state)
+const ITEM_SIZE = { "<f4": 4, "|u1": 1, "<i8": 8, "|b1": 1 };
 
 /**
  * @param {string} dtype
- * @returns {dtype is "<f4" | "|u1"}
+ * @returns {dtype is "<f4" | "|u1" | "<i8" | "|b1"}
  */
 function knownDtype(dtype) {
-  return dtype === "<f4" || dtype === "|u1";
+  return dtype in ITEM_SIZE;
 }
 
 /**
@@ -103,7 +105,7 @@ export function parseNpy(bytes, name) {
     throw new StateFileError(`${name}: .npy header is not numpy's dict: ${text.trim()}`);
   }
   if (!knownDtype(descr[1])) {
-    throw new StateFileError(`${name}: dtype ${descr[1]} (a state file holds <f4 and |u1 only)`);
+    throw new StateFileError(`${name}: dtype ${descr[1]} (known: <f4, |u1, <i8, |b1)`);
   }
   if (order[1] === "True") throw new StateFileError(`${name}: Fortran order is not supported`);
   const shape = shapeText[1]
@@ -127,7 +129,12 @@ export function parseNpy(bytes, name) {
     );
   }
   const payload = bytes.slice(dataStart, dataStart + expected); // a copy, aligned
-  const data = descr[1] === "<f4" ? new Float32Array(payload.buffer) : payload;
+  const data =
+    descr[1] === "<f4"
+      ? new Float32Array(payload.buffer)
+      : descr[1] === "<i8"
+        ? new BigInt64Array(payload.buffer)
+        : payload;
   return { dtype: descr[1], shape, data };
 }
 

@@ -149,6 +149,16 @@ class PortableBackend(StepBackend):
                 f"{directory}: the step graph has no {KEPT_NAME} output, so it is not SAR's: "
                 f"these artifacts were exported for method {manifest.config.get('method')!r}"
             )
+        # The one adapt graph (SPEC §11), opened on first use by the "graph" schedule.
+        self._adapt: Any = None
+        self._adapt_spec = manifest.adapt
+        if manifest.adapt.get("file"):
+            ort_files = portable.get("ort_format", {})
+            self._adapt_file = (
+                ort_files.get("adapt_model", manifest.adapt["file"])
+                if self.graph_format == "ort"
+                else manifest.adapt["file"]
+            )
         source = _read_source(directory / portable["source_params"], self._size)
         self._params = self._on_device(source)
         self._momentum = self._on_device(np.zeros(self._size, dtype=F32))
@@ -197,6 +207,45 @@ class PortableBackend(StepBackend):
 
     def accept(self, candidate: Candidate) -> None:
         self._params, self._momentum = candidate.payload  # two references: atomic, no copy
+
+    def adapt(self, x: np.ndarray, small: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One call of the adapt graph (SPEC §11): ``x`` and the state, the next state out.
+
+        The parameters and momentum stay in this backend's device values and are swapped for
+        the graph's next ones; ``small`` is the rest of the state (host arrays, by input name).
+
+        Returns:
+            The graph's host outputs by name: the logits, the decision and each small state's
+            next value (under its input's name).
+        """
+        spec = self._adapt_spec
+        if self._adapt is None:
+            self._adapt = self._session(self._directory / self._adapt_file, "adapt_model")
+        binding = self._adapt.io_binding()
+        binding.bind_cpu_input(self._input_name, x)
+        binding.bind_ortvalue_input(PARAMS_NAME, self._params)
+        binding.bind_ortvalue_input(VELOCITY_NAME, self._momentum)
+        for name, value in small.items():
+            binding.bind_cpu_input(name, value)
+        device = {PARAMS_NAME: self._params, VELOCITY_NAME: self._momentum}
+        outputs = [o.name for o in self._adapt.get_outputs()]
+        back = {e["output"]: e["input"] for e in spec["state"]}
+        for name in outputs:
+            if back.get(name) in device:
+                binding.bind_output(name, self._device_type, self._device_id)
+            else:
+                binding.bind_output(name, "cpu")
+        self._adapt.run_with_iobinding(binding)
+        host: dict[str, np.ndarray] = {}
+        for name, value in zip(outputs, binding.get_outputs(), strict=True):
+            if back.get(name) == PARAMS_NAME:
+                params = value
+            elif back.get(name) == VELOCITY_NAME:
+                momentum = value
+            else:
+                host[back.get(name, name)] = value.numpy()
+        self._params, self._momentum = params, momentum  # two references: atomic, no copy
+        return host
 
     # ------------------------------------------------------------------ state
 

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from ._adaptation import OnlineAdaptation
+from ._adaptation import OnlineAdaptation, Watch
 from ._backend import BACKENDS, BackendName, Candidate, StepBackend, parse_device
 from ._checkpoint import StateArrays
 from ._config import RealmConfig
@@ -28,9 +28,17 @@ from ._manifest import (
     load_manifest,
 )
 from ._ort import DEFAULT_SESSION_CONFIG
+from ._portable_io import (
+    COUNTERS_NAME,
+    EMA_NAME,
+    KNOWN_NAME,
+    MARGINAL_NAME,
+    SEEN_NAME,
+    WATCH_NAME,
+)
 from ._step import F32, Selection, ema_update, select, softmax
 
-Schedule = Literal["auto", "train", "infer-first"]
+Schedule = Literal["auto", "train", "infer-first", "graph"]
 GraphFormat = Literal["auto", "onnx", "ort"]
 # Fields baked into the exported graph or its trainable set: not overridable at run time.
 _GRAPH_FIELDS = frozenset(
@@ -144,8 +152,10 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
     ) -> None:
         if graph_format not in ("auto", "onnx", "ort"):
             raise ValueError(f"graph_format must be 'auto', 'onnx' or 'ort', got {graph_format!r}")
-        if schedule not in ("auto", "train", "infer-first"):
-            raise ValueError(f"schedule must be 'auto', 'train' or 'infer-first', got {schedule!r}")
+        if schedule not in ("auto", "train", "infer-first", "graph"):
+            raise ValueError(
+                f"schedule must be 'auto', 'train', 'infer-first' or 'graph', got {schedule!r}"
+            )
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         if threads is not None and (not isinstance(threads, int) or threads < 1):
@@ -189,6 +199,8 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
                 f"{self.directory / MANIFEST_NAME}: a field the {backend} backend reads is "
                 f"missing or of the wrong type ({type(exc).__name__}: {exc})"
             ) from exc
+        if schedule == "graph":
+            self._check_graph_schedule(overrides or {})
         self.backend: str = self._backend.name
         # The graphs' file format: "ort" where the onnx backend runs the ORT-format copies.
         self.graph_format: str = self._backend.graph_format
@@ -359,6 +371,84 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
             momentum[ALPHA_NAME], momentum[LAMBDA_NAME] = state.alpha_momentum, state.lam_momentum
         self._backend.load(values, momentum)
         self._ema = state.ema
+
+    # ------------------------------------------------------------------ the one adapt graph
+
+    def _check_graph_schedule(self, overrides: dict[str, Any]) -> None:
+        """The "graph" schedule runs adapt_model.onnx, whose settings are the export's."""
+        if self._backend.name != "onnx" or not self.manifest.adapt.get("file"):
+            why = self.manifest.adapt.get("error", "exported before the adapt graph existed")
+            raise ArtifactError(
+                f"{self.directory}: schedule='graph' runs the one adapt graph on the onnx "
+                f"backend; these artifacts or this backend have none ({why})"
+            )
+        baked = self.manifest.config
+        changed = sorted(k for k, v in overrides.items() if baked.get(k) != v)
+        if changed:
+            raise ValueError(
+                f"schedule='graph' runs the adapt graph with the export's settings, and "
+                f"{changed} differ from them: re-export with these values, or use another "
+                "schedule"
+            )
+
+    def _step(self, x: np.ndarray) -> AdaptResult:
+        if self.schedule != "graph":
+            return super()._step(x)
+        self._check_step_batch(x)
+        out = self._backend.adapt(x, self._graph_state())  # type: ignore[attr-defined]
+        self._take_graph_state(out)
+        spec = self.manifest.adapt
+        logits = np.asarray(out[spec["logits"]], dtype=F32)
+        selected = bool(out[spec["selected"]])
+        with np.errstate(all="ignore"):  # non-finite logits: NaN probabilities
+            probs = softmax(logits)
+        return AdaptResult(
+            logits,
+            probs,
+            logits.argmax(axis=1),
+            np.array([selected]),
+            bool(out[spec["updated"]]),
+            float(out[spec["loss"]]) if selected else None,
+            spec["reasons"][int(out[spec["reason"]])],
+        )
+
+    def _graph_state(self) -> dict[str, np.ndarray]:
+        """The adapt graph's state besides θ and momentum, from the twin's host values."""
+        spec, c = self.manifest.adapt, self.config.num_classes
+        w = self._watch
+        flags = {
+            "ema": self._ema is not None,
+            "update_rate": w.update_rate is not None,
+            "watch": w.marginal is not None,
+            "loss_ema": self._loss_ema is not None,
+        }
+        figures = {"update_rate": w.update_rate, "entropy_ema": w.entropy_ema}
+        figures["loss_ema"] = self._loss_ema
+        zeros = np.zeros(c, F32)
+        return {
+            EMA_NAME: zeros if self._ema is None else self._ema.astype(F32),
+            MARGINAL_NAME: zeros if w.marginal is None else w.marginal.astype(F32),
+            WATCH_NAME: np.array([figures[k] or 0.0 for k in spec["watch"]], F32),
+            KNOWN_NAME: np.array([flags[k] for k in spec["known"]], np.bool_),
+            SEEN_NAME: np.array(w.seen, np.int64),
+            COUNTERS_NAME: np.array([self._counters[k] for k in spec["counters"]], np.int64),
+        }
+
+    def _take_graph_state(self, out: dict[str, np.ndarray]) -> None:
+        """The twin's host values from the adapt graph's next state."""
+        spec = self.manifest.adapt
+        known = dict(zip(spec["known"], out[KNOWN_NAME].tolist(), strict=True))
+        watch = dict(zip(spec["watch"], out[WATCH_NAME].tolist(), strict=True))
+        self._ema = out[EMA_NAME].astype(F32) if known["ema"] else None
+        self._watch = Watch(
+            seen=int(out[SEEN_NAME]),
+            update_rate=watch["update_rate"] if known["update_rate"] else None,
+            entropy_ema=watch["entropy_ema"] if known["watch"] else None,
+            marginal=out[MARGINAL_NAME].astype(np.float64) if known["watch"] else None,
+        )
+        self._loss_ema = watch["loss_ema"] if known["loss_ema"] else None
+        counters = out[COUNTERS_NAME].tolist()
+        self._counters = dict(zip(spec["counters"], counters, strict=True))
 
     # ------------------------------------------------------------------ schedule and timing
 

@@ -80,6 +80,9 @@ from ._models import (
     timm_model,
 )
 from ._parity import (
+    BACKENDS as PARITY_BACKENDS,
+)
+from ._parity import (
     CASES,
     OVERFLOW_INPUT,
     TIE_MARGIN,
@@ -134,6 +137,7 @@ __all__ = [
     "NO_LABEL",
     "NUM_CLASSES",
     "OVERFLOW_INPUT",
+    "PARITY_BACKENDS",
     "QUALITY_METHODS",
     "QUICK_EPOCHS",
     "QUICK_LIMIT",

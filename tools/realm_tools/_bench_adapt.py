@@ -15,6 +15,7 @@ them alike.
 
 from __future__ import annotations
 
+import math
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -121,9 +122,12 @@ def bench_adapt(
                 _add(sides, "update", _time(lambda: graph.run(x, None)))  # noqa: B023
                 _add(sides, "skip", _time(lambda: graph.run(x, own[i])))  # noqa: B023
             for u in rates:
-                for i, x in enumerate(xs):
-                    selected = int((i + 1) * u) > int(i * u)  # exactly ⌊n·u⌋ of n selected
-                    ema = None if selected else own[i]
+                # Long enough that a low rate selects a few samples per round: ⌊n·u⌋ of n.
+                n = max(samples, math.ceil(2 / u)) if u > 0 else samples
+                for i in range(n):
+                    x = xs[i % samples]
+                    selected = int((i + 1) * u) > int(i * u)
+                    ema = None if selected else own[i % samples]
                     took: list[bool] = []
                     _add(sides, f"u={u}", _time(lambda: took.append(graph.run(x, ema))))  # noqa: B023
                     _add(chosen, f"u={u}", float(took[0]))
@@ -159,6 +163,8 @@ class _AdaptGraph:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+        for key, value in RealmRuntime.DEFAULT_SESSION_CONFIG.items():  # as the runtime's
+            options.add_session_config_entry(key, value)
         self.session = ort.InferenceSession(
             str(directory / self.spec["file"]), options, providers=["CPUExecutionProvider"]
         )

@@ -431,7 +431,7 @@ def _cmd_parity(args: argparse.Namespace) -> int:
         cases = [known[c] for c in args.cases]
     else:
         cases = [c for c in CASES if args.all or c.slow == args.slow]
-    backends = BACKENDS if args.backend == "both" else (args.backend,)
+    backends = BACKENDS if args.backend == "all" else (args.backend,)
     reports = []
     for case in cases:
         total = case.steps * len(backends)
@@ -717,9 +717,10 @@ def _add_parity(sub: Any) -> None:
     parity.add_argument("--threads", type=int, default=1)
     parity.add_argument(
         "--backend",
-        default="both",
-        choices=("both", "onnx", "ort-training"),
-        help="runtime backend(s) to compare with the SDK (default: both)",
+        default="all",
+        choices=("all", "onnx", "ort-training", "graph"),
+        help="runtime side(s) to compare with the SDK: the onnx and ort-training backends, "
+        "and the onnx backend on the one adapt graph (default: all)",
     )
     parity.add_argument("--out", default=None, help="write <out>.md and <out>.json")
     parity.add_argument("--no-progress", action="store_true")

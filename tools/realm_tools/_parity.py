@@ -81,7 +81,9 @@ QUANTITIES = tuple(TOLERANCES)
 TIE_MARGIN = 1e-4
 # An input this large overflows float32 in the first layers (see "Overflow ties" above).
 OVERFLOW_INPUT = 1e30
-BACKENDS = ("onnx", "ort-training")
+# The runtime's sides: its two backends, and the onnx backend on the one adapt graph
+# (RealmRuntime's "graph" schedule, SPEC §11).
+BACKENDS = ("onnx", "ort-training", "graph")
 
 
 @dataclass(frozen=True)
@@ -424,7 +426,7 @@ def run_case(
                     "SAR's second gradient at a perturbed point is not in the legacy training "
                     "artifacts (SPEC §4)"
                 )
-            elif backend == "onnx" and case.batch > 1:
+            elif backend in ("onnx", "graph") and case.batch > 1:
                 report.not_applicable = (
                     f"batch {case.batch}: the portable step graph takes one sample per step "
                     "(SPEC §3: batches are a convenience of the training artifacts)"
@@ -500,7 +502,14 @@ def _run_stream(
     from realm_runtime import RealmRuntime
 
     worst = dict.fromkeys(QUANTITIES, 0.0)
-    rt = RealmRuntime(artifacts, device=device, threads=threads, backend=report.backend)  # type: ignore[arg-type]
+    graph = report.backend == "graph"
+    rt = RealmRuntime(
+        artifacts,
+        device=device,
+        threads=threads,
+        backend="onnx" if graph else report.backend,  # type: ignore[arg-type]
+        schedule="graph" if graph else "auto",
+    )
     ref = torch.device(report.reference_device)
     adapter = RealmAdapter(copy.deepcopy(model).to(ref), config)
     with tempfile.TemporaryDirectory() as scratch, _full_float32(ref):
