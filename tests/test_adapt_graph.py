@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 from conftest import assert_same_state, export_digits, run_in_runtime_venv
 
@@ -243,3 +244,43 @@ def test_the_adapt_benchmark_runs_the_rates_it_names():
     assert row.today_ms(1.0) == row.step_ms
     table = format_adapt_costs([row], rates=(0.0, 0.5, 1.0))
     assert table.count("| digits |") == 4 and "share of the floor" in table
+
+
+def test_one_copy_of_the_weights_unless_a_standalone_inference_model_is_asked_for(
+    digits_model, digits, tmp_path
+):
+    import onnxruntime
+
+    from realm_export import export_realm_artifacts
+    from realm_runtime import RealmConfig
+
+    x = _stream(digits, "shifted", overflow=False)[:1]
+    config = RealmConfig.preset("cifar", num_classes=10)
+    logits = {}
+    for standalone in (False, True):
+        directory = tmp_path / f"standalone-{standalone}"
+        export_realm_artifacts(
+            digits_model,
+            directory,
+            config=config,
+            input_shape=(1, 1, 32, 32),
+            standalone_inference=standalone,
+            training=False,
+        )
+        path = directory / "inference_model.onnx"
+        model = onnx.load(str(path), load_external_data=False)
+        external = [
+            t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL
+        ]
+        assert bool(external) != standalone
+        # Copied apart from the directory, only the standalone one still loads.
+        apart = tmp_path / f"apart-{standalone}" / "inference_model.onnx"
+        apart.parent.mkdir()
+        apart.write_bytes(path.read_bytes())
+        if standalone:
+            onnxruntime.InferenceSession(str(apart))
+        else:
+            with pytest.raises(Exception, match=re.escape("weights.bin")):
+                onnxruntime.InferenceSession(str(apart))
+        logits[standalone] = onnxruntime.InferenceSession(str(path)).run(None, {"input": x})[0]
+    np.testing.assert_allclose(logits[False], logits[True], atol=1e-6)

@@ -366,8 +366,11 @@ def test_graphs_keep_their_weights_once_in_a_shared_file(digits_artifacts, digit
     weights = RealmRuntime(directory).manifest.portable["weights"]
     assert weights["file"] == "weights.bin" and weights["gemm_bytes"] >= 0
     tables = {role: {n: (o, s) for n, o, s in t} for role, t in weights["graphs"].items()}
-    assert set(tables) == {"step_model", "forward_model", "adapt_model"}
+    assert set(tables) == {"step_model", "forward_model", "adapt_model", "inference_model"}
     assert tables["forward_model"] and tables["adapt_model"] == tables["step_model"]
+    # The inference graph (TorchScript-exported, its own tensor names) reads the same bytes.
+    offsets = {o for role in ("step_model", "forward_model") for o, _ in tables[role].values()}
+    assert {o for o, _ in tables["inference_model"].values()} <= offsets
     for role, table in tables.items():
         graph = onnx.load(str(directory / f"{role}.onnx"), load_external_data=False)
         external = {

@@ -112,6 +112,7 @@ class _ExportPlan:
     grad_rtol: float
     validation_inputs: int
     dynamic_batch: bool
+    standalone_inference: bool  # inference_model.onnx with its weights inside (not shared)
     overwrite: bool
     seed: int
     preprocessing: dict[str, Any] | None  # None: from the model's pretrained_cfg
@@ -172,6 +173,7 @@ def export_realm_artifacts(
     grad_rtol: float = 1e-3,
     validation_inputs: int = 3,
     dynamic_batch: bool = True,
+    standalone_inference: bool = False,
     overwrite: bool = False,
     seed: int = 0,
     preprocessing: dict[str, Any] | None = None,
@@ -201,6 +203,9 @@ def export_realm_artifacts(
         grad_rtol: tolerance on gradients (relative to each tensor's gradient scale).
         validation_inputs: how many random inputs to validate on.
         dynamic_batch: export a symbolic batch axis (B > 1 allowed at run time).
+        standalone_inference: write ``inference_model.onnx`` with its weights inside, to be
+            used apart from the directory; by default its weights point into
+            ``weights.bin`` with the portable graphs' (one copy on the device).
         overwrite: replace an existing ``out_dir``.
         seed: seed of the random validation inputs.
         preprocessing: mean/std/size for the manifest; default: timm's ``pretrained_cfg``.
@@ -267,6 +272,7 @@ def export_realm_artifacts(
         grad_rtol=grad_rtol,
         validation_inputs=validation_inputs,
         dynamic_batch=dynamic_batch,
+        standalone_inference=standalone_inference,
         overwrite=overwrite,
         seed=seed,
         preprocessing=preprocessing,
@@ -670,16 +676,23 @@ def _write_portable(plan: _ExportPlan, traced: _Traced, directory: Path) -> _Bui
         )
     except UnsupportedModelError as exc:
         return _Built(directory, {"error": str(exc)})
-    if traced.forward is None:  # the inference model from the portable forward graph
-        onnx.save(_standalone(graphs), str(directory / INFERENCE_MODEL))
-    weights = save_with_shared_weights(
-        {"step_model": graphs.step, "forward_model": graphs.forward}, directory, _PORTABLE_FILES
-    )
+    # The inference model: the TorchScript forward, else the portable forward bound to θ0.
+    inference = traced.forward if traced.forward is not None else _standalone(graphs)
+    roles = {"step_model": graphs.step, "forward_model": graphs.forward}
+    names = dict(_PORTABLE_FILES)
+    if plan.standalone_inference:
+        onnx.save(inference, str(directory / INFERENCE_MODEL))
+    else:  # its weights in weights.bin too: one copy of them on the device
+        roles["inference_model"] = _copy(inference)
+        names["inference_model"] = INFERENCE_MODEL
+    weights = save_with_shared_weights(roles, directory, names)
     np.save(directory / SOURCE_PARAMS, graphs.source, allow_pickle=False)
     what = "portable step graph"
     report = _check_graphs(plan, traced, directory, graphs, what, _PORTABLE_FILES)
     if report is not None and not report.passed:
-        return _Built(directory, _discard_portable(directory, report), report)
+        section = _discard_portable(directory, report)
+        onnx.save(inference, str(directory / INFERENCE_MODEL))  # weights.bin went with them
+        return _Built(directory, section, report)
     section = _portable_section(graphs, report, started) | {"weights": weights}
     # The one adapt graph reads the step graph's weights from the same file.
     weights["graphs"]["adapt_model"] = list(weights["graphs"]["step_model"])
@@ -738,6 +751,12 @@ def _discard_adapt(directory: Path, section: dict[str, Any]) -> None:
         if entry["initial"] != SOURCE_PARAMS:
             (directory / entry["initial"]).unlink(missing_ok=True)
     (directory / section["file"]).unlink(missing_ok=True)
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy
 
 
 def _standalone(graphs: PortableGraphs) -> onnx.ModelProto:

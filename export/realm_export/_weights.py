@@ -37,7 +37,7 @@ def save_with_shared_weights(
 
     Each model is changed in place: its large float32 initializers lose their bytes for an
     external-data reference into :data:`SHARED_WEIGHTS`. A tensor of the same name and the
-    same bytes in several graphs is stored once.
+    same bytes in several graphs is stored once, whatever its name in each.
 
     Args:
         graphs: role (``"step_model"``, ``"forward_model"``) → model.
@@ -50,7 +50,7 @@ def save_with_shared_weights(
         step graph's shared bytes feed matrix products as constant operands (what ONNX
         Runtime would pre-pack into a second copy per session).
     """
-    stored: dict[tuple[str, str], int] = {}  # (name, sha256) -> offset
+    stored: dict[str, int] = {}  # sha256 -> offset
     tables: dict[str, list[list[Any]]] = {}
     with open(directory / SHARED_WEIGHTS, "wb") as out:
         for role, model in graphs.items():
@@ -64,7 +64,8 @@ def save_with_shared_weights(
                 data = numpy_helper.to_array(tensor).astype("<f4", copy=False).tobytes()
                 if len(data) < MIN_BYTES:
                     continue
-                key = (tensor.name, hashlib.sha256(data).hexdigest())
+                # By bytes alone: the inference graph names the same weights otherwise.
+                key = hashlib.sha256(data).hexdigest()
                 if key not in stored:
                     out.write(b"\0" * (-out.tell() % ALIGN))
                     stored[key] = out.tell()

@@ -50,6 +50,12 @@ def add_export_parser(sub: Any) -> None:
     p.add_argument("--grad-rtol", type=float, default=1e-3, help="relative tolerance on grads")
     p.add_argument("--static-batch", action="store_true", help="fix the batch axis")
     p.add_argument(
+        "--standalone-inference",
+        action="store_true",
+        help="inference_model.onnx with its weights inside, to copy apart from the directory "
+        "(default: its weights are in weights.bin with the other graphs')",
+    )
+    p.add_argument(
         "--no-web",
         action="store_true",
         help="skip the JavaScript clients' decision graph (examples/web, examples/node)",
@@ -146,6 +152,7 @@ def run_export(args: argparse.Namespace) -> int:
             atol=args.atol,
             grad_rtol=args.grad_rtol,
             dynamic_batch=not args.static_batch,
+            standalone_inference=args.standalone_inference,
             web=not args.no_web,
             portable=not args.no_portable,
             training=args.training,
