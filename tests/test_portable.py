@@ -475,7 +475,7 @@ def test_ort_format_export_writes_checked_graphs_and_the_operator_config(digits_
     directory = digits_ort_artifacts[0]
     manifest = load_manifest(directory)
     section = manifest.portable["ort_format"]
-    for role in ("step_model", "forward_model", "operators_config"):
+    for role in ("step_model", "forward_model", "adapt_model", "operators_config"):
         assert (directory / section[role]).is_file()
         assert section[role] in manifest.files  # checksummed like every other file
     assert section["validation"]["passed"] is True  # the .ort graphs against torch
@@ -485,7 +485,11 @@ def test_ort_format_export_writes_checked_graphs_and_the_operator_config(digits_
     assert any(line.startswith("ai.onnx;") and "Conv" in line for line in ops), config
     # The converter's header names the graphs it read: by file name, not a build path.
     named = [line for line in config if line.startswith("# - ")]
-    assert sorted(named) == ["# - forward_model.ort", "# - step_model.ort"], config
+    assert sorted(named) == [
+        "# - adapt_model.ort",
+        "# - forward_model.ort",
+        "# - step_model.ort",
+    ], config
 
 
 def test_ort_graphs_take_the_same_steps_as_the_onnx_graphs(digits_ort_artifacts, digits_stream):

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from conftest import assert_same_state, flip, manifest_offset
 
-from realm_runtime import RealmRuntime
+from realm_runtime import COUNTERS, RealmRuntime
 from realm_tools import TOLERANCES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -424,3 +424,42 @@ def test_browser_refuses_a_flipped_byte(sites, server, tmp_path, target):
     )
     assert expected in (run["error"] or ""), run["error"]
     assert run["log"] == []
+
+
+@pytest.mark.parametrize("ep", ["wasm", "webgpu"])
+def test_browser_adapt_graph_client_takes_the_runtimes_steps(ep, sites, server, tmp_path):
+    """examples/web/adapt.html: the one adapt graph in a page (realm-adapt.js), fed from the
+    manifest's adapt section only; on WebGPU with θ and momentum kept in GPU buffers."""
+    base, _ = server
+    site = sites["realm-cifar"]
+    count = STREAM if ep == "wasm" else STREAM_WEBGPU
+    url = f"{base}/realm-cifar/adapt.html?ep={ep}&limit={count}"
+    extra: tuple[str, ...] = ()
+    if ep == "webgpu":
+        url += "&gpu-state=1"
+        extra = ("--webgpu",)
+    result = _drive(url, tmp_path / "run.json", *extra)
+    run = result["runs"][0]
+    if ep == "webgpu" and (run["error"] or "").startswith("ep=webgpu asked for, but"):
+        pytest.skip(f"headless Chromium offers no WebGPU adapter on this machine: {run['error']}")
+    assert run["error"] is None, (run["error"], result["console"])
+    assert run["backend"]["ep"] == ep and run["backend"]["ort"] == _web_version()
+    assert len(run["log"]) == count
+    meta = json.loads((site / "stream" / "stream.json").read_text())
+    x = np.fromfile(site / "stream" / "stream.f32", dtype="<f4").reshape(-1, *meta["shape"])
+    runtime = RealmRuntime(site / "artifacts", schedule="infer-first", threads=1)
+    for i, step in enumerate(run["log"]):
+        ours = runtime.adapt(np.ascontiguousarray(x[i : i + 1]))
+        assert (step["top1"], step["selected"], step["updated"], step["reason"]) == (
+            int(ours.top1[0]),
+            bool(ours.selected[0]),
+            ours.updated,
+            ours.reason,
+        ), f"sample {i}"
+        np.testing.assert_allclose(
+            step["logits"], ours.logits[0], rtol=0, atol=BROWSER_TOLERANCES["logits"]
+        )
+    assert runtime.state.updates > 0 and runtime.state.skipped_diversity > 0
+    assert run["counters"] == {c: getattr(runtime.state, c) for c in COUNTERS}
+    flat = np.concatenate([v.reshape(-1) for v in runtime.trainable_parameters().values()])
+    np.testing.assert_allclose(run["params"][: flat.size], flat, atol=BROWSER_TOLERANCES["params"])

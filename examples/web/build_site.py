@@ -35,6 +35,9 @@ PAGE_FILES = (
     "state-file.js",
     "manifest.js",
     "preprocess.js",
+    "realm-adapt.js",
+    "adapt.html",
+    "adapt-page.js",
 )
 ORT_FILES = (
     "ort.webgpu.min.mjs",

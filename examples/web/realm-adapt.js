@@ -32,6 +32,9 @@ import { parseNpy } from "./state-file.js";
  * @property {number} loss the step's loss where selected, else 0
  */
 
+/** The large float32 state, kept on the GPU between calls where asked (WebGPU). */
+const FLOAT_STATE = ["realm.params", "realm.velocity"];
+
 /** Tensor types of the .npy dtypes an initial state holds. */
 const TENSOR_TYPE = { "<f4": "float32", "<i8": "int64", "|b1": "bool", "|u1": "uint8" };
 
@@ -41,7 +44,9 @@ export class AdaptClient {
    * @param {any} ort an ONNX Runtime JavaScript module
    * @param {ReadFile} read reads an artifact file (fetch in a page, fs in Node)
    * @param {string} where the artifact directory, for messages
-   * @param {{threads?: number, executionProviders?: any[], trustedKeys?: any}} [options]
+   * @param {{threads?: number, executionProviders?: any[], trustedKeys?: any,
+   *   stateOnGpu?: boolean}} [options] stateOnGpu: keep the float32 state in GPU buffers
+   *   between calls (WebGPU), downloaded only by {@link AdaptClient.read}
    * @returns {Promise<AdaptClient>}
    */
   static async load(ort, read, where, options = {}) {
@@ -69,6 +74,16 @@ export class AdaptClient {
     const weights = manifest.portable.weights?.file;
     if (weights) {
       sessionOptions.externalData = [{ path: weights, data: await verified(weights) }];
+    }
+    if (options.stateOnGpu) {
+      /** @type {Record<string, string>} */
+      const where = {};
+      for (const entry of spec.state) where[entry.output] = "cpu";
+      for (const name of FLOAT_STATE) {
+        const entry = spec.state.find((e) => e.input === name);
+        if (entry) where[entry.output] = "gpu-buffer";
+      }
+      sessionOptions.preferredOutputLocation = where;
     }
     const session = await ort.InferenceSession.create(await verified(spec.file), sessionOptions);
     /** @type {Record<string, any>} */
