@@ -21,7 +21,7 @@ keep.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -122,12 +122,11 @@ def adapt_model(step: onnx.ModelProto, config: RealmConfig, source: np.ndarray) 
     b = _Builder("adapt.const.")
     _hyper_parameters(b, config, sar)
     state = adapt_state(config, source)
-    n = _Names(b)
     decision = _inline_decision(b, config)
     step_out = _step_branch(b, branch, outputs, decision["keep"], sar)
-    u = _commit_flags(b, decision, step_out, sar)
-    _reason(b, decision, step_out, sar)
-    _state_next(b, n, config, source, state, decision, step_out, u, realm, sar)
+    u = _commit_flags(b, decision, step_out)
+    _reason(b, decision, step_out)
+    _state_next(b, config, source, state, decision, step_out, u, realm)
 
     del graph.node[:]
     graph.node.extend([*forward, *b.nodes])
@@ -176,12 +175,18 @@ class _Builder(GraphBuilder):
     def __init__(self, const_prefix: str) -> None:
         super().__init__(const_prefix)
         self._written: dict[str, str] = {}
+        self._count = 0  # names handed out by step()
 
     def const(self, name: str, value: object, dtype: DTypeLike = np.float32) -> str:
         """As :meth:`GraphBuilder.const`; the same name again returns the first constant."""
         if name not in self._written:
             self._written[name] = super().const(name, value, dtype)
         return self._written[name]
+
+    def step(self, kind: str, inputs: Sequence[str], what: str, **attrs: object) -> str:
+        """One node whose output gets a fresh name ``adapt.<what>.<k>``."""
+        self._count += 1
+        return self.op(kind, list(inputs), f"adapt.{what}.{self._count}", **attrs)
 
     def once(self, output: str, write: Callable[[], str]) -> str:
         """``write()``'s output, written the first time ``output`` is asked for."""
@@ -212,13 +217,17 @@ def _split(
 
 
 def _step_branch(
-    b: GraphBuilder,
+    b: _Builder,
     nodes: Sequence[onnx.NodeProto],
     outputs: dict[str, onnx.ValueInfoProto],
     keep: str,
     sar: bool,
 ) -> dict[str, str]:
-    """The backward and the update inside ``If(keep)``; the else branch changes nothing."""
+    """The backward and the update inside ``If(keep)``; the else branch changes nothing.
+
+    Returns:
+        The ``If``'s outputs by the step graph's names, and for SAR ``"any_kept"``.
+    """
     names = [
         LOSS_NAME,
         FINITE_NAME,
@@ -252,6 +261,9 @@ def _step_branch(
             else_branch=otherwise,
         )
     )
+    if sar:  # how many passed the cut again at θ + ε: none means no update
+        zero = b.const("zero", 0.0)
+        results["any_kept"] = b.op("Greater", [results[KEPT_NAME], zero], "adapt.any_kept")
     return results
 
 
@@ -333,48 +345,40 @@ def _watched(b: _Builder, what: str) -> str:
 # ---------------------------------------------------------------------------- the commit
 
 
-def _commit_flags(
-    b: GraphBuilder, decision: dict[str, str], step: dict[str, str], sar: bool
-) -> str:
+def _commit_flags(b: _Builder, decision: dict[str, str], step: dict[str, str]) -> str:
     """``adapt.updated``: selected, and the step finite (and, for SAR, a sample kept at θ + ε)."""
     b.op("Identity", [decision["keep"]], ADAPT_SELECTED_NAME)
-    ok = b.op("And", [decision["keep"], step[FINITE_NAME]], "adapt.kept_and_finite")
-    if sar:
-        zero = b.const("zero", 0.0)
-        any_kept = b.op("Greater", [step[KEPT_NAME], zero], "adapt.any_kept")
-        ok = b.op("And", [ok, any_kept], "adapt.kept_again_and_finite")
-    b.op("Where", [decision["keep"], step[LOSS_NAME], b.const("zero_loss", 0.0)], ADAPT_LOSS_NAME)
+    ok = b.step("And", [decision["keep"], step[FINITE_NAME]], "kept_and_finite")
+    if "any_kept" in step:
+        ok = b.step("And", [ok, step["any_kept"]], "kept_again_and_finite")
+    b.op("Where", [decision["keep"], step[LOSS_NAME], b.const("zero", 0.0)], ADAPT_LOSS_NAME)
     return b.op("Identity", [ok], ADAPT_UPDATED_NAME)
 
 
-def _reason(b: GraphBuilder, decision: dict[str, str], step: dict[str, str], sar: bool) -> str:
+def _reason(b: _Builder, decision: dict[str, str], step: dict[str, str]) -> str:
     """``realm.reason``, the twins' reason as its index in :data:`ADAPT_REASONS`."""
     code = {r: b.const(f"reason_{r}", ADAPT_REASONS.index(r), np.int64) for r in ADAPT_REASONS}
-    r = b.op("Where", [step[FINITE_NAME], code["updated"], code["nonfinite"]], "adapt.r_step")
-    if sar:
-        zero = b.const("zero_kept", 0.0)
-        any_kept = b.op("Greater", [step[KEPT_NAME], zero], "adapt.r_any_kept")
-        r = b.op("Where", [any_kept, r, code["entropy"]], "adapt.r_kept")
-    r = b.op("Where", [decision["keep"], r, code["diversity"]], "adapt.r_keep")
-    r = b.op("Where", [decision["passed_entropy"], r, code["entropy"]], "adapt.r_cut")
+    r = b.step("Where", [step[FINITE_NAME], code["updated"], code["nonfinite"]], "reason")
+    if "any_kept" in step:
+        r = b.step("Where", [step["any_kept"], r, code["entropy"]], "reason")
+    r = b.step("Where", [decision["keep"], r, code["diversity"]], "reason")
+    r = b.step("Where", [decision["passed_entropy"], r, code["entropy"]], "reason")
     return b.op("Where", [decision["finite"], r, code["nonfinite"]], ADAPT_REASON_NAME)
 
 
-class _Names:
-    """Fresh value names for the commit's small steps."""
-
-    def __init__(self, b: GraphBuilder) -> None:
-        self.b = b
-        self.count = 0
-
-    def __call__(self, what: str) -> str:
-        self.count += 1
-        return f"adapt.{what}.{self.count}"
+def _stack(b: _Builder, scalars: Sequence[str], output: str, to: int | None = None) -> str:
+    """Scalars (cast to ``to`` first, if given) as one 1-D tensor named ``output``."""
+    axis = b.const("axis0", [0], np.int64)
+    parts = []
+    for value in scalars:
+        if to is not None:
+            value = b.step("Cast", [value], "cast", to=to)
+        parts.append(b.step("Unsqueeze", [value, axis], "part"))
+    return b.op("Concat", parts, output, axis=0)
 
 
 def _state_next(
     b: _Builder,
-    n: _Names,
     config: RealmConfig,
     source: np.ndarray,
     state: list[StateTensor],
@@ -382,11 +386,12 @@ def _state_next(
     step: dict[str, str],
     u: str,
     realm: bool,
-    sar: bool,
 ) -> None:
     """Every state's next value, in the twins' order (``OnlineAdaptation._step``)."""
     guard = config.guard
     finite = decision["finite"]
+    op = b.step
+    false, true = b.const("false", False, np.bool_), b.const("true", True, np.bool_)
     initial = {s.name: b.const("initial." + s.name, s.initial, s.initial.dtype) for s in state}
     src = initial[PARAMS_NAME]
     norm_mask = np.ones(source.shape[0], np.bool_)
@@ -396,47 +401,24 @@ def _state_next(
     maskf = b.const("norm_maskf", norm_mask.astype(np.float32))
     norm0 = float(np.sqrt(np.square(source[norm_mask].astype(np.float64)).sum()))
 
-    def op(kind: str, inputs: Iterable[str], what: str, **attrs: object) -> str:
-        return b.op(kind, list(inputs), n(what), **attrs)
-
     def ema(old: str, new: str, known: str, beta: float) -> str:
-        mixed = op(
-            "Add",
-            [
-                op("Mul", [old, b.const(f"beta_{beta}", beta)], "b_old"),
-                op("Mul", [new, b.const(f"one_minus_{beta}", 1 - beta)], "b_new"),
-            ],
-            "mix",
-        )
-        return op("Where", [known, mixed, new], "ema")
+        scaled_old = op("Mul", [old, b.const(f"beta_{beta}", beta)], "b_old")
+        scaled_new = op("Mul", [new, b.const(f"one_minus_{beta}", 1 - beta)], "b_new")
+        return op("Where", [known, op("Add", [scaled_old, scaled_new], "mix"), new], "ema")
 
     def drift(p: str) -> str:
         moved = op("Mul", [op("Sub", [p, src], "moved"), maskf], "moved_norm")
-        sq = op(
-            "ReduceSum",
-            [op("Mul", [moved, moved], "sq"), b.const("axis0", [0], np.int64)],
-            "sumsq",
-            keepdims=0,
-        )
+        squares = op("Mul", [moved, moved], "sq")
+        sq = op("ReduceSum", [squares, b.const("axis0", [0], np.int64)], "sumsq", keepdims=0)
         return op("Div", [op("Sqrt", [sq], "norm"), b.const("norm0", max(norm0, 1e-30))], "drift")
 
     # 1. the watch sees the sample's finite logits
     known_w = _known(b, "watch")
-    h = decision["entropy"]
-    ent = op(
-        "Where",
-        [
-            finite,
-            ema(_watched(b, "entropy_ema"), h, known_w, WATCH_BETA),
-            _watched(b, "entropy_ema"),
-        ],
-        "entropy_ema",
-    )
-    marginal = op(
-        "Where",
-        [finite, ema(MARGINAL_NAME, decision["probs"], known_w, WATCH_BETA), MARGINAL_NAME],
-        "marginal",
-    )
+    old_entropy = _watched(b, "entropy_ema")
+    seen_entropy = ema(old_entropy, decision["entropy"], known_w, WATCH_BETA)
+    ent = op("Where", [finite, seen_entropy, old_entropy], "entropy_ema")
+    seen_probs = ema(MARGINAL_NAME, decision["probs"], known_w, WATCH_BETA)
+    marginal = op("Where", [finite, seen_probs, MARGINAL_NAME], "marginal")
     seen = op("Add", [SEEN_NAME, op("Cast", [finite], "seen_inc", to=TensorProto.INT64)], "seen")
     known_w = op("Or", [known_w, finite], "known_watch")
 
@@ -447,29 +429,20 @@ def _state_next(
     known_ema = op("Or", [decision["known_ema"], u], "known_ema")
 
     # 3. the drift bound, after an applied update
-    clip = b.const("false", False, np.bool_)
+    clip = false
     if guard.max_drift is not None and norm0 > 0:
         d = drift(params)
-        clip = op(
-            "And", [u, op("Greater", [d, b.const("max_drift", guard.max_drift)], "over")], "clip"
-        )
-        share = op(
-            "Div",
-            [
-                b.const("max_drift_v", guard.max_drift),
-                op("Max", [d, b.const("tiny", 1e-30)], "d_safe"),
-            ],
-            "share",
-        )
-        pulled = op(
-            "Add", [src, op("Mul", [share, op("Sub", [params, src], "away")], "scaled")], "pulled"
-        )
+        bound = b.const("max_drift", guard.max_drift)
+        clip = op("And", [u, op("Greater", [d, bound], "over")], "clip")
+        share = op("Div", [bound, op("Max", [d, b.const("tiny", 1e-30)], "d_safe")], "share")
+        scaled = op("Mul", [share, op("Sub", [params, src], "away")], "scaled")
+        pulled = op("Add", [src, scaled], "pulled")
         params = op("Where", [op("And", [clip, mask], "clip_mask"), pulled, params], "clipped")
 
     # 4. SAR's recovery: the EMA of its second-pass loss
     loss_ema, known_loss = _watched(b, "loss_ema"), _known(b, "loss_ema")
-    recover = b.const("false_r", False, np.bool_)
-    if sar:
+    recover = false
+    if "any_kept" in step:
         moved = ema(loss_ema, step[LOSS_NAME], known_loss, SAR_LOSS_BETA)
         loss_ema = op("Where", [u, moved, loss_ema], "loss_ema")
         known_loss = op("Or", [known_loss, u], "known_loss")
@@ -496,145 +469,78 @@ def _state_next(
     reset(recover)
 
     # 5. the update rate, after the recovery (a reset's first figure is this call's)
-    rate_old, known_rate = (
-        _watched(b, "update_rate"),
-        op("And", [_known(b, "update_rate"), op("Not", [recover], "not_recovered")], "known_rate"),
-    )
+    not_recovered = op("Not", [recover], "not_recovered")
+    known_rate = op("And", [_known(b, "update_rate"), not_recovered], "known_rate")
     uf = op("Cast", [u], "uf", to=TensorProto.FLOAT)
-    figures["update_rate"] = ema(rate_old, uf, known_rate, WATCH_BETA)
-    flags["update_rate"] = b.const("true", True, np.bool_)
+    figures["update_rate"] = ema(_watched(b, "update_rate"), uf, known_rate, WATCH_BETA)
+    flags["update_rate"] = true
 
     # 6. the collapse guard, on the watch after this sample
-    collapse = b.const("false_c", False, np.bool_)
+    collapse = false
     if guard.collapse is not None:
         m = resettable[MARGINAL_NAME]
         logm = op("Log", [op("Max", [m, b.const("tiny_p", 1e-12)], "m_safe")], "log_m")
-        spread = op(
-            "Neg",
-            [
-                op(
-                    "ReduceSum",
-                    [op("Mul", [m, logm], "m_logm"), b.const("axis0_c", [0], np.int64)],
-                    "sum_mlogm",
-                    keepdims=0,
-                )
-            ],
-            "spread",
-        )
+        m_logm = op("Mul", [m, logm], "m_logm")
+        summed = op("ReduceSum", [m_logm, b.const("axis0", [0], np.int64)], "sum", keepdims=0)
+        spread = op("Neg", [summed], "spread")
         limit = guard.collapse * math.log(config.num_classes)
         narrow = op("Less", [spread, b.const("collapse_limit", limit)], "narrow")
-        window = op(
-            "GreaterOrEqual",
-            [resettable[SEEN_NAME], b.const("window", WATCH_WINDOW, np.int64)],
-            "window",
-        )
-        moved = op("Greater", [drift(resettable[PARAMS_NAME]), b.const("zero_d", 0.0)], "moved")
+        window_size = b.const("window", WATCH_WINDOW, np.int64)
+        window = op("GreaterOrEqual", [resettable[SEEN_NAME], window_size], "window")
+        moved = op("Greater", [drift(resettable[PARAMS_NAME]), b.const("zero", 0.0)], "moved")
+        watched = op("And", [finite, flags["watch"]], "c1")
         collapse = op(
-            "And",
-            [
-                op("And", [finite, flags["watch"]], "c1"),
-                op("And", [op("And", [narrow, window], "c2"), moved], "c3"),
-            ],
-            "collapse",
+            "And", [watched, op("And", [op("And", [narrow, window], "c2"), moved], "c3")], "c4"
         )
         reset(collapse)
         flags["update_rate"] = op("Not", [collapse], "rate_known")
 
     if config.episodic:  # back to the source after every call (not the counters)
-        reset(b.const("true_e", True, np.bool_))
-        flags["update_rate"] = b.const("false_e", False, np.bool_)
+        reset(true)
+        flags["update_rate"] = false
 
     # the state's next values
     for name, value in resettable.items():
         b.op("Identity", [value], next_name(name))
-    b.op(
-        "Concat",
-        [
-            op("Unsqueeze", [figures[w], b.const(f"ax_{w}", [0], np.int64)], "w")
-            for w in ADAPT_WATCH
-        ],
-        next_name(WATCH_NAME),
-        axis=0,
-    )
-    b.op(
-        "Concat",
-        [
-            op("Unsqueeze", [flags[k], b.const(f"ax_k_{k}", [0], np.int64)], "k")
-            for k in ADAPT_KNOWN
-        ],
-        next_name(KNOWN_NAME),
-        axis=0,
-    )
-    _counters(b, op, decision, step, u, sar, recover, collapse, clip)
+    _stack(b, [figures[w] for w in ADAPT_WATCH], next_name(WATCH_NAME))
+    _stack(b, [flags[k] for k in ADAPT_KNOWN], next_name(KNOWN_NAME))
+    _counters(b, decision, step, u, recover, collapse, clip)
 
 
 def _counters(
     b: _Builder,
-    op: Callable[..., str],
     decision: dict[str, str],
     step: dict[str, str],
     u: str,
-    sar: bool,
     recover: str,
     collapse: str,
     clip: str,
 ) -> None:
     """``realm.counters`` plus this call's increments, in :data:`COUNTERS` order."""
+    op = b.step
     finite, keep, passed = decision["finite"], decision["keep"], decision["passed_entropy"]
     no_finite = op("Not", [finite], "nonfinite_logits")
-    similar = op(
-        "And", [op("And", [finite, passed], "f_p"), op("Not", [keep], "not_keep")], "similar"
-    )
+    not_keep = op("Not", [keep], "not_keep")
+    similar = op("And", [op("And", [finite, passed], "f_p"), not_keep], "similar")
     uncertain = op("And", [finite, op("Not", [passed], "not_passed")], "uncertain")
     bad_step = op("And", [keep, op("Not", [step[FINITE_NAME]], "step_bad")], "bad_step")
-    if sar:
-        none_kept = op(
-            "And",
-            [
-                keep,
-                op(
-                    "Not",
-                    [op("Greater", [step[KEPT_NAME], b.const("zero_k", 0.0)], "gk")],
-                    "no_kept",
-                ),
-            ],
-            "none_kept",
-        )
+    if "any_kept" in step:  # SAR: none kept at θ + ε counts as refused by the cut
+        none_kept = op("And", [keep, op("Not", [step["any_kept"]], "no_kept")], "none_kept")
         bad_step = op("And", [bad_step, op("Not", [none_kept], "some_kept")], "bad_step_kept")
         uncertain = op("Or", [uncertain, none_kept], "uncertain_again")
-    skipped_nonfinite = op("Or", [no_finite, bad_step], "skipped_nonfinite")
     flag = {
-        "samples": b.const("true_s", True, np.bool_),
+        "samples": b.const("true", True, np.bool_),
         "updates": u,
         "updated_samples": u,
         "skipped_diversity": similar,
         "skipped_entropy": uncertain,
-        "skipped_nonfinite": skipped_nonfinite,
+        "skipped_nonfinite": op("Or", [no_finite, bad_step], "skipped_nonfinite"),
         "resets_recovery": recover,
         "resets_collapse": collapse,
         "drift_clips": clip,
     }
-    one = b.const("ax_c", [0], np.int64)
-    parts = [
-        op(
-            "Unsqueeze",
-            [
-                op(
-                    "Cast",
-                    [
-                        flag[c],
-                    ],
-                    "inc",
-                    to=TensorProto.INT64,
-                ),
-                one,
-            ],
-            "inc1",
-        )
-        for c in COUNTERS
-    ]
-    inc = op("Concat", parts, "increments", axis=0)
-    b.op("Add", [COUNTERS_NAME, inc], next_name(COUNTERS_NAME))
+    increments = _stack(b, [flag[c] for c in COUNTERS], "adapt.increments", TensorProto.INT64)
+    b.op("Add", [COUNTERS_NAME, increments], next_name(COUNTERS_NAME))
 
 
 def write_adapt(
