@@ -143,8 +143,7 @@ export class AdaptClient {
    * @returns {Promise<Record<string, number>>}
    */
   async counters() {
-    const tensor = this.state["realm.counters"];
-    const data = typeof tensor.getData === "function" ? await tensor.getData() : tensor.data;
+    const data = await this.read("realm.counters");
     /** @type {Record<string, number>} */
     const out = {};
     this.spec.counters.forEach((name, k) => {

@@ -45,25 +45,21 @@ from realm_runtime.contract import (
     COUNTERS,
     COUNTERS_NAME,
     EMA_NAME,
-    ENTROPY_MARGIN_NAME,
     FINITE_NAME,
     KEPT_NAME,
     KNOWN_NAME,
     LOSS_NAME,
-    LR_ALPHA_LAMBDA_NAME,
-    LR_NAME,
     MARGINAL_NAME,
-    MOMENTUM_NAME,
     NEW_PARAMS_NAME,
     NEW_VELOCITY_NAME,
     PARAMS_NAME,
-    SAM_RHO_NAME,
     SAMPLE_WEIGHT_NAME,
     SEEN_NAME,
     SOURCE_PARAMS,
     VELOCITY_NAME,
     WATCH_NAME,
     next_name,
+    step_settings,
 )
 
 from ._decide import decide_model
@@ -120,7 +116,7 @@ def adapt_model(step: onnx.ModelProto, config: RealmConfig, source: np.ndarray) 
     forward, branch = _split(graph, LOGITS_NAME)
 
     b = _Builder("adapt.const.")
-    _hyper_parameters(b, config, sar)
+    _hyper_parameters(b, config)
     state = adapt_state(config, source)
     decision = _inline_decision(b, config)
     step_out = _step_branch(b, branch, outputs, decision["keep"], sar)
@@ -282,15 +278,14 @@ def _info(name: str, value: np.ndarray) -> onnx.ValueInfoProto:
 # ---------------------------------------------------------------------------- the decision
 
 
-def _hyper_parameters(b: GraphBuilder, config: RealmConfig, sar: bool) -> None:
-    """The step graph's hyper-parameter inputs, now constants of the export's configuration."""
+def _hyper_parameters(b: GraphBuilder, config: RealmConfig) -> None:
+    """The step graph's hyper-parameter inputs, now constants of the export's configuration.
+
+    (Those the method's graph does not read are dropped with the other unused initializers.)
+    """
     b.initializer(SAMPLE_WEIGHT_NAME, [1.0])  # a kept sample's weight; EATA's factor is inside
-    b.initializer(LR_NAME, config.lr)
-    b.initializer(LR_ALPHA_LAMBDA_NAME, config.lr_alpha_lambda)
-    b.initializer(MOMENTUM_NAME, config.momentum)
-    b.initializer(ENTROPY_MARGIN_NAME, config.e0)
-    if sar:
-        b.initializer(SAM_RHO_NAME, config.sam_rho)
+    for name, value in step_settings(config).items():
+        b.initializer(name, value)
 
 
 def _inline_decision(b: _Builder, config: RealmConfig) -> dict[str, str]:

@@ -63,7 +63,7 @@ from ._validate import (
     validate_artifacts,
     validate_portable,
 )
-from ._validate_adapt import validate_adapt_graphs
+from ._validate_adapt import validate_adapt, validate_adapt_graphs
 from ._weights import save_with_shared_weights
 
 log = logging.getLogger(__name__)
@@ -721,14 +721,7 @@ def _write_adapt(
     plan.notify("validating the adapt graph against the PyTorch reference")
     try:
         reports = validate_adapt_graphs(
-            directory,
-            section,
-            graphs.step,
-            traced.source,
-            plan.config,
-            plan.portable_inputs(),
-            atol=plan.atol,
-            grad_rtol=plan.grad_rtol,
+            directory, section, graphs.step, traced.source, plan.config, **_adapt_checks(plan)
         )
     except Exception as exc:  # ONNX Runtime refused to load or run it: say so, keep the rest
         _discard_adapt(directory, section)
@@ -743,6 +736,11 @@ def _write_adapt(
     failed = next(r for r in reports if not r.passed)
     reason = f"the adapt graph disagrees with the PyTorch reference: {failed.summary()}"
     return {"error": reason, "validation": figures}
+
+
+def _adapt_checks(plan: _ExportPlan) -> dict[str, Any]:
+    """The adapt graph's validation inputs and tolerances, the same for every check of it."""
+    return {"inputs": plan.portable_inputs(), "atol": plan.atol, "grad_rtol": plan.grad_rtol}
 
 
 def _discard_adapt(directory: Path, section: dict[str, Any]) -> None:
@@ -836,17 +834,11 @@ def _write_ort_format(
     if "file" in adapt:
         section["adapt_model"] = converted[adapt["file"]]
         if plan.validate:  # the same trajectory from the ORT-format adapt graph
+            # The written graph's trajectory only: the cut-opened twin was checked in .onnx.
             ort_adapt = adapt | {"file": converted[adapt["file"]]}
-            figures = validate_adapt_graphs(
-                directory,
-                ort_adapt,
-                graphs.step,
-                traced.source,
-                plan.config,
-                plan.portable_inputs(),
-                atol=plan.atol,
-                grad_rtol=plan.grad_rtol,
-            )[0]
+            figures = validate_adapt(
+                directory, ort_adapt, traced.source, plan.config, **_adapt_checks(plan)
+            )
             log.info("validation of the ORT-format adapt graph: %s", figures.summary())
             section["adapt_validation"] = figures.to_dict()
             if not figures.passed:

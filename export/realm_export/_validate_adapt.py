@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from realm_runtime.contract import COUNTERS, PARAMS_NAME, SOURCE_PARAMS
-from realm_sdk import RealmAdapter, RealmConfig
+from realm_sdk import RealmAdapter, RealmConfig, decision_margin
 
 from ._adapt import adapt_model
 from ._validate import LOGITS_RTOL
@@ -127,7 +127,7 @@ def validate_adapt(
         out = dict(zip(names, session.run(None, {section["input"]: x, **state}), strict=True))
         for name, output in outputs.items():
             state[name] = out[output]
-        margin = _decision_margin(adapter, x, config)
+        margin, _ = decision_margin(adapter, x)
         ref = adapter.adapt(torch.from_numpy(x))
         reason = section["reasons"][int(out[section["reason"]])]
         if (reason, bool(out[section["updated"]])) != (ref.reason, ref.updated):
@@ -167,23 +167,6 @@ def _flat_params(adapter: RealmAdapter, config: RealmConfig) -> np.ndarray:
         state = adapter.state
         parts.append(np.array([state.alpha, state.lam], np.float32))
     return np.concatenate(parts).astype(np.float32)
-
-
-@torch.no_grad()
-def _decision_margin(adapter: RealmAdapter, x: np.ndarray, config: RealmConfig) -> float:
-    """How close the reference's decision for ``x`` is to a threshold (inf: no threshold)."""
-    logits = adapter.predict(torch.from_numpy(x)).double()
-    probs = torch.softmax(logits, dim=1)[0]
-    margins = [float("inf")]
-    if config.uses_entropy_cut:
-        h = float(-(probs * torch.log(probs.clamp_min(1e-300))).sum())
-        margins.append(abs(h - config.e0))
-    ema = adapter.state.ema
-    if config.uses_diversity and ema is not None:
-        m = torch.from_numpy(np.asarray(ema, np.float64))
-        cos = float((probs @ m) / max(float(probs.norm() * m.norm()), 1e-8))
-        margins.append(abs(abs(cos) - config.diversity_margin))
-    return min(margins)
 
 
 def validate_adapt_graphs(

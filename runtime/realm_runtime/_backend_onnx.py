@@ -22,18 +22,14 @@ from ._config import RealmConfig
 from ._manifest import LOSS_NAME, SAMPLE_WEIGHT_NAME, ArtifactError, Manifest
 from ._ort import SHARED_ARENA_ENTRY, onnxruntime_module, session_options, share_cpu_arena
 from ._portable_io import (
-    ENTROPY_MARGIN_NAME,
     FINITE_NAME,
     KEPT_NAME,
-    LR_ALPHA_LAMBDA_NAME,
-    LR_NAME,
-    MOMENTUM_NAME,
     NEW_PARAMS_NAME,
     NEW_VELOCITY_NAME,
     PARAMS_NAME,
-    SAM_RHO_NAME,
     VELOCITY_NAME,
     TensorSlot,
+    step_settings,
 )
 from ._step import F32
 from ._weights import SharedWeights
@@ -133,13 +129,7 @@ class PortableBackend(StepBackend):
         self._forward_file = files["forward_model"]
         self._logits_name = manifest.logits_name
         self._input_name = manifest.input.name
-        hyper = {
-            LR_NAME: config.lr,
-            LR_ALPHA_LAMBDA_NAME: config.lr_alpha_lambda,
-            MOMENTUM_NAME: config.momentum,
-            ENTROPY_MARGIN_NAME: config.e0,
-            SAM_RHO_NAME: config.sam_rho,
-        }
+        hyper = step_settings(config)
         graph_inputs = {i.name for i in self._step.get_inputs()}
         # Bind only what the graph declares, so a graph without one of these still loads.
         self._hyper = {k: np.array(v, dtype=F32) for k, v in hyper.items() if k in graph_inputs}
@@ -151,6 +141,7 @@ class PortableBackend(StepBackend):
             )
         # The one adapt graph (SPEC §11), opened on first use by the "graph" schedule.
         self._adapt: Any = None
+        self._adapt_outputs: list[tuple[str, str]] = []  # (output, the name callers know)
         self._adapt_spec = manifest.adapt
         if manifest.adapt.get("file"):
             ort_files = portable.get("ort_format", {})
@@ -218,34 +209,29 @@ class PortableBackend(StepBackend):
             The graph's host outputs by name: the logits, the decision and each small state's
             next value (under its input's name).
         """
-        spec = self._adapt_spec
         if self._adapt is None:
             self._adapt = self._session(self._directory / self._adapt_file, "adapt_model")
+            back = {e["output"]: e["input"] for e in self._adapt_spec["state"]}
+            # Each output, and the name a caller knows it by: its state input's, else its own.
+            self._adapt_outputs = [
+                (o.name, back.get(o.name, o.name)) for o in self._adapt.get_outputs()
+            ]
         binding = self._adapt.io_binding()
         binding.bind_cpu_input(self._input_name, x)
         binding.bind_ortvalue_input(PARAMS_NAME, self._params)
         binding.bind_ortvalue_input(VELOCITY_NAME, self._momentum)
         for name, value in small.items():
             binding.bind_cpu_input(name, value)
-        device = {PARAMS_NAME: self._params, VELOCITY_NAME: self._momentum}
-        outputs = [o.name for o in self._adapt.get_outputs()]
-        back = {e["output"]: e["input"] for e in spec["state"]}
-        for name in outputs:
-            if back.get(name) in device:
-                binding.bind_output(name, self._device_type, self._device_id)
+        for output, known_as in self._adapt_outputs:
+            if known_as in (PARAMS_NAME, VELOCITY_NAME):  # stays where the session computes
+                binding.bind_output(output, self._device_type, self._device_id)
             else:
-                binding.bind_output(name, "cpu")
+                binding.bind_output(output, "cpu")
         self._adapt.run_with_iobinding(binding)
-        host: dict[str, np.ndarray] = {}
-        for name, value in zip(outputs, binding.get_outputs(), strict=True):
-            if back.get(name) == PARAMS_NAME:
-                params = value
-            elif back.get(name) == VELOCITY_NAME:
-                momentum = value
-            else:
-                host[back.get(name, name)] = value.numpy()
-        self._params, self._momentum = params, momentum  # two references: atomic, no copy
-        return host
+        known = [known_as for _, known_as in self._adapt_outputs]
+        values = dict(zip(known, binding.get_outputs(), strict=True))
+        self._params, self._momentum = values.pop(PARAMS_NAME), values.pop(VELOCITY_NAME)
+        return {name: value.numpy() for name, value in values.items()}
 
     # ------------------------------------------------------------------ state
 

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._config import RealmConfig
 
 STEP_MODEL = "step_model.onnx"  # forward, loss, gradients and the SGD update in one graph
 FORWARD_MODEL = "forward_model.onnx"  # input + norm parameters -> logits
@@ -59,6 +63,17 @@ PARAMS_NAME = "realm.params"  # (P,) every trainable tensor, flattened, in manif
 VELOCITY_NAME = "realm.velocity"  # (P,) their SGD momentum buffers, same layout
 NEW_PARAMS_NAME = "realm.new_params"  # (P,) output: the updated, projected parameters
 NEW_VELOCITY_NAME = "realm.new_velocity"  # (P,) output: the updated momentum buffers
+
+
+def step_settings(config: RealmConfig) -> dict[str, float]:
+    """What the step graph's hyper-parameter inputs are fed from ``config``, by input name."""
+    return {
+        LR_NAME: config.lr,
+        LR_ALPHA_LAMBDA_NAME: config.lr_alpha_lambda,
+        MOMENTUM_NAME: config.momentum,
+        ENTROPY_MARGIN_NAME: config.e0,
+        SAM_RHO_NAME: config.sam_rho,
+    }
 
 
 @dataclass(frozen=True)

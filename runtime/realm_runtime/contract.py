@@ -77,6 +77,7 @@ from ._portable_io import (
     WATCH_NAME,
     TensorSlot,
     next_name,
+    step_settings,
 )
 
 __all__ = [
@@ -144,5 +145,6 @@ __all__ = [
     "save_state",
     "seal",
     "sha256_of",
+    "step_settings",
     "write_state",
 ]

@@ -26,6 +26,7 @@ from realm_runtime import (
 
 from ._adapter import AdaptResult, RealmAdapter
 from ._loss import eata_loss, entropy, robust_loss
+from ._margin import decision_margin, prediction_cosines
 from ._params import last_block_patterns, norm_affine_names, norm_layer_types, select_trainable
 
 __version__ = "0.1.0"
@@ -39,11 +40,13 @@ __all__ = [
     "Guardrails",
     "RealmAdapter",
     "RealmConfig",
+    "decision_margin",
     "eata_loss",
     "entropy",
     "last_block_patterns",
     "norm_affine_names",
     "norm_layer_types",
+    "prediction_cosines",
     "robust_loss",
     "select_trainable",
 ]

@@ -46,7 +46,7 @@ import torch
 from torch import nn
 
 from realm_runtime import ALPHA_MAX, ALPHA_MIN, COUNTERS, LAMBDA_MIN, Guardrails, RealmConfig
-from realm_sdk import RealmAdapter
+from realm_sdk import RealmAdapter, decision_margin, prediction_cosines
 
 from ._digits import load_digits
 from ._models import MODELS
@@ -461,33 +461,6 @@ def _offset(on_step: Callable[[int], None], base: int) -> Callable[[int], None]:
     return lambda done: on_step(base + done)
 
 
-def decision_margin(adapter: RealmAdapter, x: np.ndarray) -> tuple[float, np.ndarray | None]:
-    """Smallest distance of this step's decisions from their thresholds, on the SDK side."""
-    cfg = adapter.config
-    x_ref = torch.from_numpy(x).to(adapter.device)
-    logits = adapter.predict(x_ref).detach().cpu().numpy().astype(np.float64)
-    margin = math.inf
-    if cfg.uses_entropy_cut:
-        shifted = logits - logits.max(axis=1, keepdims=True)
-        log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-        h = -(np.exp(log_p) * log_p).sum(axis=1)
-        margin = min(margin, float(np.abs(h - cfg.e0).min()))
-    ema = adapter.state.ema
-    cos = None
-    if cfg.uses_diversity and ema is not None:
-        cos = _cosines(logits, ema)
-        margin = min(margin, float(np.abs(np.abs(cos) - cfg.diversity_margin).min()))
-    return margin, cos
-
-
-def _cosines(logits: np.ndarray, ema: np.ndarray) -> np.ndarray:
-    z = np.asarray(logits, np.float64)
-    p = np.exp(z - z.max(axis=1, keepdims=True))
-    p /= p.sum(axis=1, keepdims=True)
-    m = np.asarray(ema, np.float64)
-    return (p @ m) / np.maximum(np.linalg.norm(p, axis=1) * np.linalg.norm(m), 1e-12)
-
-
 def _run_stream(
     case: ParityCase,
     model: nn.Module,
@@ -522,7 +495,7 @@ def _run_stream(
             if cos_sdk is not None and ema_rt is not None and np.isfinite(r.logits).all():
                 finite = np.isfinite(cos_sdk)
                 if finite.any():
-                    cos_rt = _cosines(r.logits, ema_rt)
+                    cos_rt = prediction_cosines(r.logits, ema_rt)
                     report.cos_error = max(
                         report.cos_error, float(np.abs(cos_rt - cos_sdk)[finite].max())
                     )

@@ -1,0 +1,52 @@
+"""How close the reference's next decision is to its thresholds: where float32 may flip it.
+
+Two float32 executions of the same step (the reference and an exported graph) agree to a few
+ULP; a decision whose entropy or cosine lies that close to its threshold may fall either way.
+The export's validation and the parity suite both ask this before calling a difference wrong.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from ._adapter import RealmAdapter
+
+
+def prediction_cosines(logits: np.ndarray, ema: np.ndarray) -> np.ndarray:
+    """``(B,)`` cosine of each row's softmax with ``ema``, in float64."""
+    z = np.asarray(logits, np.float64)
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    m = np.asarray(ema, np.float64)
+    return (p @ m) / np.maximum(np.linalg.norm(p, axis=1) * np.linalg.norm(m), 1e-12)
+
+
+def decision_margin(adapter: RealmAdapter, x: np.ndarray) -> tuple[float, np.ndarray | None]:
+    """Smallest distance of the decisions ``adapter.adapt(x)`` would take from their thresholds.
+
+    Args:
+        adapter: the reference, before the step (not changed).
+        x: the step's input batch.
+
+    Returns:
+        The margin (inf: no threshold applies), and the cosines to the EMA where S_div
+        applies (else None).
+    """
+    cfg = adapter.config
+    x_ref = torch.from_numpy(x).to(adapter.device)
+    logits = adapter.predict(x_ref).detach().cpu().numpy().astype(np.float64)
+    margin = math.inf
+    if cfg.uses_entropy_cut:
+        shifted = logits - logits.max(axis=1, keepdims=True)
+        log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        h = -(np.exp(log_p) * log_p).sum(axis=1)
+        margin = min(margin, float(np.abs(h - cfg.e0).min()))
+    ema = adapter.state.ema
+    cos = None
+    if cfg.uses_diversity and ema is not None:
+        cos = prediction_cosines(logits, ema)
+        margin = min(margin, float(np.abs(np.abs(cos) - cfg.diversity_margin).min()))
+    return margin, cos
