@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The CUDA execution provider on a lent GPU machine (issue 11): the onnx backend's CUDA tests
-# and parity cases, then dev/cuda_speed.py (step and predict against the SDK on CUDA torch,
-# node placement, profile). onnxruntime-gpu 1.30 is built for CUDA 13, the libraries of the
+# The CUDA execution provider on a lent GPU machine: every test marked cuda (the adapt graph
+# and RealmRuntime with its state on the GPU, the onnx backend, parity cases), then with
+# SPEED=1 dev/cuda_speed.py (step and predict against the SDK on CUDA torch, node placement). onnxruntime-gpu 1.30 is built for CUDA 13, the libraries of the
 # image's torch cu130; its 247 MB wheel travels as .whl/ortgpu.tar.xz, made here by
 # dev/pack_ortgpu.sh (only the sm_90 kernels kept: 56 MiB). Run from the repository root.
 set -u
@@ -52,13 +52,16 @@ if [ "${MODE:-tests}" = parity ]; then  # MODE=parity: the fast tier on the CUDA
     grep -h "| onnx |" "$OUT/parity-cuda-ep.md"
     exit 0
 fi
-timeout 300 python3 -m pytest -p no:cacheprovider -q -rA \
-    tests/test_portable.py::test_onnx_backend_on_cuda_keeps_state_on_the_gpu \
-    tests/test_runtime.py::test_cuda_agrees_with_the_sdk tests/test_parity.py::test_parity_cuda \
-    >"$OUT/pytest.txt" 2>&1 &
-OMP_NUM_THREADS=8 timeout 330 python3 dev/cuda_speed.py "$OUT/speed.json" \
-    resnet50_gn convnext_tiny vit_base_patch16_224 >"$OUT/speed.txt" 2>&1
-echo "speed rc $?"
-wait
-tail -25 "$OUT/pytest.txt"
-grep -v "^W1\|Warning\|warn" "$OUT/speed.txt" | tail -12
+# Every CUDA test: the adapt graph (docs client and RealmRuntime, state on the GPU) against
+# the CPU twin, the onnx backend against the SDK, and the fast parity cases on CUDA.
+timeout "${TEST_TIMEOUT:-420}" python3 -m pytest -p no:cacheprovider -q -rA -m cuda -n 4 \
+    tests/test_adapt_graph.py tests/test_portable.py tests/test_runtime.py tests/test_parity.py \
+    >"$OUT/pytest.txt" 2>&1
+echo "pytest rc $?"
+grep -E "^(PASSED|FAILED|ERROR|SKIPPED)|passed|failed" "$OUT/pytest.txt" | tail -40
+if [ "${SPEED:-0}" = 1 ]; then
+    OMP_NUM_THREADS=8 timeout 330 python3 dev/cuda_speed.py "$OUT/speed.json" \
+        resnet50_gn convnext_tiny vit_base_patch16_224 >"$OUT/speed.txt" 2>&1
+    echo "speed rc $?"
+    grep -v "^W1\|Warning\|warn" "$OUT/speed.txt" | tail -12
+fi

@@ -21,7 +21,8 @@ from torch import nn
 
 from realm_runtime import COUNTERS
 
-BACKENDS = ("onnx", "ort-training")  # the runtime's two executions of the step ("auto" aside)
+# The runtime's executions of the step ("auto" aside): the adapt graph and the two twins.
+BACKENDS = ("onnx", "onnx-steps", "ort-training")
 
 
 @pytest.fixture(autouse=True)
@@ -339,7 +340,7 @@ def adapted(digits_artifacts, digits_stream, tmp_path_factory):
     """A runtime some samples into the stream, and the state file it saved."""
     from realm_runtime import RealmRuntime
 
-    rt = RealmRuntime(digits_artifacts[0], schedule="infer-first", threads=1)
+    rt = RealmRuntime(digits_artifacts[0], backend="onnx-steps", threads=1)
     for x in digits_stream[0][:12]:
         rt.adapt(np.ascontiguousarray(x[None]))
     path = tmp_path_factory.mktemp("state") / "good.npz"

@@ -90,9 +90,10 @@ def test_a_manifest_only_client_takes_the_runtimes_steps(case, digits_model, dig
     directory = tmp_path / "a"
     export_digits(digits_model, directory, **overrides)
     xs = _stream(digits, kind)
-    runtime = RealmRuntime(directory, threads=1, schedule="infer-first")
+    runtime = RealmRuntime(directory, threads=1, backend="onnx-steps")
     client = _client(directory)
-    graph = RealmRuntime(directory, threads=1, schedule="graph")  # RealmRuntime on the graph
+    graph = RealmRuntime(directory, threads=1)  # RealmRuntime on the graph
+    assert graph.backend == "onnx"
     layout = json.loads((directory / "realm.json").read_text())["portable"]["layout"]
     reasons = set()
     for i, x in enumerate(xs):
@@ -184,7 +185,7 @@ def test_the_docs_client_on_the_newest_onnxruntime(runtime_python, digits_model,
     import onnxruntime
 
     assert there["ort"] != onnxruntime.__version__  # two ONNX Runtime versions compared
-    runtime = RealmRuntime(directory, threads=1, schedule="infer-first")
+    runtime = RealmRuntime(directory, threads=1, backend="onnx-steps")
     for i, (x, (reason, updated, logits, params)) in enumerate(zip(xs, there["rows"], strict=True)):
         ours = runtime.adapt(x[None])
         assert (reason, updated) == (ours.reason, ours.updated), f"step {i}"
@@ -284,3 +285,54 @@ def test_one_copy_of_the_weights_unless_a_standalone_inference_model_is_asked_fo
                 onnxruntime.InferenceSession(str(apart))
         logits[standalone] = onnxruntime.InferenceSession(str(path)).run(None, {"input": x})[0]
     np.testing.assert_allclose(logits[False], logits[True], atol=1e-6)
+
+
+def _has_cuda() -> bool:
+    import onnxruntime
+
+    return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not _has_cuda(), reason="needs onnxruntime-gpu and an NVIDIA GPU")
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_adapt_graph_on_cuda_takes_the_cpu_twins_steps(case, digits_model, digits, tmp_path):
+    """The docs' client on the CUDA provider, and RealmRuntime on CUDA (its state on the GPU),
+    against the numpy twin on the CPU: the same decisions, logits, parameters and counters."""
+    import onnxruntime
+
+    overrides, kind = CASES[case]
+    directory = tmp_path / "a"
+    export_digits(digits_model, directory, **overrides)
+    # No overflowing input: whether its logits overflow depends on the provider's kernels.
+    xs = _stream(digits, kind, overflow=False)
+    twin = RealmRuntime(directory, threads=1, backend="onnx-steps")
+    gpu = RealmRuntime(directory, device="cuda")
+    client = _client(directory)
+    cuda = [("CUDAExecutionProvider", {"use_tf32": "0"})]  # float32, as the reference
+    client.session = onnxruntime.InferenceSession(
+        str(directory / client.spec["file"]), providers=cuda
+    )
+    assert client.session.get_providers()[0] == "CUDAExecutionProvider"
+    for i, x in enumerate(xs):
+        ours = twin.adapt(x[None])
+        logits, updated, reason = client.adapt(x[None])
+        fed = gpu.adapt(x[None])
+        assert (reason, updated) == (ours.reason, ours.updated), f"step {i}"
+        assert (fed.reason, fed.updated) == (ours.reason, ours.updated), f"step {i}"
+        np.testing.assert_allclose(logits, ours.logits, rtol=0, atol=1e-4)
+        np.testing.assert_allclose(fed.logits, ours.logits, rtol=0, atol=1e-4)
+    assert {v.device_name() for v in gpu._backend._state.values()} == {"cuda"}
+    want = twin.trainable_parameters()
+    flat = np.concatenate([want[n].reshape(-1) for n in want])
+    size = flat.size
+    np.testing.assert_allclose(client.state["realm.params"][:size], flat, atol=1e-4)
+    for name, value in gpu.trainable_parameters().items():
+        np.testing.assert_allclose(value, want[name], atol=1e-4, err_msg=name)
+    state, on_gpu = twin.state, gpu.state
+    counters = dict(zip(COUNTERS, client.state["realm.counters"].tolist(), strict=True))
+    assert counters == {c: getattr(state, c) for c in COUNTERS}
+    assert {c: getattr(on_gpu, c) for c in COUNTERS} == counters
+    if state.alpha is not None:
+        assert on_gpu.alpha == pytest.approx(state.alpha, abs=1e-5)
+        assert on_gpu.lam == pytest.approx(state.lam, rel=1e-5)

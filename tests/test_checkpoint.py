@@ -77,15 +77,15 @@ def test_runtime_save_restore_continue_equals_uninterrupted(
 ):
     directory, _ = digits_artifacts
     xs = digits_stream[0][:60]
-    straight = RealmRuntime(directory, threads=1, schedule="train")
+    straight = RealmRuntime(directory, threads=1)
     for i in range(60):
         straight.adapt(xs[i : i + 1])
-    first = RealmRuntime(directory, threads=1, schedule="train")
+    first = RealmRuntime(directory, threads=1)
     for i in range(30):
         first.adapt(xs[i : i + 1])
     first.save(tmp_path / "s.npz")
     del first
-    resumed = RealmRuntime(directory, threads=1, schedule="train")
+    resumed = RealmRuntime(directory, threads=1)
     resumed.restore(tmp_path / "s.npz")
     for i in range(30, 60):
         resumed.adapt(xs[i : i + 1])
@@ -110,7 +110,7 @@ def test_save_restore_continue_is_identical_on_each_side(side, tmp_path):
 
     def make():
         if side != "sdk":
-            return RealmRuntime(tmp_path / "a", threads=1, schedule="train", backend=side)
+            return RealmRuntime(tmp_path / "a", threads=1, backend=side)
         return RealmAdapter(copy.deepcopy(model), config)
 
     def feed(obj, xs):

@@ -33,7 +33,7 @@ def _check(case: ParityCase, reports, backends=PARITY_BACKENDS) -> None:
     assert [r.backend for r in reports] == list(backends)
     for report in reports:
         if report.not_applicable:  # batches on the batch-1 graph; SAR on the legacy artifacts
-            batch = report.backend in ("onnx", "graph") and case.batch > 1
+            batch = report.backend in ("onnx", "onnx-steps") and case.batch > 1
             sar = report.backend == "ort-training" and case.method == "sar"
             assert batch or sar, report.not_applicable
             continue
@@ -94,7 +94,7 @@ def _has_cuda() -> bool:
 )
 @pytest.mark.parametrize("case", FAST[:3], ids=[c.name for c in FAST[:3]])
 def test_parity_cuda(case, tmp_path):
-    sides = ["onnx", "graph"]
+    sides = ["onnx", "onnx-steps"]
     reports = run_case(case, device="cuda", threads=None, work_dir=tmp_path, backends=sides)
     _check(case, reports, backends=sides)
 

@@ -26,7 +26,7 @@ timm = pytest.importorskip("timm")
 
 def _steps_agree(directory, model, config, steps=12, shape=(1, 3, 32, 32), backend="onnx"):
     """A few adapt steps on both sides agree in decisions, logits and parameters."""
-    rt = RealmRuntime(directory, threads=1, backend=backend, schedule="train")
+    rt = RealmRuntime(directory, threads=1, backend=backend)
     adapter = RealmAdapter(model, config)
     gen = torch.Generator().manual_seed(1)
     for _ in range(steps):
@@ -208,9 +208,9 @@ def test_onnx_backend_on_cuda_keeps_state_on_the_gpu(digits_artifacts, digits_st
     for i in range(40):
         a, b = rt.adapt(xs[i : i + 1]), cpu.adapt(xs[i : i + 1])
         assert a.updated == b.updated
-    assert rt._backend._params.device_name() == "cuda"  # never copied to the host per step
-    assert rt._backend._momentum.device_name() == "cuda"
-    options = rt._backend._step.get_provider_options()["CUDAExecutionProvider"]
+    # The whole adapt graph's state, never copied to the host per step.
+    assert {v.device_name() for v in rt._backend._state.values()} == {"cuda"}
+    options = rt._backend._adapt.get_provider_options()["CUDAExecutionProvider"]
     assert options["use_tf32"] == "0"  # float32 as the SDK; TF32 put logits 1e-3 off
     mine, ref = rt.trainable_parameters(), cpu.trainable_parameters()
     assert max(abs(mine[n] - ref[n]).max() for n in ref) < 1e-4
@@ -283,12 +283,11 @@ def test_session_config_reaches_onnx_runtime(backend, digits_artifacts, digits_s
     """``session_config`` (e.g. pre-packing off, to save memory) changes nothing but cost."""
     import numpy as np
 
-    plain = RealmRuntime(digits_artifacts[0], threads=1, backend=backend, schedule="train")
+    plain = RealmRuntime(digits_artifacts[0], threads=1, backend=backend)
     lean = RealmRuntime(
         digits_artifacts[0],
         threads=1,
         backend=backend,
-        schedule="train",
         session_config={"session.disable_prepacking": "1"},
     )
     xs = digits_stream[0][:30]
@@ -309,9 +308,12 @@ def test_session_config_reaches_onnx_runtime(backend, digits_artifacts, digits_s
 
 
 def _config_entry(rt, key, x):
-    """``key`` as ONNX Runtime holds it for the onnx backend's step and forward sessions."""
+    """``key`` as ONNX Runtime holds it for the onnx backend's two sessions: the adapt (or, for
+    the twin, the step) graph's and the forward graph's."""
     rt.predict(x)  # makes the forward session, made on first use
-    sessions = (rt._backend._step, rt._backend._forward)  # white-box: ORT's own objects
+    b = rt._backend  # white-box: ORT's own objects
+    sessions = [s for s in (b._adapt, b._step, b._forward) if s is not None]
+    assert len(sessions) == 2
     return [s.get_session_options().get_session_config_entry(key) for s in sessions]
 
 
@@ -339,10 +341,8 @@ def test_onnx_sessions_share_one_arena_unless_told_otherwise(digits_artifacts, d
     """
     key = "session.use_env_allocators"
     xs = digits_stream[0][:40]
-    shared = RealmRuntime(digits_artifacts[0], backend="onnx", schedule="infer-first")
-    own = RealmRuntime(
-        digits_artifacts[0], backend="onnx", schedule="infer-first", session_config={key: "0"}
-    )
+    shared = RealmRuntime(digits_artifacts[0], backend="onnx-steps")
+    own = RealmRuntime(digits_artifacts[0], backend="onnx-steps", session_config={key: "0"})
     assert _config_entry(shared, key, xs[:1]) == ["1", "1"]
     assert _config_entry(own, key, xs[:1]) == ["0", "0"]
     for i in range(len(xs)):
@@ -426,9 +426,9 @@ def test_gemm_heavy_weights_make_lean_sessions(digits_artifacts, digits_stream, 
     shutil.copytree(digits_artifacts[0], copy)
     edit_manifest(copy, lambda m: m["portable"]["weights"].update(gemm_bytes=65 << 20))
     xs = digits_stream[0][:30]
-    lean = RealmRuntime(copy, backend="onnx", schedule="infer-first")
-    usual = RealmRuntime(digits_artifacts[0], backend="onnx", schedule="infer-first")
-    asked = RealmRuntime(copy, backend="onnx", schedule="infer-first", session_config={key: "0"})
+    lean = RealmRuntime(copy, backend="onnx-steps")
+    usual = RealmRuntime(digits_artifacts[0], backend="onnx-steps")
+    asked = RealmRuntime(copy, backend="onnx-steps", session_config={key: "0"})
     assert _config_entry(lean, key, xs[:1]) == ["1", "1"]
     assert _config_entry(asked, key, xs[:1]) == ["0", "0"]
     assert RealmRuntime(digits_artifacts[0]).manifest.portable["weights"]["gemm_bytes"] < 1 << 20
@@ -494,8 +494,8 @@ def test_ort_format_export_writes_checked_graphs_and_the_operator_config(digits_
 
 def test_ort_graphs_take_the_same_steps_as_the_onnx_graphs(digits_ort_artifacts, digits_stream):
     directory = digits_ort_artifacts[0]
-    from_ort = RealmRuntime(directory, threads=1, schedule="train")
-    from_onnx = RealmRuntime(directory, threads=1, schedule="train", graph_format="onnx")
+    from_ort = RealmRuntime(directory, threads=1)
+    from_onnx = RealmRuntime(directory, threads=1, graph_format="onnx")
     assert (from_ort.graph_format, from_onnx.graph_format) == ("ort", "onnx")
     for x in digits_stream[0][:80]:
         a = from_ort.adapt(np.ascontiguousarray(x[None]))

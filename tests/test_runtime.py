@@ -26,20 +26,29 @@ from conftest import (
 from realm_runtime import ArtifactError, RealmRuntime
 from realm_sdk import RealmAdapter
 
+# The adapt graph, and each twin in both orders of its graphs.
+SIDES = [
+    ("onnx", None),
+    ("onnx-steps", "infer-first"),
+    ("onnx-steps", "train"),
+    ("ort-training", "infer-first"),
+    ("ort-training", "train"),
+]
 
-@pytest.mark.parametrize("schedule", ["train", "infer-first", "auto"])
-@pytest.mark.parametrize("backend", BACKENDS)
+
+@pytest.mark.parametrize(("backend", "schedule"), SIDES)
 def test_step_for_step_agreement_with_the_sdk(
     backend, schedule, digits_artifacts, digits_model, digits_stream
 ):
     directory, config = digits_artifacts
     xs = digits_stream[0][:120]
     rt = RealmRuntime(directory, threads=1, schedule=schedule, backend=backend)
+    assert (rt.backend, rt.schedule) == (backend, schedule)
     adapter = RealmAdapter(copy.deepcopy(digits_model), config)
     worst = compare_twins(rt, adapter, xs)
     st = rt.state
     assert 0 < st.updates < 120 and st.skipped_diversity > 0  # both S_div branches ran
-    print(schedule, worst)
+    print(backend, schedule, worst)
 
 
 @pytest.mark.parametrize(
@@ -121,6 +130,17 @@ def test_nonfinite_logits_are_refused_and_counted(runtime):
 
 
 def test_nonfinite_gradient_is_refused(runtime, monkeypatch):
+    if runtime.backend == "onnx":  # the decision is the graph's: poison what it computes from
+        _poison_lambda(runtime)
+        before = runtime.trainable_parameters()
+        x = np.random.default_rng(0).standard_normal((1, 1, 32, 32), dtype=np.float32)
+        result = runtime.adapt(x)
+        assert np.isfinite(result.logits).all() and result.selected.all()
+        assert result.reason == "nonfinite" and runtime.state.skipped_nonfinite == 1
+        for k in before:
+            np.testing.assert_array_equal(before[k], runtime.trainable_parameters()[k])
+        assert runtime.state.ema is None and runtime.state.updates == 0
+        return
     real = runtime._backend.compute
 
     def poisoned(x, weights, eata_factor):
@@ -144,6 +164,14 @@ def test_nonfinite_gradient_is_refused(runtime, monkeypatch):
     for k in before:
         np.testing.assert_array_equal(before[k], runtime.trainable_parameters()[k])
     assert runtime.state.ema is None and runtime.state.updates == 0
+
+
+def _poison_lambda(runtime) -> None:
+    """Fresh state, then λ = NaN: finite logits, a NaN loss and NaN gradients (REALM's ρ)."""
+    runtime.reset()
+    values, momentum = runtime._backend.tensors()
+    values["realm.lambda"] = np.array(np.nan, np.float32)
+    runtime._backend.load(values, momentum)
 
 
 def test_reset_returns_to_the_source(runtime, digits_artifacts, digits_model):
@@ -307,6 +335,7 @@ def test_runtime_side_settings_can_be_overridden(digits_artifacts, digits_stream
     with pytest.raises(ValueError, match="diversity_margin"):
         RealmRuntime(directory, overrides={"diversity_margin": 2.0})
     rt = RealmRuntime(directory, threads=1, overrides={"diversity_margin": 1.0, "lr": 0.0})
+    assert rt.backend == "onnx-steps"  # the adapt graph holds the export's settings
     source = rt.trainable_parameters()
     for i in range(10):
         assert rt.adapt(digits_stream[0][i : i + 1]).updated  # d = 1: S_div lets all through
@@ -315,44 +344,20 @@ def test_runtime_side_settings_can_be_overridden(digits_artifacts, digits_stream
     assert rt.state.alpha != 0.15  # α, λ still learn at their own rate
 
 
-def test_auto_schedule_times_each_graph_before_comparing(digits_artifacts, digits_stream):
-    """A slow first timed forward must not pin the `auto` schedule to the training path:
-    both graphs are timed MIN_TIMED times before their costs are compared."""
-    MIN_TIMED = RealmRuntime.MIN_TIMED
-    rt = RealmRuntime(digits_artifacts[0], schedule="auto", threads=1)
-    x = digits_stream[0]
-    paths = []
-    for i in range(2 * (1 + MIN_TIMED)):
-        paths.append("train" if rt._train_first(1) else "infer")
-        rt.adapt(np.ascontiguousarray(x[i : i + 1]))
-        if paths[-1] == "infer" and len(rt._recent["infer"]) == 1:
-            rt._recent["infer"][0] = 10.0  # the first timed forward stalled (10 s)
-    assert paths == ["train"] * (1 + MIN_TIMED) + ["infer"] * (1 + MIN_TIMED)
-    # (a sample that updates on the forward-first path is a timed training call too)
-    assert len(rt._recent["train"]) >= MIN_TIMED and len(rt._recent["infer"]) == MIN_TIMED
-    assert rt._cost("infer") < 10.0  # the later forwards count: the stall alone does not
-
-
-def test_auto_schedule_recovers_from_a_slow_measurement(digits_artifacts, digits_stream):
-    """Forward-only calls that looked slow (a stall, a cold cache) must not pin the `auto`
-    schedule to the training path: the path not taken is re-timed now and then."""
-    REPROBE_EVERY, TIMING_WINDOW = RealmRuntime.REPROBE_EVERY, RealmRuntime.TIMING_WINDOW
-    MIN_TIMED = RealmRuntime.MIN_TIMED
-    rt = RealmRuntime(digits_artifacts[0], schedule="auto", threads=1)
-    x = digits_stream[0]
-    # Each graph: one untimed set-up call, then MIN_TIMED timed ones before they are compared.
-    warm = 2 * (1 + MIN_TIMED)
-    for i in range(warm):
-        rt.adapt(np.ascontiguousarray(x[i : i + 1]))
-    assert rt._cost("train") > 0 and rt._cost("infer") > 0
-    cost, choice = rt._cost("infer"), rt._train_first(1)
-    rt._recent["infer"].append(10.0)  # one forward that took 10 s changes nothing
-    assert rt._cost("infer") == cost and rt._train_first(1) == choice
-    rt._recent["infer"].extend([10.0] * TIMING_WINDOW)  # a whole window of them does
-    assert rt._train_first(1)
-    for i in range(warm, warm + 2 * REPROBE_EVERY):
-        rt.adapt(np.ascontiguousarray(x[i % len(x) : i % len(x) + 1]))
-    assert rt._cost("infer") < 10.0  # re-timed at least once
+def test_auto_runs_the_adapt_graph_unless_asked_otherwise(digits_artifacts):
+    """`auto` is the one adapt graph; a twin where a setting or an order of graphs asks."""
+    directory, config = digits_artifacts
+    assert RealmRuntime(directory, threads=1).backend == "onnx"
+    same = RealmRuntime(directory, threads=1, overrides={"lr": config.lr})  # the export's
+    assert same.backend == "onnx"
+    changed = RealmRuntime(directory, threads=1, overrides={"lr": config.lr / 2})
+    assert (changed.backend, changed.schedule) == ("onnx-steps", "infer-first")
+    ordered = RealmRuntime(directory, threads=1, schedule="train")
+    assert (ordered.backend, ordered.schedule) == ("onnx-steps", "train")
+    with pytest.raises(ValueError, match=r"\['lr'\] differ.*onnx-steps"):
+        RealmRuntime(directory, backend="onnx", overrides={"lr": config.lr / 2})
+    with pytest.raises(ValueError, match="leave schedule out"):
+        RealmRuntime(directory, backend="onnx", schedule="train")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

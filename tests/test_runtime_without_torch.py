@@ -46,14 +46,14 @@ SCRIPT = textwrap.dedent("""
     from realm_runtime import RealmRuntime
     art, stream, work = sys.argv[1], sys.argv[2], sys.argv[3]
     xs = np.load(stream)
-    rt = RealmRuntime(art, threads=1, schedule="train")
+    rt = RealmRuntime(art, threads=1)
     logits, updated = [], []
     for i in range(20):
         r = rt.adapt(xs[i:i + 1]); logits.append(r.logits[0].tolist()); updated.append(r.updated)
     rt.save(work + "/state.npz")
     for i in range(20, 40):
         r = rt.adapt(xs[i:i + 1]); logits.append(r.logits[0].tolist()); updated.append(r.updated)
-    resumed = RealmRuntime(art, threads=1, schedule="train")
+    resumed = RealmRuntime(art, threads=1)
     resumed.restore(work + "/state.npz")
     again = [resumed.adapt(xs[i:i + 1]).logits[0].tolist() for i in range(20, 40)]
     rt.export_inference_model(work + "/adapted.onnx")
@@ -89,7 +89,7 @@ def test_runtime_on_newest_onnxruntime_without_torch_or_training(
     np.testing.assert_array_equal(np.array(there["resumed"]), np.array(there["logits"][20:]))
 
     # The same stream here: ORT 1.19.2's InferenceSession on Python 3.11, the same graphs.
-    rt = RealmRuntime(digits_artifacts[0], threads=1, schedule="train", backend="onnx")
+    rt = RealmRuntime(digits_artifacts[0], threads=1)
     here = [rt.adapt(xs[i : i + 1]) for i in range(40)]
     assert [r.updated for r in here] == there["updated"]
     np.testing.assert_allclose(
@@ -113,7 +113,7 @@ ORT_FORMAT_SCRIPT = textwrap.dedent("""
     xs = np.load(stream)
     out = {"version": onnxruntime.__version__}
     for fmt in ("ort", "onnx"):
-        rt = RealmRuntime(art, threads=1, schedule="train", graph_format=fmt)
+        rt = RealmRuntime(art, threads=1, graph_format=fmt)
         steps = [rt.adapt(xs[i:i + 1]) for i in range(len(xs))]
         out[fmt] = {
             "format": rt.graph_format,

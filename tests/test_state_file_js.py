@@ -1,8 +1,9 @@
-"""Issue 12: a state file moves between Python and JavaScript (examples/web/state-file.js).
+"""A state file moves between Python and JavaScript (examples/web/state-file.js).
 
-``RealmRuntime`` (and the SDK) write the ``.npz`` state; Node reads it with the browser's
-module and writes it back; the runtime and the SDK restore what Node wrote. Needs Node.js
-only (the module has no npm dependency).
+``RealmRuntime`` (and the SDK) write the ``.npz`` state: exactly the adapt graph's state
+tensors, under its input names (version 3). Node reads it with the browser's module and writes
+it back; the runtime and the SDK restore what Node wrote. Needs Node.js only (the module has no
+npm dependency).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from realm_runtime import RealmRuntime
+from realm_runtime import COUNTERS, RealmRuntime
 
 WEB = Path(__file__).resolve().parents[1] / "examples" / "web"
 
@@ -30,7 +31,7 @@ const [source, target] = process.argv.slice(1);
 const state = readState(new Uint8Array(readFileSync(source)));
 const arrays = {};
 for (const [name, a] of state.arrays) {
-  arrays[name] = { dtype: a.dtype, shape: a.shape, data: Array.from(a.data) };
+  arrays[name] = { dtype: a.dtype, shape: a.shape, data: Array.from(a.data, Number) };
 }
 console.log(JSON.stringify({ header: state.header, arrays }));
 if (target) {
@@ -53,7 +54,7 @@ def _node_round_trip(source: Path, target: Path | None = None) -> dict:
 
 
 def _adapted(artifacts: Path, stream: np.ndarray) -> RealmRuntime:
-    rt = RealmRuntime(artifacts, threads=1, schedule="train")
+    rt = RealmRuntime(artifacts, threads=1)
     for x in stream[:40]:
         rt.adapt(np.ascontiguousarray(x[None]))
     assert rt.state.updates > 0
@@ -61,24 +62,38 @@ def _adapted(artifacts: Path, stream: np.ndarray) -> RealmRuntime:
 
 
 def test_node_reads_the_runtimes_state_exactly(digits_artifacts, digits_stream, tmp_path):
-    rt = _adapted(digits_artifacts[0], digits_stream[0])
+    directory = digits_artifacts[0]
+    rt = _adapted(directory, digits_stream[0])
     rt.save(tmp_path / "state.npz")
     there = _node_round_trip(tmp_path / "state.npz")
     header, arrays = there["header"], there["arrays"]
     assert header["format"] == "realm-tta/adaptation-state" and header["method"] == "realm"
-    assert header["counters"]["updates"] == rt.state.updates
-    for name, value in rt.trainable_parameters().items():
-        got = arrays[f"param/{name}"]
-        assert got["shape"] == list(value.shape)
-        np.testing.assert_array_equal(np.array(got["data"], np.float32), value.ravel())
-    for name, value in rt.momentum_buffers().items():
-        np.testing.assert_array_equal(
-            np.array(arrays[f"momentum/{name}"]["data"], np.float32), value.ravel()
-        )
-    assert arrays["alpha"]["shape"] == [] and np.float32(arrays["alpha"]["data"][0]) == np.float32(
-        rt.state.alpha
-    )
-    np.testing.assert_array_equal(np.array(arrays["ema"]["data"], np.float32), rt.state.ema)
+    assert header["version"] == 3
+    # Exactly the adapt graph's state, each of its initial value's dtype and shape.
+    spec = json.loads((directory / "realm.json").read_text())["adapt"]
+    assert set(arrays) == {e["input"] for e in spec["state"]}
+    for entry in spec["state"]:
+        initial = np.load(directory / entry["initial"])
+        got = arrays[entry["input"]]
+        assert (got["dtype"], got["shape"]) == (initial.dtype.str, list(initial.shape))
+    flat, start = np.array(arrays["realm.params"]["data"], np.float32), 0
+    momentum = np.array(arrays["realm.velocity"]["data"], np.float32)
+    values, buffers, state = rt.trainable_parameters(), rt.momentum_buffers(), rt.state
+    for slot in header["layout"]:
+        n = int(np.prod(slot["shape"], dtype=np.int64))
+        if slot["name"] in values:
+            want, want_m = values[slot["name"]].ravel(), buffers[slot["name"]].ravel()
+        else:  # α, λ last
+            alpha = slot["name"] == "realm.alpha"
+            want = np.float32([state.alpha if alpha else state.lam])
+            want_m = np.float32([state.alpha_momentum if alpha else state.lam_momentum])
+        np.testing.assert_array_equal(flat[start : start + n], want, err_msg=slot["name"])
+        np.testing.assert_array_equal(momentum[start : start + n], want_m, err_msg=slot["name"])
+        start += n
+    assert start == flat.size
+    counters = dict(zip(COUNTERS, arrays["realm.counters"]["data"], strict=True))
+    assert counters == {c: getattr(state, c) for c in COUNTERS}
+    np.testing.assert_array_equal(np.array(arrays["realm.ema"]["data"], np.float32), state.ema)
 
 
 def test_python_restores_what_node_wrote(digits_artifacts, digits_model, digits_stream, tmp_path):

@@ -38,7 +38,7 @@ def _training_installed() -> bool:
 
 def _adapts(directory, model, config, shape, steps=4):
     """A few samples through RealmRuntime agree with the SDK in decisions and logits."""
-    rt = RealmRuntime(directory, threads=1, backend="onnx", schedule="train")
+    rt = RealmRuntime(directory, threads=1, backend="onnx")
     adapter = RealmAdapter(model, config)
     gen = torch.Generator().manual_seed(3)
     for _ in range(steps):

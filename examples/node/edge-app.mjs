@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // A Node.js edge app: adapts a realm-tta model on a stream of samples from disk, one at a time,
-// on the portable step graph and the current onnxruntime-node, with no Python and no torch.
+// on the one adapt graph and the current onnxruntime-node, with no Python and no torch.
 //
 // It checks the artifacts (manifest, SHA-256 of every file), adapts on each sample of the
 // stream folder in name order (one float32 .npy per sample, already preprocessed as the
@@ -8,8 +8,8 @@
 // has labels.json) and the counters, and checkpoints the whole adaptation state every N
 // samples in the SDK's own state file, written atomically. Started again, it resumes from the
 // checkpoint at the sample where it stopped; the same file restores into RealmRuntime and
-// RealmAdapter in Python, and theirs into this app. The SPEC §3 logic is shared with the
-// browser client (../web/realm-portable.js), not copied.
+// RealmAdapter in Python, and theirs into this app. SPEC §3 is the graph's: the client
+// (../web/realm-adapt.js, the browser page's too) only feeds it and keeps its state.
 //
 //   node edge-app.mjs --artifacts ../../artifacts/digits --stream ./stream --checkpoint-every 100
 
@@ -20,7 +20,7 @@ import { parseArgs } from "node:util";
 
 import * as ort from "onnxruntime-node";
 
-import { RealmClient } from "../web/realm-portable.js";
+import { AdaptClient } from "../web/realm-adapt.js";
 import { parseNpy } from "../web/state-file.js";
 
 const USAGE = `usage: node edge-app.mjs --artifacts DIR --stream DIR [options]
@@ -31,7 +31,6 @@ const USAGE = `usage: node edge-app.mjs --artifacts DIR --stream DIR [options]
   --checkpoint-every N    samples between checkpoints (default 100)
   --limit N               stop after N samples in this run
   --threads N             onnxruntime intra-op threads (default 1)
-  --schedule S            auto (default), train or infer-first: as RealmRuntime's
   --trusted-key FILE      a .pub key (realm keygen): load only artifacts it signed; repeatable
   --log FILE              one JSON line per sample (prediction, decision, reason, alpha, lambda)
   --quiet                 only the final summary`;
@@ -47,7 +46,6 @@ function options(argv) {
       "checkpoint-every": { type: "string", default: "100" },
       limit: { type: "string" },
       threads: { type: "string", default: "1" },
-      schedule: { type: "string", default: "auto" },
       log: { type: "string" },
       "trusted-key": { type: "string", multiple: true },
       quiet: { type: "boolean", default: false },
@@ -74,7 +72,6 @@ function options(argv) {
     every: /** @type {number} */ (count(values["checkpoint-every"], "checkpoint-every")),
     limit: count(values.limit, "limit"),
     threads: /** @type {number} */ (count(values.threads, "threads")),
-    schedule: /** @type {"auto" | "train" | "infer-first"} */ (values.schedule),
     log: values.log,
     trustedKeys: values["trusted-key"] ?? null,
     quiet: values.quiet,
@@ -113,11 +110,11 @@ async function main() {
   const trustedKeys = opts.trustedKeys
     ? await Promise.all(opts.trustedKeys.map(async (f) => (await readFile(f, "ascii")).trim()))
     : null;
-  const client = await RealmClient.load(
+  const client = await AdaptClient.load(
     ort,
     (name) => readOrNull(path.join(opts.artifacts, name)),
     opts.artifacts,
-    { threads: opts.threads, executionProviders: ["cpu"], schedule: opts.schedule, trustedKeys },
+    { threads: opts.threads, executionProviders: ["cpu"], trustedKeys },
   );
   const saved = await readOrNull(opts.state);
   if (saved !== null) client.restoreState(saved);
@@ -154,11 +151,11 @@ async function main() {
       await log.write(JSON.stringify({ index: i, file: files[i], ...rest, logits: Array.from(logits) }) + "\n");
     }
     if ((i + 1) % opts.every === 0) {
-      await writeAtomic(opts.state, client.saveState());
+      await writeAtomic(opts.state, await client.saveState());
       if (!opts.quiet) console.log(progress(i + 1, client, labels ? correct / seen : null, ms / seen));
     }
   }
-  await writeAtomic(opts.state, client.saveState());
+  await writeAtomic(opts.state, await client.saveState());
   await log?.close();
   const top1 = labels && seen ? correct / seen : null;
   console.log(`done ${progress(client.counters.samples, client, top1, seen ? ms / seen : 0)}`);
@@ -167,7 +164,7 @@ async function main() {
 
 /**
  * @param {number} done
- * @param {RealmClient} client
+ * @param {AdaptClient} client
  * @param {number | null} top1
  * @param {number} ms
  */

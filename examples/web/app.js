@@ -1,16 +1,18 @@
 // @ts-check
 /**
- * The demo page: streams shifted digits through RealmClient (the portable step graph on
- * onnxruntime-web), shows what adaptation does, keeps the state in IndexedDB. URL parameters:
+ * The demo page: streams shifted digits through the one adapt graph on onnxruntime-web
+ * (AdaptClient: the graph decides, steps and guards; the page only feeds it), shows what
+ * adaptation does, keeps the state in IndexedDB. URL parameters:
  * artifacts=<dir> (default "artifacts"), stream=<dir> (default "stream"), auto=1 (run the
  * whole stream at once), limit=<n>, persist=0 (neither read nor write IndexedDB), fresh=1
  * (ignore a stored state once), ep=auto|wasm|webgpu (default auto: WebGPU where the browser
  * offers an adapter), threads=<n> (WASM threads; default: up to 4 where the page is
- * cross-origin isolated, else 1), schedule=auto|train|infer-first (as RealmRuntime's).
+ * cross-origin isolated, else 1). On WebGPU the parameter vectors stay in GPU buffers
+ * between samples; α, λ and the drift are read back every tenth sample.
  * `window.realmRun` exposes the per-step log for the test driver.
  */
 
-import { RealmClient } from "./realm-portable.js";
+import { AdaptClient } from "./realm-adapt.js";
 import { digitsInput } from "./preprocess.js";
 
 // onnxruntime-web's WebGPU build (it carries the WASM execution provider too), copied into
@@ -24,7 +26,7 @@ const PERSIST = params.get("persist") !== "0";
 const FRESH = params.get("fresh") === "1";
 
 const EP = params.get("ep") ?? "auto";
-const SCHEDULE = params.get("schedule") ?? "auto";
+const EVERY = 10; // samples between redraws, saves and (state on the GPU) read-backs
 
 /** @type {{ready: boolean, done: boolean, error: string | null, backend: any, signature: any, restored: any, log: any[], images: any[], summary: any}} */
 const run = { ready: false, done: false, error: null, backend: null, signature: null, restored: null, log: [], images: [], summary: null };
@@ -204,10 +206,11 @@ async function main() {
   // The app's trusted signing keys (build_site.py --trusted-key): none, no signature required.
   const keysResponse = await fetch("trusted-keys.json");
   const trustedKeys = keysResponse.ok ? /** @type {string[]} */ (await keysResponse.json()) : null;
-  const client = await RealmClient.load(ort, read, ARTIFACTS, {
+  const onGpu = backend.ep === "webgpu";
+  const client = await AdaptClient.load(ort, read, ARTIFACTS, {
     trustedKeys,
-    executionProviders: backend.ep === "webgpu" ? ["webgpu", "wasm"] : ["wasm"],
-    schedule: /** @type {any} */ (SCHEDULE),
+    executionProviders: onGpu ? ["webgpu", "wasm"] : ["wasm"],
+    stateOnGpu: onGpu,
   });
   run.signature = client.signature;
   $("signature").textContent = client.signature.note;
@@ -242,8 +245,9 @@ async function main() {
     $("samples").textContent = String(view.pos);
     $("accuracy").textContent = view.pos ? `${((100 * view.correct) / view.pos).toFixed(1)} %` : "–";
     $("updates").textContent = String(client.counters.updates);
-    $("alpha").textContent = client.alpha === null ? "–" : client.alpha.toFixed(4);
-    $("lambda").textContent = client.lambda === null ? "–" : client.lambda.toFixed(4);
+    const last = (/** @type {number[]} */ values) => (values.length ? values[values.length - 1].toFixed(4) : "–");
+    $("alpha").textContent = last(view.alpha);
+    $("lambda").textContent = last(view.lambda);
     const recent = view.ms.slice(-50).sort((a, b) => a - b);
     $("latency").textContent = recent.length ? recent[Math.floor(recent.length / 2)].toFixed(2) : "–";
     const w = client.watch;
@@ -263,7 +267,16 @@ async function main() {
     );
     plot(/** @type {HTMLCanvasElement} */ ($("plot-drift")), [{ values: view.drift, color: "#4a9a4a" }], null, view.resets);
   };
-  const save = async () => { if (PERSIST) await store(key, { state: client.saveState(), view }); };
+  const save = async () => { if (PERSIST) await store(key, { state: await client.saveState(), view }); };
+  /** α, λ and the drift where the parameters are on the GPU: downloaded, then plotted. */
+  const readBack = async () => {
+    const host = (await client.hostState())["realm.params"];
+    for (const [name, values] of [["realm.alpha", view.alpha], ["realm.lambda", view.lambda]]) {
+      const slot = client.layout.find((s) => s.name === name);
+      if (slot) /** @type {number[]} */ (values).push(host[slot.offset]);
+    }
+    view.drift.push(await client.drift());
+  };
 
   /** One sample of the stream: predict, adapt, record. */
   const step = async () => {
@@ -283,8 +296,9 @@ async function main() {
     lastResets = resets;
     view.rate.push(w.updateRate ?? 0);
     view.entropy.push(w.entropyEma === null ? 0 : w.entropyEma / Math.log(r.logits.length));
-    view.drift.push(client.drift);
-    run.log.push({ index: i, top1: r.top1, label, selected: r.selected, updated: r.updated, reason: r.reason, cosine: r.cosine, alpha: r.alpha, lambda: r.lambda, ms: r.ms, logits: Array.from(r.logits) });
+    if (!onGpu) view.drift.push(await client.drift());
+    else if (view.pos % EVERY === 0) await readBack();
+    run.log.push({ index: i, top1: r.top1, label, selected: r.selected, updated: r.updated, reason: r.reason, alpha: r.alpha, lambda: r.lambda, ms: r.ms, logits: Array.from(r.logits) });
     drawSample(x, meta.prep);
     $("sample-caption").textContent = `#${i}: predicted ${r.top1}, label ${label} · ${r.reason}`;
   };
@@ -295,7 +309,7 @@ async function main() {
     $("run").textContent = "Pause";
     while (running && view.pos < total) {
       await step();
-      if (view.pos % 10 === 0 || view.pos === total) { refresh(); await save(); await new Promise((r) => setTimeout(r, 0)); }
+      if (view.pos % EVERY === 0 || view.pos === total) { refresh(); await save(); await new Promise((r) => setTimeout(r, 0)); }
     }
     running = false;
     $("run").textContent = view.pos < total ? "Run stream" : "Stream done";
@@ -316,9 +330,9 @@ async function main() {
     await save();
     status("reset to the exported model");
   };
-  $("download").onclick = () => {
+  $("download").onclick = async () => {
     // The SDK's state file: RealmRuntime.restore, the SDK and the Node app read it as it is.
-    const blob = new Blob([/** @type {Uint8Array<ArrayBuffer>} */ (client.saveState())], { type: "application/octet-stream" });
+    const blob = new Blob([/** @type {Uint8Array<ArrayBuffer>} */ (await client.saveState())], { type: "application/octet-stream" });
     const a = document.createElement("a");
     a.href = URL.createObjectURL(blob);
     a.download = "realm-state.npz";
@@ -370,7 +384,7 @@ async function main() {
       counters: { ...client.counters },
       accuracy: view.pos ? (100 * view.correct) / view.pos : null,
       ema: client.ema ? Array.from(client.ema) : null,
-      state: Array.from(client.saveState()), // the SDK's state file, for RealmRuntime.restore
+      state: Array.from(await client.saveState()), // the SDK's state file, for RealmRuntime.restore
       backend,
     };
     status(`done: ${view.pos} samples, ${client.counters.updates} updates, running accuracy ${((100 * view.correct) / view.pos).toFixed(1)} %`);

@@ -29,15 +29,10 @@ PAGE_FILES = (
     "index.html",
     "style.css",
     "app.js",
-    "realm-portable.js",
-    "client-common.js",
-    "guardrails.js",
     "state-file.js",
     "manifest.js",
     "preprocess.js",
     "realm-adapt.js",
-    "adapt.html",
-    "adapt-page.js",
 )
 ORT_FILES = (
     "ort.webgpu.min.mjs",

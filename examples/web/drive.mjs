@@ -56,22 +56,23 @@ try {
     // A state file through "Restore state" (one RealmRuntime or the Node app wrote).
     await page.setInputFiles("#restore", args.restore);
     await page.waitForFunction(() => /^(restored|could not restore)/.test(document.getElementById("status").textContent), null, { timeout });
-    result.restoredFile = await page.evaluate(() => ({
+    result.restoredFile = await page.evaluate(async () => ({
       status: document.getElementById("status").textContent,
       counters: globalThis.realmClient.counters,
-      state: Array.from(globalThis.realmClient.saveState()),
+      state: Array.from(await globalThis.realmClient.saveState()),
     }));
   }
   if (args.reset) {
     // The Reset button: back to the exported parameters, no EMA, zero counters and momentum.
     await page.click("#reset");
     await page.waitForFunction(() => globalThis.realmClient.counters.samples === 0, null, { timeout });
-    result.afterReset = await page.evaluate(() => {
+    result.afterReset = await page.evaluate(async () => {
       const c = globalThis.realmClient;
+      const host = await c.hostState();
       return {
         counters: c.counters,
-        paramsAreSource: c.params.every((v, i) => v === c.source[i]),
-        momentumIsZero: c.velocity.every((v) => v === 0),
+        paramsAreSource: host["realm.params"].every((v, i) => v === c.source[i]),
+        momentumIsZero: host["realm.velocity"].every((v) => v === 0),
         ema: c.ema,
         shown: document.getElementById("samples").textContent,
       };

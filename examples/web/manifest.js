@@ -32,7 +32,7 @@ export class ArtifactError extends Error {
  * @property {string} step_model forward, loss, gradients and the update in one graph
  * @property {string} forward_model input + realm.params → logits
  * @property {string} source_params realm.params of the exported model (.npy)
- * @property {string} decide_model S_div / EATA decision graph
+ * @property {string} [decide_model] the decision graph alone (S_div / EATA's cut), where written
  * @property {number} size length of realm.params
  * @property {PortableSlot[]} layout where each trainable tensor lies in realm.params
  * @property {{file: string}} [weights] the step and forward graphs' shared external data (weights.bin)
@@ -177,9 +177,6 @@ function checkPortable(d, source) {
     const why = portable?.error ? `: ${portable.error}` : "";
     throw new ArtifactError(`${source}: no portable step graph${why}; re-export with a current realm-tta`);
   }
-  if (!portable.decide_model) {
-    throw new ArtifactError(`${source}: no decision graph for JavaScript clients (exported with --no-web); re-export`);
-  }
   const layout = /** @type {PortableSlot[]} */ (portable.layout ?? []);
   let end = 0;
   for (const slot of layout) {
@@ -193,7 +190,7 @@ function checkPortable(d, source) {
   if (portable.weights !== undefined && typeof portable.weights?.file !== "string") {
     throw new ArtifactError(`${source}: portable.weights has no file name`);
   }
-  for (const file of portableFiles(portable)) {
+  for (const file of adaptFiles(d)) {
     if (!(file in d.files)) {
       throw new ArtifactError(`${source}: ${file} is not listed among the checksummed files`);
     }
@@ -202,14 +199,16 @@ function checkPortable(d, source) {
 }
 
 /**
- * The files a client of the portable graphs reads: the three graphs, the starting
- * realm.params and, where the export wrote it, the step and forward graphs' shared weights.
- * @param {PortableSection} portable
+ * The files a client of the one adapt graph reads: the graph, its weights and the initial
+ * value of each state tensor (none where the export wrote no adapt graph).
+ * @param {Record<string, any>} d the manifest
  * @returns {string[]}
  */
-export function portableFiles(portable) {
-  const { step_model, forward_model, decide_model, source_params, weights } = portable;
-  return [step_model, forward_model, decide_model, source_params, ...(weights ? [weights.file] : [])];
+export function adaptFiles(d) {
+  const adapt = d.adapt;
+  if (!adapt?.file) return [];
+  const weights = d.portable.weights?.file;
+  return [adapt.file, ...(weights ? [weights] : []), ...(adapt.state ?? []).map((/** @type {any} */ e) => e.initial)];
 }
 
 /**

@@ -3,7 +3,11 @@
  * The one adapt graph from JavaScript (onnxruntime-web in a page, onnxruntime-node): a client
  * that knows only the manifest's "adapt" section (docs/adapt.md). Per sample it runs the
  * graph and keeps each state's next value; the decision, the step, the guardrails and the
- * counters are the graph's. The state stays in the session's tensors between calls.
+ * counters are the graph's, and this module does no arithmetic of its own on them. The state
+ * stays in the session's tensors between calls (on the GPU with `stateOnGpu`), and is the
+ * state file's content: `saveState()` writes exactly these tensors (version 3 of the SDK's
+ * file, state-file.js), which `RealmRuntime.restore` and `RealmAdapter.restore` read.
+ * @module realm-adapt
  */
 
 import {
@@ -14,7 +18,7 @@ import {
   readManifest,
   verifyFile,
 } from "./manifest.js";
-import { parseNpy } from "./state-file.js";
+import { StateFileError, parseNpy, readState, writeState } from "./state-file.js";
 
 /**
  * @callback ReadFile
@@ -30,13 +34,59 @@ import { parseNpy } from "./state-file.js";
  * @property {boolean} updated the step was applied
  * @property {string} reason "updated", "diversity", "entropy" or "nonfinite"
  * @property {number} loss the step's loss where selected, else 0
+ * @property {number | null} alpha α after the call (REALM, state on the host), else null
+ * @property {number | null} lambda λ after the call, likewise
+ * @property {number} ms wall time of the call
  */
 
+/**
+ * @typedef {object} WatchFigures what an app can watch (SPEC §10), as the graph keeps them
+ * @property {number} seen finite samples since the last reset
+ * @property {number | null} updateRate EMA of the share of samples that updated
+ * @property {number | null} entropyEma EMA of the prediction entropy (nats)
+ * @property {Float32Array | null} marginal (C,) EMA of the predictions
+ */
+
+/**
+ * @typedef {object} AdaptOptions
+ * @property {number} [threads] ONNX Runtime's intra-op threads (default: its own)
+ * @property {any[]} [executionProviders] e.g. ["cpu"], ["webgpu", "wasm"]
+ * @property {string[] | null} [trustedKeys] base64 Ed25519 public keys (realm keygen's .pub):
+ *   the artifacts must be signed by one of them (default null: a signature is optional, but
+ *   one that is present must verify)
+ * @property {boolean} [stateOnGpu] keep the parameter vectors in GPU buffers between calls
+ *   (WebGPU): downloaded only by {@link AdaptClient.hostState} and {@link AdaptClient.saveState}
+ */
+
+/**
+ * Refuse a sample that is not one finite float32 input of the model's shape, naming why.
+ * @param {unknown} x
+ * @param {number[]} shape the sample's shape (the input's without the batch axis)
+ */
+export function checkSample(x, shape) {
+  if (!(x instanceof Float32Array)) {
+    throw new TypeError(`input must be a Float32Array, got ${Object.prototype.toString.call(x)}`);
+  }
+  const size = shape.reduce((a, b) => a * b, 1);
+  if (x.length !== size) {
+    throw new RangeError(`input has ${x.length} values; the model takes one sample of shape (${shape.join(", ")}) = ${size}`);
+  }
+  for (let i = 0; i < x.length; i++) {
+    if (!Number.isFinite(x[i])) throw new RangeError(`input value ${i} is not finite (${x[i]})`);
+  }
+}
+
+const PARAMS = "realm.params";
+const VELOCITY = "realm.velocity";
+const ALPHA = "realm.alpha";
+const LAMBDA = "realm.lambda";
 /** The large float32 state, kept on the GPU between calls where asked (WebGPU). */
-const FLOAT_STATE = ["realm.params", "realm.velocity"];
+const FLOAT_STATE = [PARAMS, VELOCITY];
 
 /** Tensor types of the .npy dtypes an initial state holds. */
 const TENSOR_TYPE = { "<f4": "float32", "<i8": "int64", "|b1": "bool", "|u1": "uint8" };
+/** .npy dtypes of the tensor types, for the state file. */
+const NPY_TYPE = { float32: "<f4", int64: "<i8", bool: "|b1", uint8: "|u1" };
 
 export class AdaptClient {
   /**
@@ -44,9 +94,7 @@ export class AdaptClient {
    * @param {any} ort an ONNX Runtime JavaScript module
    * @param {ReadFile} read reads an artifact file (fetch in a page, fs in Node)
    * @param {string} where the artifact directory, for messages
-   * @param {{threads?: number, executionProviders?: any[], trustedKeys?: any,
-   *   stateOnGpu?: boolean}} [options] stateOnGpu: keep the float32 state in GPU buffers
-   *   between calls (WebGPU), downloaded only by {@link AdaptClient.read}
+   * @param {AdaptOptions} [options]
    * @returns {Promise<AdaptClient>}
    */
   static async load(ort, read, where, options = {}) {
@@ -54,7 +102,8 @@ export class AdaptClient {
     if (raw === null) {
       throw new ArtifactError(`${where}/${MANIFEST_NAME} not found: not an artifact directory written by realm export`);
     }
-    await checkSignature(raw, await read(SIGNATURE_NAME), options.trustedKeys ?? null, where);
+    // The signature first: nothing in the manifest is used before it holds.
+    const signature = await checkSignature(raw, await read(SIGNATURE_NAME), options.trustedKeys ?? null, where);
     const manifest = await readManifest(raw, `${where}/${MANIFEST_NAME}`);
     const spec = manifest.adapt;
     if (!spec || !spec.file) {
@@ -77,23 +126,21 @@ export class AdaptClient {
     }
     if (options.stateOnGpu) {
       /** @type {Record<string, string>} */
-      const where = {};
-      for (const entry of spec.state) where[entry.output] = "cpu";
+      const location = {};
+      for (const entry of spec.state) location[entry.output] = "cpu";
       for (const name of FLOAT_STATE) {
         const entry = spec.state.find((e) => e.input === name);
-        if (entry) where[entry.output] = "gpu-buffer";
+        if (entry) location[entry.output] = "gpu-buffer";
       }
-      sessionOptions.preferredOutputLocation = where;
+      sessionOptions.preferredOutputLocation = location;
     }
     const session = await ort.InferenceSession.create(await verified(spec.file), sessionOptions);
-    /** @type {Record<string, any>} */
-    const state = {};
-    for (const entry of spec.state) {
-      const array = parseNpy(await verified(entry.initial), entry.initial);
-      const type = TENSOR_TYPE[array.dtype];
-      state[entry.input] = new ort.Tensor(type, array.data, array.shape);
-    }
-    return new AdaptClient(ort, manifest, session, state);
+    /** @type {Map<string, import("./state-file.js").NpyArray>} */
+    const initial = new Map();
+    for (const entry of spec.state) initial.set(entry.input, parseNpy(await verified(entry.initial), entry.initial));
+    const client = new AdaptClient(ort, manifest, session, initial);
+    client.signature = signature;
+    return client;
   }
 
   /**
@@ -101,30 +148,55 @@ export class AdaptClient {
    * @param {any} ort
    * @param {import("./manifest.js").Manifest} manifest
    * @param {any} session the adapt graph's InferenceSession
-   * @param {Record<string, any>} state graph input name → its current tensor
+   * @param {Map<string, import("./state-file.js").NpyArray>} initial state input → its
+   *   initial value (the export's files)
    */
-  constructor(ort, manifest, session, state) {
+  constructor(ort, manifest, session, initial) {
     this.ort = ort;
     this.manifest = manifest;
     this.spec = /** @type {import("./manifest.js").AdaptSection} */ (manifest.adapt);
     this.session = session;
-    this.state = state;
-    this.shape = manifest.input.shape.map((d) => (typeof d === "number" ? d : 1));
+    this.initial = initial;
+    this.layout = manifest.portable.layout;
+    this.classes = manifest.num_classes;
+    this.sampleShape = manifest.input.shape.slice(1).map(Number);
+    this.inputShape = [1, ...this.sampleShape];
+    /** @type {Float32Array} the exported realm.params */
+    this.source = /** @type {Float32Array} */ (/** @type {any} */ (initial.get(PARAMS)).data);
+    /** @type {Record<string, any>} graph input name → its current tensor */
+    this.state = {};
+    this.reset();
+  }
+
+  /** @type {import("./manifest.js").SignatureCheck} what was found about realm.sig */
+  signature = { key: null, verified: false, note: "unsigned" };
+
+  /** @returns {string} the manifest's seal: names these artifacts (a state file, a storage key) */
+  get artifactsId() {
+    return this.manifest.manifest_sha256;
+  }
+
+  /** @returns {string[]} the adapted norm tensors, as the SDK names them */
+  get trainableNames() {
+    return this.layout.map((s) => s.name).filter((n) => n !== ALPHA && n !== LAMBDA);
+  }
+
+  /** Back to the exported state: source parameters, zero momentum, no EMA, zero counters. */
+  reset() {
+    this._replace(Object.fromEntries([...this.initial].map(([name, a]) => [name, this._tensor(a)])));
   }
 
   /**
    * One sample through the graph; the state moves on.
-   * @param {Float32Array} sample the preprocessed input, (1, *input shape) in C order
+   * @param {Float32Array} sample the preprocessed input, one sample (C, H, W) in C order
    * @returns {Promise<AdaptStep>}
    */
   async adapt(sample) {
-    const size = this.shape.reduce((a, b) => a * b, 1);
-    if (!(sample instanceof Float32Array) || sample.length !== size) {
-      throw new RangeError(`sample must be a Float32Array of ${size} values (shape ${JSON.stringify(this.shape)})`);
-    }
-    const feeds = { ...this.state, [this.spec.input]: new this.ort.Tensor("float32", sample, this.shape) };
+    checkSample(sample, this.sampleShape);
+    const start = performance.now();
+    const feeds = { ...this.state, [this.spec.input]: new this.ort.Tensor("float32", sample, this.inputShape) };
     const out = await this.session.run(feeds);
-    for (const entry of this.spec.state) this.state[entry.input] = out[entry.output];
+    this._replace(Object.fromEntries(this.spec.state.map((e) => [e.input, out[e.output]])));
     const logits = new Float32Array(out[this.spec.logits].data);
     let top1 = 0;
     for (let k = 1; k < logits.length; k++) if (logits[k] > logits[top1]) top1 = k;
@@ -135,30 +207,249 @@ export class AdaptClient {
       updated: Boolean(out[this.spec.updated].data[0]),
       reason: this.spec.reasons[Number(out[this.spec.reason].data[0])],
       loss: Number(out[this.spec.loss].data[0]),
+      alpha: this.alpha,
+      lambda: this.lambda,
+      ms: performance.now() - start,
     };
   }
 
   /**
-   * The counters, by name (from the graph's realm.counters).
-   * @returns {Promise<Record<string, number>>}
+   * Take new state tensors, releasing the GPU buffers of the ones they replace.
+   * @param {Record<string, any>} next
    */
-  async counters() {
-    const data = await this.read("realm.counters");
-    /** @type {Record<string, number>} */
+  _replace(next) {
+    for (const [name, tensor] of Object.entries(next)) {
+      const old = this.state[name];
+      if (old && old !== tensor && old.location === "gpu-buffer") old.dispose();
+      this.state[name] = tensor;
+    }
+  }
+
+  /**
+   * @param {import("./state-file.js").NpyArray} array
+   * @returns {any} an ONNX Runtime tensor of a copy of its values
+   */
+  _tensor(array) {
+    const data = /** @type {any} */ (array.data).slice();
+    return new this.ort.Tensor(TENSOR_TYPE[array.dtype], data, array.shape);
+  }
+
+  /**
+   * A small state tensor's values (always on the host).
+   * @param {string} name
+   * @returns {any}
+   */
+  _small(name) {
+    return this.state[name].data;
+  }
+
+  /** @returns {Record<string, number>} the counters, by name (the graph's realm.counters) */
+  get counters() {
+    const data = this._small("realm.counters");
+    return Object.fromEntries(this.spec.counters.map((name, k) => [name, Number(data[k])]));
+  }
+
+  /** @returns {Record<string, boolean>} which optional values exist (the graph's realm.known) */
+  get _known() {
+    const data = this._small("realm.known");
+    return Object.fromEntries(this.spec.known.map((name, k) => [name, Boolean(data[k])]));
+  }
+
+  /** @returns {Record<string, number>} the watch figures' values (realm.watch) */
+  get _figures() {
+    const data = this._small("realm.watch");
+    return Object.fromEntries(this.spec.watch.map((name, k) => [name, Number(data[k])]));
+  }
+
+  /** @returns {WatchFigures} the recent stream's figures */
+  get watch() {
+    const known = this._known;
+    const figures = this._figures;
+    return {
+      seen: Number(this._small("realm.seen")[0]),
+      updateRate: known.update_rate ? figures.update_rate : null,
+      entropyEma: known.watch ? figures.entropy_ema : null,
+      marginal: known.watch ? new Float32Array(this._small("realm.marginal")) : null,
+    };
+  }
+
+  /** @returns {Float32Array | null} S_div's EMA of the updated predictions (null before any) */
+  get ema() {
+    return this._known.ema ? new Float32Array(this._small("realm.ema")) : null;
+  }
+
+  /** @returns {number | null} SAR's loss EMA since the last reset */
+  get lossEma() {
+    return this._known.loss_ema ? this._figures.loss_ema : null;
+  }
+
+  /**
+   * One scalar of realm.params where it is on the host (null on the GPU, or not learned).
+   * @param {string} name
+   * @returns {number | null}
+   */
+  _scalar(name) {
+    const slot = this.layout.find((s) => s.name === name);
+    const tensor = this.state[PARAMS];
+    if (!slot || tensor.location === "gpu-buffer") return null;
+    return tensor.data[slot.offset];
+  }
+
+  /** @returns {number | null} current α (REALM; null where the state is on the GPU) */
+  get alpha() {
+    return this._scalar(ALPHA);
+  }
+
+  /** @returns {number | null} current λ (REALM; null where the state is on the GPU) */
+  get lambda() {
+    return this._scalar(LAMBDA);
+  }
+
+  /**
+   * Every state tensor's values on the host (downloaded where the session keeps them on a GPU).
+   * @returns {Promise<Record<string, any>>}
+   */
+  async hostState() {
+    /** @type {Record<string, any>} */
     const out = {};
-    this.spec.counters.forEach((name, k) => {
-      out[name] = Number(data[k]);
-    });
+    for (const [name, tensor] of Object.entries(this.state)) {
+      out[name] = typeof tensor.getData === "function" && tensor.location === "gpu-buffer" ? await tensor.getData() : tensor.data;
+    }
     return out;
   }
 
   /**
-   * A state tensor's values on the host (downloaded where the session keeps it on a GPU).
-   * @param {string} name a state input, e.g. "realm.params"
-   * @returns {Promise<any>}
+   * ‖θ − θ0‖ / ‖θ0‖ over the adapted norm tensors (α, λ excluded): the figure an app watches.
+   * @returns {Promise<number>}
    */
-  async read(name) {
-    const tensor = this.state[name];
-    return typeof tensor.getData === "function" ? await tensor.getData() : tensor.data;
+  async drift() {
+    const params = (await this.hostState())[PARAMS];
+    let moved = 0;
+    let norm = 0;
+    for (const slot of this.layout) {
+      if (slot.name === ALPHA || slot.name === LAMBDA) continue;
+      const end = slot.offset + slot.shape.reduce((a, b) => a * b, 1);
+      for (let i = slot.offset; i < end; i++) {
+        moved += (params[i] - this.source[i]) ** 2;
+        norm += this.source[i] ** 2;
+      }
+    }
+    return norm > 0 ? Math.sqrt(moved) / Math.sqrt(norm) : 0;
+  }
+
+  // ---------------------------------------------------------------- the state file
+
+  /**
+   * The whole adaptation state as the SDK's state file: exactly the graph's state tensors.
+   * @returns {Promise<Uint8Array>}
+   */
+  async saveState() {
+    const host = await this.hostState();
+    /** @type {Map<string, import("./state-file.js").NpyArray>} */
+    const arrays = new Map();
+    for (const entry of this.spec.state) {
+      const tensor = this.state[entry.input];
+      const dtype = /** @type {"<f4" | "<i8" | "|b1" | "|u1"} */ (NPY_TYPE[/** @type {"float32"} */ (tensor.type)]);
+      arrays.set(entry.input, { dtype, shape: [...tensor.dims], data: host[entry.input].slice() });
+    }
+    const config = this.manifest.config;
+    const header = {
+      method: config.method,
+      num_classes: this.classes,
+      trainable: this.trainableNames,
+      layout: this.layout.map((s) => ({ name: s.name, shape: s.shape })),
+      config,
+      artifacts: this.artifactsId,
+    };
+    return writeState(header, arrays);
+  }
+
+  /**
+   * Load a state file written by {@link saveState}, `RealmRuntime.save` or the SDK (any
+   * version). Everything is checked first: a state that does not fit these artifacts throws
+   * and changes nothing.
+   * @param {Uint8Array} bytes the file's content
+   */
+  restoreState(bytes) {
+    const { header, arrays } = readState(bytes);
+    const config = this.manifest.config;
+    if (header.method !== config.method || header.num_classes !== this.classes) {
+      throw new StateFileError(`the state is for method ${header.method} with ${header.num_classes} classes, these artifacts run ${config.method} with ${this.classes}`);
+    }
+    const savedFor = header.artifacts ?? null;
+    if (savedFor !== null && typeof savedFor !== "string") throw new StateFileError("header field artifacts is not a digest string");
+    if (savedFor !== null && savedFor !== this.artifactsId) {
+      throw new StateFileError(`saved with other artifacts (manifest ${savedFor.slice(0, 16)}…), these are ${this.artifactsId.slice(0, 16)}…: a state belongs to the export it adapted`);
+    }
+    if (JSON.stringify(header.trainable) !== JSON.stringify(this.trainableNames)) {
+      throw new StateFileError("the state's trainable tensors differ from these artifacts'");
+    }
+    const tensors = header.version >= 3 ? arrays : this._fromOlderFile(header, arrays);
+    const extra = [...tensors.keys()].filter((name) => !this.initial.has(name));
+    if (extra.length) throw new StateFileError(`arrays ${extra.join(", ")} are not adapt-graph state tensors`);
+    /** @type {Record<string, any>} */
+    const next = {};
+    for (const [name, want] of this.initial) {
+      const got = tensors.get(name);
+      if (!got || got.dtype !== want.dtype || JSON.stringify(got.shape) !== JSON.stringify(want.shape)) {
+        throw new StateFileError(`${name}: missing, or not ${want.dtype} of shape (${want.shape.join(", ")})`);
+      }
+      if (got.dtype === "<f4" && !got.data.every(Number.isFinite)) throw new StateFileError(`${name}: non-finite values`);
+      if (got.dtype === "<i8" && got.data.some((/** @type {bigint} */ v) => v < 0n)) throw new StateFileError(`${name}: negative counts`);
+      next[name] = this._tensor(got);
+    }
+    this._replace(next);
+  }
+
+  /**
+   * The graph's state tensors from a version-1 or -2 file (named arrays and header counters).
+   * @param {Record<string, any>} header
+   * @param {Map<string, import("./state-file.js").NpyArray>} arrays
+   * @returns {Map<string, import("./state-file.js").NpyArray>}
+   */
+  _fromOlderFile(header, arrays) {
+    /**
+     * @param {string} key
+     * @param {number[]} shape
+     * @returns {Float32Array}
+     */
+    const take = (key, shape) => {
+      const a = arrays.get(key);
+      if (!a || a.dtype !== "<f4" || JSON.stringify(a.shape) !== JSON.stringify(shape)) {
+        throw new StateFileError(`${key}: missing, or not float32 of shape (${shape.join(", ")})`);
+      }
+      return /** @type {Float32Array} */ (a.data);
+    };
+    const params = new Float32Array(this.source.length);
+    const velocity = new Float32Array(this.source.length);
+    for (const slot of this.layout) {
+      const [p, v] =
+        slot.name === ALPHA ? [take("alpha", []), take("alpha_momentum", [])]
+        : slot.name === LAMBDA ? [take("lam", []), take("lam_momentum", [])]
+        : [take(`param/${slot.name}`, slot.shape), take(`momentum/${slot.name}`, slot.shape)];
+      params.set(p, slot.offset);
+      velocity.set(v, slot.offset);
+    }
+    const has = (/** @type {string} */ key) => arrays.has(key);
+    const scalar = (/** @type {string} */ key) => (has(key) ? take(key, [])[0] : 0);
+    const seen = header.watch_seen ?? 0; // none before version 2: nothing seen
+    const known = { ema: has("ema"), update_rate: has("watch/update_rate"), watch: has("watch/entropy_ema"), loss_ema: has("watch/loss_ema") };
+    const counters = this.spec.counters.map((k) => header.counters?.[k] ?? (header.version === 1 ? 0 : NaN));
+    if (!counters.every((c) => Number.isInteger(c) && c >= 0) || !(Number.isInteger(seen) && seen >= 0)) {
+      throw new StateFileError(`counters: expected ${this.spec.counters.join(", ")} as counts`);
+    }
+    const zeros = new Float32Array(this.classes);
+    /** @type {[string, import("./state-file.js").NpyArray][]} */
+    const entries = [
+      [PARAMS, { dtype: "<f4", shape: [params.length], data: params }],
+      [VELOCITY, { dtype: "<f4", shape: [velocity.length], data: velocity }],
+      ["realm.ema", { dtype: "<f4", shape: [this.classes], data: known.ema ? take("ema", [this.classes]) : zeros }],
+      ["realm.marginal", { dtype: "<f4", shape: [this.classes], data: has("watch/marginal") ? take("watch/marginal", [this.classes]) : zeros }],
+      ["realm.watch", { dtype: "<f4", shape: [this.spec.watch.length], data: Float32Array.from(this.spec.watch.map((k) => scalar(`watch/${k}`))) }],
+      ["realm.known", { dtype: "|b1", shape: [this.spec.known.length], data: Uint8Array.from(this.spec.known.map((k) => (known[/** @type {keyof known} */ (k)] ? 1 : 0))) }],
+      ["realm.seen", { dtype: "<i8", shape: [], data: BigInt64Array.from([BigInt(seen)]) }],
+      ["realm.counters", { dtype: "<i8", shape: [counters.length], data: BigInt64Array.from(counters.map(BigInt)) }],
+    ];
+    return new Map(entries);
   }
 }

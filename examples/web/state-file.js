@@ -15,9 +15,10 @@
  */
 
 export const STATE_FORMAT = "realm-tta/adaptation-state";
-export const STATE_VERSION = 2;
-/** Versions this reads: a version-1 file has no guardrail counters (they start at zero). */
-export const READABLE_VERSIONS = [1, 2];
+/** 3: the members are exactly the adapt graph's state tensors, under its input names. */
+export const STATE_VERSION = 3;
+/** Versions this reads (realm-adapt.js turns a version-1 or -2 file into the graph's tensors). */
+export const READABLE_VERSIONS = [1, 2, 3];
 const HEADER_MEMBER = "__header__";
 
 /** A state file that cannot be read, with what is wrong with it. */
@@ -31,17 +32,19 @@ export class StateFileError extends Error {
 
 /**
  * @typedef {object} NpyArray one array of a state file
- * @property {"<f4" | "|u1" | "<i8" | "|b1"} dtype numpy's type string (a state file holds
- *   float32 and uint8; the adapt graph's initial state also int64 and bool)
+ * @property {"<f4" | "|u1" | "<i8" | "|b1"} dtype numpy's type string (the adapt graph's
+ *   state: float32, int64 and bool; the header member: uint8)
  * @property {number[]} shape `[]` for a scalar
- * @property {Float32Array | Uint8Array | BigInt64Array} data C order
+ * @property {any} data C order: a Float32Array, Uint8Array or BigInt64Array
  */
 
 /**
  * @typedef {object} StateFile
  * @property {Record<string, any>} header the JSON header (format and version checked)
- * @property {Map<string, NpyArray>} arrays name → array (`param/<name>`, `momentum/<name>`,
- *   `alpha`, `lam`, `alpha_momentum`, `lam_momentum`, `ema`), without the header member
+ * @property {Map<string, NpyArray>} arrays name → array, without the header member: the adapt
+ *   graph's state tensors (`realm.params`, `realm.velocity`, ...) from version 3 on; before
+ *   it `param/<name>`, `momentum/<name>`, `alpha`, `lam`, `alpha_momentum`, `lam_momentum`,
+ *   `ema` and `watch/<figure>`
  */
 
 // ------------------------------------------------------------------ CRC-32 (zip's)

@@ -414,7 +414,9 @@ def _state_next(
     ent = op("Where", [finite, seen_entropy, old_entropy], "entropy_ema")
     seen_probs = ema(MARGINAL_NAME, decision["probs"], known_w, WATCH_BETA)
     marginal = op("Where", [finite, seen_probs, MARGINAL_NAME], "marginal")
-    seen = op("Add", [SEEN_NAME, op("Cast", [finite], "seen_inc", to=TensorProto.INT64)], "seen")
+    one_seen = op("Cast", [finite], "seen_inc", to=TensorProto.INT64)  # (1,): the logits' rows
+    scalar = b.const("scalar_shape", [], np.int64)
+    seen = op("Add", [SEEN_NAME, op("Reshape", [one_seen, scalar], "seen_inc0")], "seen")
     known_w = op("Or", [known_w, finite], "known_watch")
 
     # 2. the commit: parameters, momentum, EMA
@@ -495,8 +497,12 @@ def _state_next(
         flags["update_rate"] = false
 
     # the state's next values
+    shapes = {s.name: s.initial.shape for s in state}
     for name, value in resettable.items():
-        b.op("Identity", [value], next_name(name))
+        if shapes[name] == ():  # the (1,) conditions broadcast a scalar: back to its 0-d shape
+            b.op("Reshape", [value, b.const("scalar_shape", [], np.int64)], next_name(name))
+        else:
+            b.op("Identity", [value], next_name(name))
     _stack(b, [figures[w] for w in ADAPT_WATCH], next_name(WATCH_NAME))
     _stack(b, [flags[k] for k in ADAPT_KNOWN], next_name(KNOWN_NAME))
     _counters(b, decision, step, u, recover, collapse, clip)

@@ -125,6 +125,14 @@ def validate_adapt(
     report = AdaptReport(steps=0, params_tol=UPDATE_RTOL_FACTOR * grad_rtol)
     for step, x in enumerate(stream):
         out = dict(zip(names, session.run(None, {section["input"]: x, **state}), strict=True))
+        reshaped = [n for n, o in outputs.items() if out[o].shape != state[n].shape]
+        if reshaped:  # a client feeds each output back: its shape must stay the input's
+            n = reshaped[0]
+            report.mismatch = (
+                f"step {step}: state {n!r} comes back with shape {out[outputs[n]].shape}, "
+                f"its input has {state[n].shape}"
+            )
+            break
         for name, output in outputs.items():
             state[name] = out[output]
         margin, _ = decision_margin(adapter, x)

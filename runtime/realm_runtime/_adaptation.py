@@ -112,6 +112,7 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
     _ema: Any
     _artifacts: str | None = None  # the manifest_sha256 a saved state names (runtime only)
     _state_dtype: type[np.floating] | None = None  # restore casts to it (None: the file's)
+    _resets_in_step = False  # the step itself resets an episodic twin (the adapt graph)
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -190,7 +191,7 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
         self._check_input(x)
         with self._lock:
             result = self._step(x)
-            if self.config.episodic:
+            if self.config.episodic and not self._resets_in_step:
                 self._reset_state()
             return result
 

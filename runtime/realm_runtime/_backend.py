@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-BackendName = Literal["auto", "onnx", "ort-training"]
-BACKENDS: tuple[str, ...] = ("auto", "onnx", "ort-training")
+BackendName = Literal["auto", "onnx", "onnx-steps", "ort-training"]
+BACKENDS: tuple[str, ...] = ("auto", "onnx", "onnx-steps", "ort-training")
 
 
 def parse_device(device: object) -> tuple[str, int]:

@@ -35,6 +35,7 @@ from ._step import F32
 from ._weights import SharedWeights
 
 MIN_ORT = (1, 19)  # opset 18 and the IO-binding API as used here
+_BIG = (PARAMS_NAME, VELOCITY_NAME)  # the state read as trainable tensors (tensors(), load())
 
 # ONNX Runtime pre-packs every constant matrix-product operand into a second copy, once per
 # session. Where those weights come to more than this (vit_base: 343 MB; convnext_tiny: 102
@@ -68,6 +69,7 @@ class PortableBackend(StepBackend):
         threads: int | None,
         session_config: dict[str, str] | None = None,
         graph_format: str = "auto",
+        adapt_graph: bool = False,
     ) -> None:
         portable = manifest.portable
         if not portable.get("step_model"):
@@ -111,7 +113,10 @@ class PortableBackend(StepBackend):
             cuda = {"device_id": str(self._device_id), **CUDA_FLOAT32}
             providers.insert(0, ("CUDAExecutionProvider", cuda))
         self._providers = providers
-        self._step = self._session(directory / files["step_model"], "step_model")
+        # The adapt graph holds the step inside it: the step graph's session is only the twin's.
+        self._step = (
+            None if adapt_graph else self._session(directory / files["step_model"], "step_model")
+        )
         # Made on first use, so an app that only adapts with the "train" schedule never pays
         # for the forward session's buffers (nor, with embedded weights, its weights).
         self._forward: Any = None
@@ -130,19 +135,27 @@ class PortableBackend(StepBackend):
         self._logits_name = manifest.logits_name
         self._input_name = manifest.input.name
         hyper = step_settings(config)
-        graph_inputs = {i.name for i in self._step.get_inputs()}
+        step = self._step
+        graph_inputs = {i.name for i in step.get_inputs()} if step is not None else set()
         # Bind only what the graph declares, so a graph without one of these still loads.
         self._hyper = {k: np.array(v, dtype=F32) for k, v in hyper.items() if k in graph_inputs}
-        self._counts_kept = KEPT_NAME in {o.name for o in self._step.get_outputs()}  # SAR
-        if config.method == "sar" and not self._counts_kept:
+        self._counts_kept = step is not None and KEPT_NAME in {o.name for o in step.get_outputs()}
+        if step is not None and config.method == "sar" and not self._counts_kept:
             raise ArtifactError(
                 f"{directory}: the step graph has no {KEPT_NAME} output, so it is not SAR's: "
                 f"these artifacts were exported for method {manifest.config.get('method')!r}"
             )
         # The one adapt graph (SPEC §11), opened on first use by the "graph" schedule.
         self._adapt: Any = None
-        self._adapt_outputs: list[tuple[str, str]] = []  # (output, the name callers know)
+        self._adapt_outputs: list[tuple[str, str | None]] = []  # (output, state it is next of)
         self._adapt_spec = manifest.adapt
+        source = _read_source(directory / portable["source_params"], self._size)
+        # The initial value of every state tensor: θ0 and zero momentum, and with the adapt
+        # graph the rest of its state as the export wrote it.
+        self._initial: dict[str, np.ndarray] = {
+            PARAMS_NAME: source,
+            VELOCITY_NAME: np.zeros(self._size, dtype=F32),
+        }
         if manifest.adapt.get("file"):
             ort_files = portable.get("ort_format", {})
             self._adapt_file = (
@@ -150,9 +163,22 @@ class PortableBackend(StepBackend):
                 if self.graph_format == "ort"
                 else manifest.adapt["file"]
             )
-        source = _read_source(directory / portable["source_params"], self._size)
-        self._params = self._on_device(source)
-        self._momentum = self._on_device(np.zeros(self._size, dtype=F32))
+            for entry in manifest.adapt["state"]:
+                if entry["input"] not in _BIG:
+                    self._initial[entry["input"]] = _read_initial(directory / entry["initial"])
+        self._state: dict[str, Any] = {  # every state tensor, where the session computes
+            name: self._on_device(value, value.dtype) for name, value in self._initial.items()
+        }
+        if adapt_graph:
+            self._adapt_session()  # a graph this onnxruntime cannot load fails here, not later
+
+    @property
+    def _params(self) -> Any:
+        return self._state[PARAMS_NAME]
+
+    @property
+    def _momentum(self) -> Any:
+        return self._state[VELOCITY_NAME]
 
     # ------------------------------------------------------------------ the step
 
@@ -173,6 +199,8 @@ class PortableBackend(StepBackend):
         self, x: np.ndarray, weights: np.ndarray, eata_factor: np.ndarray | None
     ) -> Candidate:
         del eata_factor  # EATA's weight is computed inside the step graph
+        if self._step is None:
+            raise RuntimeError("the adapt graph's backend runs no separate step graph")
         binding = self._step.io_binding()
         binding.bind_cpu_input(self._input_name, x)
         binding.bind_cpu_input(SAMPLE_WEIGHT_NAME, np.ascontiguousarray(weights, dtype=F32))
@@ -197,41 +225,60 @@ class PortableBackend(StepBackend):
         )
 
     def accept(self, candidate: Candidate) -> None:
-        self._params, self._momentum = candidate.payload  # two references: atomic, no copy
+        new_params, new_momentum = candidate.payload
+        self._state.update({PARAMS_NAME: new_params, VELOCITY_NAME: new_momentum})  # no copy
 
-    def adapt(self, x: np.ndarray, small: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """One call of the adapt graph (SPEC §11): ``x`` and the state, the next state out.
+    def adapt(self, x: np.ndarray) -> dict[str, np.ndarray]:
+        """One call of the adapt graph (SPEC §11): ``x`` and the state in, the next state kept.
 
-        The parameters and momentum stay in this backend's device values and are swapped for
-        the graph's next ones; ``small`` is the rest of the state (host arrays, by input name).
+        Every state tensor stays where the session computes (an ``OrtValue`` on the
+        execution device) and is swapped for the graph's next one; only the prediction and
+        the decision come back to the host.
 
         Returns:
-            The graph's host outputs by name: the logits, the decision and each small state's
-            next value (under its input's name).
+            The graph's non-state outputs by name (logits, updated, selected, reason, loss).
         """
+        session = self._adapt_session()
+        binding = session.io_binding()
+        binding.bind_cpu_input(self._input_name, x)
+        for name, value in self._state.items():
+            binding.bind_ortvalue_input(name, value)
+        for output, state in self._adapt_outputs:
+            if state is None:
+                binding.bind_output(output, "cpu")
+            else:  # stays where the session computes
+                binding.bind_output(output, self._device_type, self._device_id)
+        session.run_with_iobinding(binding)
+        host: dict[str, np.ndarray] = {}
+        nxt: dict[str, Any] = {}
+        for (output, state), value in zip(self._adapt_outputs, binding.get_outputs(), strict=True):
+            if state is None:
+                host[output] = value.numpy()
+            else:
+                nxt[state] = value
+        self._state.update(nxt)  # every reference at once: no half-updated state
+        return host
+
+    def graph_state(self) -> dict[str, np.ndarray]:
+        """Host copies of the adapt graph's state besides θ and momentum, by input name."""
+        return {n: v.numpy() for n, v in self._state.items() if n not in _BIG}
+
+    def load_graph_state(self, values: dict[str, np.ndarray]) -> None:
+        """Replace the adapt graph's state besides θ and momentum (each entry given)."""
+        placed = {
+            name: self._on_device(np.asarray(values[name]), self._initial[name].dtype)
+            for name in self._initial
+            if name not in _BIG
+        }
+        self._state.update(placed)
+
+    def _adapt_session(self) -> Any:
         if self._adapt is None:
             self._adapt = self._session(self._directory / self._adapt_file, "adapt_model")
             back = {e["output"]: e["input"] for e in self._adapt_spec["state"]}
-            # Each output, and the name a caller knows it by: its state input's, else its own.
-            self._adapt_outputs = [
-                (o.name, back.get(o.name, o.name)) for o in self._adapt.get_outputs()
-            ]
-        binding = self._adapt.io_binding()
-        binding.bind_cpu_input(self._input_name, x)
-        binding.bind_ortvalue_input(PARAMS_NAME, self._params)
-        binding.bind_ortvalue_input(VELOCITY_NAME, self._momentum)
-        for name, value in small.items():
-            binding.bind_cpu_input(name, value)
-        for output, known_as in self._adapt_outputs:
-            if known_as in (PARAMS_NAME, VELOCITY_NAME):  # stays where the session computes
-                binding.bind_output(output, self._device_type, self._device_id)
-            else:
-                binding.bind_output(output, "cpu")
-        self._adapt.run_with_iobinding(binding)
-        known = [known_as for _, known_as in self._adapt_outputs]
-        values = dict(zip(known, binding.get_outputs(), strict=True))
-        self._params, self._momentum = values.pop(PARAMS_NAME), values.pop(VELOCITY_NAME)
-        return {name: value.numpy() for name, value in values.items()}
+            # Each output, and the state input it is the next value of (None: a result).
+            self._adapt_outputs = [(o.name, back.get(o.name)) for o in self._adapt.get_outputs()]
+        return self._adapt
 
     # ------------------------------------------------------------------ state
 
@@ -241,7 +288,7 @@ class PortableBackend(StepBackend):
     def load(self, values: dict[str, np.ndarray], momentum: dict[str, np.ndarray]) -> None:
         params = self._on_device(self._join(values))
         buffers = self._on_device(self._join(momentum))
-        self._params, self._momentum = params, buffers
+        self._state.update({PARAMS_NAME: params, VELOCITY_NAME: buffers})
 
     def export_inference_model(self, path: str | os.PathLike[str]) -> None:
         # Always from forward_model.onnx, also where the sessions run the .ort graphs: the
@@ -281,8 +328,8 @@ class PortableBackend(StepBackend):
                 f"graph: {first}"
             ) from exc
 
-    def _on_device(self, array: np.ndarray) -> Any:
-        array = np.ascontiguousarray(array, dtype=F32)
+    def _on_device(self, array: np.ndarray, dtype: Any = F32) -> Any:
+        array = np.require(array, dtype=dtype, requirements="C")  # keeps 0-d (ascontiguous: 1-d)
         return self._ort.OrtValue.ortvalue_from_numpy(array, self._device_type, self._device_id)
 
     def _split(self, flat: np.ndarray) -> dict[str, np.ndarray]:
@@ -296,6 +343,13 @@ class PortableBackend(StepBackend):
         for s in self._layout:
             flat[s.offset : s.offset + s.size] = np.asarray(tensors[s.name], dtype=F32).reshape(-1)
         return flat
+
+
+def _read_initial(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise ArtifactError(f"{path}: unreadable initial state of the adapt graph: {exc}") from exc
 
 
 def _read_source(path: Path, size: int) -> np.ndarray:

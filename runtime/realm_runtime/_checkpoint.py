@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import tempfile
 import zipfile
@@ -25,11 +26,26 @@ import numpy as np
 
 from ._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmConfig
 from ._json import json_object
-from ._manifest import read_bounded
+from ._manifest import ALPHA_NAME, LAMBDA_NAME, read_bounded
+from ._portable_io import (
+    ADAPT_KNOWN,
+    ADAPT_WATCH,
+    COUNTERS_NAME,
+    EMA_NAME,
+    KNOWN_NAME,
+    MARGINAL_NAME,
+    PARAMS_NAME,
+    SEEN_NAME,
+    VELOCITY_NAME,
+    WATCH_NAME,
+)
 
 STATE_FORMAT = "realm-tta/adaptation-state"
-STATE_VERSION = 2  # 2: SAR's loss EMA, the watch figures and the guardrail counters
-READABLE_VERSIONS = (1, 2)  # a version-1 file restores with those at none and zero
+# 3: exactly the adapt graph's state tensors, under its input names (SPEC §11); 2: SAR's
+# loss EMA, the watch figures and the guardrail counters. Every older version stays readable:
+# a version-1 file restores with those at none and zero.
+STATE_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 _HEADER_KEY = "__header__"
 # Bounds of a readable state file. The largest state of the models in docs/ (vit_base: norm
 # parameters and momentum) is under 1 MiB; 256 MiB leaves room for any model that adapts only
@@ -186,23 +202,36 @@ _COUNTERS_SINCE_2 = ("resets_recovery", "resets_collapse", "drift_clips")
 
 def state_header(
     config: RealmConfig,
-    trainable: list[str],
-    counters: dict[str, int],
+    shapes: dict[str, tuple[int, ...]],
     artifacts: str | None = None,
 ) -> dict[str, Any]:
     """The header an adaptation state is saved with (and :func:`check_state_header` reads).
 
-    ``artifacts``: the ``manifest_sha256`` of the artifacts the state belongs to (None for a
-    state of the PyTorch reference, which belongs to a model, not to artifacts).
+    Args:
+        config: the saving side's configuration.
+        shapes: its adapted norm tensors, name -> shape, in trainable order.
+        artifacts: the ``manifest_sha256`` of the artifacts the state belongs to (None for a
+            state of the PyTorch reference, which belongs to a model, not to artifacts).
+
+    ``layout`` says where each tensor lies in ``realm.params`` (the manifest's portable
+    layout), so that a reader without the manifest can split it.
     """
     return {
         "method": config.method,
         "num_classes": config.num_classes,
-        "trainable": list(trainable),
-        "counters": dict(counters),
+        "trainable": list(shapes),
+        "layout": [{"name": n, "shape": list(s)} for n, s in _layout(config, shapes)],
         "config": config.to_dict(),
         "artifacts": artifacts,
     }
+
+
+def _layout(
+    config: RealmConfig, shapes: dict[str, tuple[int, ...]]
+) -> list[tuple[str, tuple[int, ...]]]:
+    """The tensors of ``realm.params`` in order: the norm tensors, then α and λ (REALM)."""
+    tail = [(ALPHA_NAME, ()), (LAMBDA_NAME, ())] if config.learns_alpha_lambda else []
+    return [*shapes.items(), *tail]
 
 
 def check_state_header(
@@ -227,7 +256,8 @@ def check_state_header(
             reference's) fits any artifacts of the same model and configuration.
 
     Returns:
-        The counters, as integers.
+        The counters of a version-1 or -2 file, as integers (a later file holds them as an
+        array: empty then).
 
     Raises:
         ValueError: another method, class count, trainable names, artifacts or counter set.
@@ -253,6 +283,8 @@ def check_state_header(
             f"{path}: saved with other artifacts (manifest {saved_for[:16]}…), these are "
             f"{artifacts[:16]}…: a state belongs to the export it adapted"
         )
+    if header.get("version", 0) >= 3:
+        return {}  # the counters are an array of the file (realm.counters)
     counters = header.get("counters", {})
     if header.get("version") == 1 and isinstance(counters, dict):
         counters = {**dict.fromkeys(_COUNTERS_SINCE_2, 0), **counters}
@@ -338,23 +370,52 @@ def save_state(
     config: RealmConfig,
     artifacts: str | None = None,
 ) -> None:
-    """Write ``state`` as a state file, atomically (see :func:`write_state`)."""
-    arrays: dict[str, np.ndarray] = {}
-    for name, value in state.params.items():
-        arrays[f"param/{name}"] = value
-        arrays[f"momentum/{name}"] = state.momentum[name]
-    for key in _SCALARS:
-        arrays[key] = getattr(state, key)
-    if state.ema is not None:
-        arrays["ema"] = state.ema
-    header = state_header(config, list(state.params), state.counters, artifacts)
-    if state.watch is not None:
-        header["watch_seen"] = state.watch.seen
-        for key in _WATCH_ARRAYS:
-            value = getattr(state.watch, key)
-            if value is not None:
-                arrays[f"watch/{key}"] = value
-    write_state(path, arrays, header)
+    """Write ``state`` as a state file of the current version, atomically (:func:`write_state`).
+
+    Its arrays are exactly the adapt graph's state tensors, under the graph's input names
+    (SPEC §11): a client of the graph saves by writing its state, and resumes by reading it.
+    """
+    shapes = {n: tuple(v.shape) for n, v in state.params.items()}
+    write_state(path, graph_tensors(state, config), state_header(config, shapes, artifacts))
+
+
+def graph_tensors(state: StateArrays, config: RealmConfig) -> dict[str, np.ndarray]:
+    """The adapt graph's state tensors of ``state``, by input name (SPEC §11).
+
+    The parameter vectors keep the twin's dtype (the SDK may adapt a float64 model).
+    """
+    c = config.num_classes
+    realm = config.learns_alpha_lambda
+    dtype = next(iter(state.params.values())).dtype if state.params else np.dtype(np.float32)
+
+    def flat(tensors: dict[str, np.ndarray], alpha: np.ndarray, lam: np.ndarray) -> np.ndarray:
+        parts = [np.asarray(v, dtype).reshape(-1) for v in tensors.values()]
+        if realm:
+            parts += [np.asarray(alpha, dtype).reshape(1), np.asarray(lam, dtype).reshape(1)]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+    watch = state.watch or WatchArrays(0, None, None, None, None)
+    figures = {"update_rate": watch.update_rate, "entropy_ema": watch.entropy_ema}
+    figures["loss_ema"] = watch.loss_ema
+    known = {
+        "ema": state.ema is not None,
+        "update_rate": watch.update_rate is not None,
+        "watch": watch.entropy_ema is not None,
+        "loss_ema": watch.loss_ema is not None,
+    }
+    zeros = np.zeros(c, np.float32)
+    return {
+        PARAMS_NAME: flat(state.params, state.alpha, state.lam),
+        VELOCITY_NAME: flat(state.momentum, state.alpha_momentum, state.lam_momentum),
+        EMA_NAME: zeros if state.ema is None else np.asarray(state.ema),
+        MARGINAL_NAME: zeros if watch.marginal is None else watch.marginal.astype(np.float32),
+        WATCH_NAME: np.array(
+            [0.0 if figures[k] is None else float(figures[k]) for k in ADAPT_WATCH], np.float32
+        ),
+        KNOWN_NAME: np.array([known[k] for k in ADAPT_KNOWN], np.bool_),
+        SEEN_NAME: np.array(watch.seen, np.int64),
+        COUNTERS_NAME: np.array([state.counters[k] for k in COUNTERS], np.int64),
+    }
 
 
 def load_state(
@@ -391,6 +452,8 @@ def load_state(
         trainable=list(shapes),
         artifacts=artifacts,
     )
+    if header["version"] >= 3:
+        return _from_graph_tensors(arrays, config, shapes, path, dtype)
 
     def take(key: str, shape: tuple[int, ...]) -> np.ndarray:
         a = state_array(arrays, key, shape, path)
@@ -406,6 +469,93 @@ def load_state(
         watch=_watch(arrays, header, config.num_classes, path),
         **scalars,
     )
+
+
+def _from_graph_tensors(
+    arrays: dict[str, np.ndarray],
+    config: RealmConfig,
+    shapes: dict[str, tuple[int, ...]],
+    path: str | os.PathLike[str],
+    dtype: type[np.floating] | None,
+) -> StateArrays:
+    """A version-3 file's state tensors (the adapt graph's), checked, as ``StateArrays``."""
+    c = config.num_classes
+    layout = _layout(config, shapes)
+    size = sum(math.prod(s) for _, s in layout)
+    extra = sorted(set(arrays) - set(_GRAPH_STATE))
+    if extra:
+        raise ValueError(f"{path}: arrays {extra} are not adapt-graph state tensors")
+
+    def floats(key: str, shape: tuple[int, ...]) -> np.ndarray:
+        a = state_array(arrays, key, shape, path)
+        return a if dtype is None else a.astype(dtype)
+
+    def ints(key: str, shape: tuple[int, ...], kind: str) -> np.ndarray:
+        a = arrays.get(key)
+        if a is None:
+            raise ValueError(f"{path}: missing array {key!r}")
+        if a.shape != shape or a.dtype.kind != kind[0]:
+            raise ValueError(f"{path}: array {key!r} is not {kind} of shape {shape}")
+        if kind == "integer counts" and (a < 0).any():
+            raise ValueError(f"{path}: array {key!r} holds negative counts")
+        return a
+
+    def split(flat: np.ndarray) -> dict[str, np.ndarray]:
+        out, start = {}, 0
+        for name, shape in layout:
+            n = math.prod(shape)
+            out[name] = flat[start : start + n].reshape(shape).copy()
+            start += n
+        return out
+
+    params, momentum = split(floats(PARAMS_NAME, (size,))), split(floats(VELOCITY_NAME, (size,)))
+    flags = ints(KNOWN_NAME, (len(ADAPT_KNOWN),), "bool").tolist()
+    known = dict(zip(ADAPT_KNOWN, flags, strict=True))
+    figures = state_array(arrays, WATCH_NAME, (len(ADAPT_WATCH),), path)
+    figure = dict(zip(ADAPT_WATCH, figures.astype(np.float32), strict=True))
+    marginal = state_array(arrays, MARGINAL_NAME, (c,), path)
+    ema = floats(EMA_NAME, (c,))
+    counts = ints(COUNTERS_NAME, (len(COUNTERS),), "integer counts").tolist()
+    seen = int(ints(SEEN_NAME, (), "integer counts"))
+    f32 = np.float32
+    alpha = params.pop(ALPHA_NAME, np.array(config.alpha0, dtype or f32))
+    lam = params.pop(LAMBDA_NAME, np.array(config.lambda0, dtype or f32))
+    alpha_momentum = momentum.pop(ALPHA_NAME, np.zeros((), dtype or f32))
+    lam_momentum = momentum.pop(LAMBDA_NAME, np.zeros((), dtype or f32))
+    check_alpha_lambda(float(alpha), float(lam), path)
+
+    def scalar(key: str, flag: str) -> np.ndarray | None:
+        return np.array(figure[key], np.float32) if known[flag] else None
+
+    return StateArrays(
+        params=params,
+        momentum=momentum,
+        alpha=alpha,
+        lam=lam,
+        alpha_momentum=alpha_momentum,
+        lam_momentum=lam_momentum,
+        ema=ema if known["ema"] else None,
+        counters=dict(zip(COUNTERS, counts, strict=True)),
+        watch=WatchArrays(
+            seen=seen,
+            update_rate=scalar("update_rate", "update_rate"),
+            entropy_ema=scalar("entropy_ema", "watch"),
+            marginal=marginal.astype(np.float32) if known["watch"] else None,
+            loss_ema=scalar("loss_ema", "loss_ema"),
+        ),
+    )
+
+
+_GRAPH_STATE = (
+    PARAMS_NAME,
+    VELOCITY_NAME,
+    EMA_NAME,
+    MARGINAL_NAME,
+    WATCH_NAME,
+    KNOWN_NAME,
+    SEEN_NAME,
+    COUNTERS_NAME,
+)
 
 
 def _watch(

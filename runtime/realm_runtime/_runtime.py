@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import time
-from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +12,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from ._adaptation import OnlineAdaptation, Watch
+from ._adaptation import AdaptationState, OnlineAdaptation, Watch
 from ._backend import BACKENDS, BackendName, Candidate, StepBackend, parse_device
 from ._checkpoint import StateArrays
 from ._config import RealmConfig
@@ -38,7 +36,7 @@ from ._portable_io import (
 )
 from ._step import F32, Selection, ema_update, select, softmax
 
-Schedule = Literal["auto", "train", "infer-first", "graph"]
+Schedule = Literal["infer-first", "train"]
 GraphFormat = Literal["auto", "onnx", "ort"]
 # Fields baked into the exported graph or its trainable set: not overridable at run time.
 _GRAPH_FIELDS = frozenset(
@@ -74,16 +72,19 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
     Needs numpy and onnxruntime only. The manifest is checked (format version,
     SHA-256 of every file, ORT version, trainable names) before anything is loaded.
 
-    Two backends run the same step (SPEC §8): ``"onnx"``, the portable step graph on a plain
-    ``onnxruntime.InferenceSession`` (any onnxruntime ≥ 1.19, CPU or CUDA, any Python), and
-    ``"ort-training"``, the ONNX Runtime training artifacts (onnxruntime-training 1.19.2,
-    Python 3.11). ``"auto"`` (default) takes the portable graph where the artifacts have one.
+    ``"onnx"`` runs the one adapt graph (SPEC §11) on a plain ``onnxruntime.InferenceSession``
+    (any onnxruntime ≥ 1.19, CPU or CUDA, any Python): each call feeds the sample and the
+    state, and the graph returns the prediction, the decision and the next state, which stays
+    where the session computes (copied to the host only for :attr:`state`, :meth:`save` and
+    :meth:`trainable_parameters`). A call costs one forward, and a backward only for a sample
+    that updates. ``"auto"`` (default) runs it wherever the artifacts have it.
 
-    A call costs one forward and at most one backward. Two schedules give the same result
-    (SPEC §3): ``"train"`` runs the step graph at once and uses its logits as the prediction
-    (a backward is spent on samples that S_div then skips); ``"infer-first"`` runs the
-    forward-only graph, decides, and runs the step only for samples that update. ``"auto"``
-    (default) measures both and picks the cheaper for the observed update rate.
+    Two numpy twins run the same step with the decisions on the host (SPEC §8), for
+    artifacts without the adapt graph and as the reference the graph is checked against:
+    ``"onnx-steps"`` over the portable forward and step graphs, and ``"ort-training"`` over
+    the legacy ONNX Runtime training artifacts (onnxruntime-training 1.19.2, Python 3.11).
+    ``"auto"`` takes ``"onnx-steps"`` where ``overrides`` change a setting the adapt graph
+    was exported with (the graph holds them as constants).
 
     The twin of ``realm_sdk.RealmAdapter``: the public methods, their locking and the step's
     bookkeeping (decisions, counters, reasons, state file) are :class:`OnlineAdaptation`'s, the
@@ -95,11 +96,16 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
         device: ``"cpu"`` or ``"cuda"`` / ``"cuda:N"`` (onnxruntime-gpu on the onnx backend,
             the CUDA build of onnxruntime-training on the other).
         threads: intra-op threads of ONNX Runtime (None: its default, all cores).
-        schedule: ``"auto"``, ``"train"`` or ``"infer-first"``.
+        schedule: the twins' order of graphs: ``"infer-first"`` (default: the forward-only
+            graph, the decision, then the step graph only for a sample that updates) or
+            ``"train"`` (the step graph at once, its logits as the prediction). The adapt
+            graph has one order of its own, and refuses this argument.
         overrides: configuration fields to change on the device without re-exporting: those
-            the runtime applies (``lr``, ``lr_alpha_lambda``, ``momentum``,
-            ``diversity_margin``, ``ema_beta``, ``entropy_margin``, ``episodic``).
-        backend: ``"auto"``, ``"onnx"`` or ``"ort-training"``.
+            the twins apply (``lr``, ``lr_alpha_lambda``, ``momentum``,
+            ``diversity_margin``, ``ema_beta``, ``entropy_margin``, ``episodic``, the
+            guardrails). The adapt graph holds the export's values: a changed one runs the
+            ``"onnx-steps"`` twin under ``"auto"``, and is refused by ``"onnx"``.
+        backend: ``"auto"``, ``"onnx"``, ``"onnx-steps"`` or ``"ort-training"``.
         session_config: ONNX Runtime session configuration entries for the backend's
             sessions, on top of :attr:`DEFAULT_SESSION_CONFIG` (an entry named in both takes
             this value). The onnx backend itself switches ONNX Runtime's pre-packing (and its
@@ -124,18 +130,9 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
         RuntimeError: ``device="cuda"`` without a CUDA-capable onnxruntime.
     """
 
-    # auto schedule: samples between re-timings of the path not taken
-    REPROBE_EVERY: ClassVar[int] = 100
     # every session's entries unless session_config says otherwise: ORT's workers stop
     # spinning when a Run returns, so the next graph (or the app) gets the cores at once
     DEFAULT_SESSION_CONFIG: ClassVar[Mapping[str, str]] = MappingProxyType(DEFAULT_SESSION_CONFIG)
-    # auto schedule: a graph's cost is the fastest of its last few timed calls (noise and
-    # stalls only ever add time, and one slow call must not pin the choice)
-    TIMING_WINDOW: ClassVar[int] = 8
-    # auto schedule: timed calls of each graph before the two are compared. One was too few:
-    # a slow second forward (vit_base's lean session, digits) pinned the training path until
-    # the next re-timing, and the bench's REALM adapt measured a step (226 ms, not 116).
-    MIN_TIMED: ClassVar[int] = 3
     _state_dtype = F32  # restored states are cast to the graphs' float32
 
     def __init__(
@@ -143,7 +140,7 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
         artifact_dir: str | os.PathLike[str],
         device: str = "cpu",
         threads: int | None = None,
-        schedule: Schedule = "auto",
+        schedule: Schedule | None = None,
         overrides: dict[str, Any] | None = None,
         backend: BackendName = "auto",
         session_config: dict[str, str] | None = None,
@@ -152,10 +149,8 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
     ) -> None:
         if graph_format not in ("auto", "onnx", "ort"):
             raise ValueError(f"graph_format must be 'auto', 'onnx' or 'ort', got {graph_format!r}")
-        if schedule not in ("auto", "train", "infer-first", "graph"):
-            raise ValueError(
-                f"schedule must be 'auto', 'train', 'infer-first' or 'graph', got {schedule!r}"
-            )
+        if schedule not in (None, "infer-first", "train"):
+            raise ValueError(f"schedule must be 'infer-first', 'train' or None, got {schedule!r}")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         if threads is not None and (not isinstance(threads, int) or threads < 1):
@@ -175,7 +170,11 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
             raise ArtifactError(f"{self.directory / MANIFEST_NAME}: its config: {exc}") from exc
         self.config = RealmConfig.from_dict({**self.manifest.config, **(overrides or {})})
         self.device = device
-        self.schedule: Schedule = schedule
+        backend = self._choose_backend(backend, overrides or {}, schedule)
+        # The one adapt graph runs the whole step, its own episodic reset included.
+        self._graph = backend == "onnx"
+        self._resets_in_step = self._graph
+        self.schedule: Schedule | None = None if self._graph else (schedule or "infer-first")
         if session_config is not None and not all(
             isinstance(k, str) and isinstance(v, str) for k, v in session_config.items()
         ):
@@ -199,9 +198,7 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
                 f"{self.directory / MANIFEST_NAME}: a field the {backend} backend reads is "
                 f"missing or of the wrong type ({type(exc).__name__}: {exc})"
             ) from exc
-        if schedule == "graph":
-            self._check_graph_schedule(overrides or {})
-        self.backend: str = self._backend.name
+        self.backend: str = backend  # "onnx" (the adapt graph), "onnx-steps" or "ort-training"
         # The graphs' file format: "ort" where the onnx backend runs the ORT-format copies.
         self.graph_format: str = self._backend.graph_format
         self._names = [n for n in self._backend.names if n not in (ALPHA_NAME, LAMBDA_NAME)]
@@ -210,17 +207,37 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
         spec = self.manifest.input
         self._sample_shape = tuple(int(d) for d in spec.shape[1:])
         self._static_batch = spec.shape[0] if isinstance(spec.shape[0], int) else None
-        self._recent: dict[str, deque[float]] = {  # seconds of the last timed calls
-            "train": deque(maxlen=self.TIMING_WINDOW),
-            "infer": deque(maxlen=self.TIMING_WINDOW),
-        }
-        self._timed = {"train": 0, "infer": 0}  # calls of each graph so far
-        self._rate = 1.0  # EMA of the share of samples that update
-        self._calls = 0
         super().__init__()
 
     # ------------------------------------------------------------------ public API
-    # adapt, predict, state, reset, save, restore, trainable_names: OnlineAdaptation's.
+    # adapt, predict, trainable_names: OnlineAdaptation's. On the adapt graph the state
+    # lives in the session's values: the methods that read or write it on the host copy it
+    # across here, and only here.
+
+    @property
+    def state(self) -> AdaptationState:
+        """α, λ, their momentum, the EMA, the counters and the watch figures, as a snapshot."""
+        with self._lock:
+            self._pull_graph_state()
+            return super().state
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the whole adaptation state to ``path`` atomically (see ``OnlineAdaptation``)."""
+        with self._lock:
+            self._pull_graph_state()
+            super().save(path)
+
+    def restore(self, path: str | os.PathLike[str]) -> None:
+        """Load a state written by ``save()`` of either twin; a bad file changes nothing."""
+        with self._lock:
+            super().restore(path)
+            self._push_graph_state()
+
+    def reset(self) -> None:
+        """Back to the source parameters, α0, λ0, no EMA, zero momentum and zero counters."""
+        with self._lock:
+            super().reset()
+            self._push_graph_state()
 
     def trainable_parameters(self) -> dict[str, np.ndarray]:
         """Copies of the adapted parameters, keyed as in ``model.named_parameters()``."""
@@ -272,17 +289,14 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
             raise input_nonfinite_error(int(np.isnan(x).sum()), int(np.isinf(x).sum()))
 
     def _infer(self, x: np.ndarray) -> np.ndarray:
-        start = time.perf_counter()
-        logits = self._backend.infer(x)
-        self._note_time("infer", time.perf_counter() - start)
-        return logits
+        return self._backend.infer(x)
 
     def _forward(self, x: np.ndarray) -> tuple[np.ndarray, Candidate | None]:
         self._check_step_batch(x)
-        train_first = self._train_first(x.shape[0])
-        self._calls += 1
-        if train_first:  # batch 1: weight 1; EATA's factor is taken from the same logits
-            candidate = self._train(x, np.ones(1, dtype=F32), None)
+        # B > 1: the loss weights depend on the decisions, so the twin decides first.
+        if self.schedule == "train" and x.shape[0] == 1:
+            # batch 1: weight 1; EATA's factor is taken from the same logits
+            candidate = self._backend.compute(x, np.ones(1, dtype=F32), None)
             return candidate.logits, candidate
         return self._infer(x), None
 
@@ -290,14 +304,12 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
         return bool(np.isfinite(logits).all())
 
     def _select(self, logits: np.ndarray, forward: Candidate | None) -> Selection:
-        sel = select(logits, self._ema, self.config)
-        self._rate = 0.95 * self._rate + 0.05 * (int(sel.keep.sum()) / logits.shape[0])
-        return sel
+        return select(logits, self._ema, self.config)
 
     def _compute(self, x: np.ndarray, forward: Candidate | None, sel: Selection) -> Candidate:
         if forward is not None:  # the schedule trained first: that call is this step
             return forward
-        return self._train(x, sel.weights, sel.eata_factor)
+        return self._backend.compute(x, sel.weights, sel.eata_factor)
 
     def _accept(self, candidate: Candidate, sel: Selection) -> None:
         self._backend.accept(candidate)
@@ -374,29 +386,60 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
 
     # ------------------------------------------------------------------ the one adapt graph
 
-    def _check_graph_schedule(self, overrides: dict[str, Any]) -> None:
-        """The "graph" schedule runs adapt_model.onnx, whose settings are the export's."""
-        if self._backend.name != "onnx" or not self.manifest.adapt.get("file"):
-            why = self.manifest.adapt.get("error", "exported before the adapt graph existed")
-            raise ArtifactError(
-                f"{self.directory}: schedule='graph' runs the one adapt graph on the onnx "
-                f"backend; these artifacts or this backend have none ({why})"
-            )
+    def _choose_backend(
+        self, backend: str, overrides: dict[str, Any], schedule: Schedule | None
+    ) -> str:
+        """The backend that runs: ``"auto"`` resolved, and ``"onnx"`` checked (SPEC §11)."""
+        portable, adapt = self.manifest.portable, self.manifest.adapt
         baked = self.manifest.config
         changed = sorted(k for k, v in overrides.items() if baked.get(k) != v)
+        has_graph = bool(portable.get("step_model") and adapt.get("file"))
+        if backend == "auto":
+            if has_graph and not changed and schedule is None:
+                return "onnx"
+            return "onnx-steps" if portable.get("step_model") else "ort-training"
+        if backend != "onnx":
+            return backend
+        if not portable.get("step_model"):
+            why = portable.get("error", "exported without it")
+            raise ArtifactError(
+                f"{self.directory}: these artifacts have no portable step graph ({why}), so no "
+                "adapt graph: use backend='ort-training', or re-export with a current realm-tta"
+            )
+        if not has_graph:
+            why = adapt.get("error", "exported before it existed")
+            raise ArtifactError(
+                f"{self.directory}: backend='onnx' runs the one adapt graph, and these "
+                f"artifacts have none ({why}); use backend='onnx-steps', or re-export"
+            )
         if changed:
             raise ValueError(
-                f"schedule='graph' runs the adapt graph with the export's settings, and "
-                f"{changed} differ from them: re-export with these values, or use another "
-                "schedule"
+                f"the adapt graph holds the export's settings, and {changed} differ from them: "
+                "re-export with these values, or use backend='onnx-steps' to apply them at "
+                "run time"
             )
+        if schedule is not None:
+            raise ValueError(
+                "schedule chooses the order of the twins' graphs; the adapt graph "
+                "(backend='onnx') has one order of its own: leave schedule out"
+            )
+        return backend
+
+    def _pull_graph_state(self) -> None:
+        """The host values of the state from the adapt graph's (copied from the device)."""
+        if self._graph:
+            self._take_graph_state(self._backend.graph_state())  # type: ignore[attr-defined]
+
+    def _push_graph_state(self) -> None:
+        """The adapt graph's state from the host values (after a reset or a restore)."""
+        if self._graph:
+            self._backend.load_graph_state(self._graph_state())  # type: ignore[attr-defined]
 
     def _step(self, x: np.ndarray) -> AdaptResult:
-        if self.schedule != "graph":
+        if not self._graph:
             return super()._step(x)
         self._check_step_batch(x)
-        out = self._backend.adapt(x, self._graph_state())  # type: ignore[attr-defined]
-        self._take_graph_state(out)
+        out = self._backend.adapt(x)  # type: ignore[attr-defined]
         spec = self.manifest.adapt
         logits = np.asarray(out[spec["logits"]], dtype=F32)
         selected = bool(out[spec["selected"]])
@@ -435,7 +478,7 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
         }
 
     def _take_graph_state(self, out: dict[str, np.ndarray]) -> None:
-        """The twin's host values from the adapt graph's next state."""
+        """The twin's host values from the adapt graph's state, by input name."""
         spec = self.manifest.adapt
         known = dict(zip(spec["known"], out[KNOWN_NAME].tolist(), strict=True))
         watch = dict(zip(spec["watch"], out[WATCH_NAME].tolist(), strict=True))
@@ -450,53 +493,16 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
         counters = out[COUNTERS_NAME].tolist()
         self._counters = dict(zip(spec["counters"], counters, strict=True))
 
-    # ------------------------------------------------------------------ schedule and timing
+    # ------------------------------------------------------------------ helpers
 
     def _check_step_batch(self, x: np.ndarray) -> None:
         limit = self._backend.max_batch
         if limit is not None and x.shape[0] > limit:
             raise ValueError(
                 f"the {self.backend} backend adapts on batches of at most {limit} sample "
-                f"(its step graph is exported for the on-device protocol), got batch "
+                f"(its graphs are exported for the on-device protocol), got batch "
                 f"{x.shape[0]}: call adapt() per sample, or use backend='ort-training'"
             )
-
-    def _train(
-        self, x: np.ndarray, weights: np.ndarray, eata_factor: np.ndarray | None
-    ) -> Candidate:
-        start = time.perf_counter()
-        candidate = self._backend.compute(x, weights, eata_factor)
-        self._note_time("train", time.perf_counter() - start)
-        return candidate
-
-    def _note_time(self, kind: str, seconds: float) -> None:
-        self._timed[kind] += 1
-        if self._timed[kind] == 1:
-            return  # a graph's first call includes ORT's lazy set-up: not its cost per sample
-        self._recent[kind].append(seconds)
-
-    def _cost(self, kind: str) -> float:
-        """Seconds per call of a graph: the fastest recent call (0.0 before any)."""
-        return min(self._recent[kind], default=0.0)
-
-    def _train_first(self, batch: int) -> bool:
-        """Schedule choice: one training call (a), or inference first (b) (SPEC §3, Cost)."""
-        if batch != 1 or self.schedule == "infer-first":
-            return False  # B > 1: the loss weights depend on the decisions, so decide first
-        if self.schedule == "train":
-            return True
-        # Measure (a) first (its first call is set-up, then MIN_TIMED timed), then (b).
-        if len(self._recent["train"]) < self.MIN_TIMED:
-            return True
-        if len(self._recent["infer"]) < self.MIN_TIMED:
-            return False
-        t_train, t_infer = self._cost("train"), self._cost("infer")
-        train_first = t_infer + self._rate * t_train >= t_train
-        if self._calls % self.REPROBE_EVERY == 0:
-            # (a) never runs the forward-only graph: re-time the path not taken now and then,
-            # so one slow measurement cannot pin the choice for the rest of the stream.
-            return not train_first
-        return train_first
 
 
 def open_backend(
@@ -509,18 +515,23 @@ def open_backend(
     session_config: dict[str, str] | None = None,
     graph_format: GraphFormat = "auto",
 ) -> StepBackend:
-    """The backend asked for; ``"auto"``: the portable graph where the artifacts have one.
+    """The backend that runs ``backend`` (``"onnx"`` and ``"onnx-steps"``: the portable one).
 
     Each backend's module is imported only when chosen, so the onnx backend never touches
     onnxruntime-training and the other never needs a current onnxruntime.
     """
-    if backend == "auto":
-        backend = "onnx" if manifest.portable.get("step_model") else "ort-training"
-    if backend == "onnx":
+    if backend in ("onnx", "onnx-steps"):
         from ._backend_onnx import PortableBackend
 
         return PortableBackend(
-            directory, manifest, config, device, threads, session_config, graph_format
+            directory,
+            manifest,
+            config,
+            device,
+            threads,
+            session_config,
+            graph_format,
+            adapt_graph=backend == "onnx",
         )
     if graph_format == "ort":
         raise ValueError(

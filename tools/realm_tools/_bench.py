@@ -253,10 +253,7 @@ def _adapt_sides(
     from realm_runtime import RealmRuntime
 
     adapter = RealmAdapter(copy.deepcopy(model), config.with_overrides(**overrides))
-    runtimes = {
-        b: RealmRuntime(artifacts, threads=threads, overrides=overrides, backend=b)  # type: ignore[arg-type]
-        for b in backends
-    }
+    runtimes = {b: _runtime(RealmRuntime, artifacts, threads, overrides, b) for b in backends}
     sides = {"torch": _timed(lambda x: adapter.adapt(torch.from_numpy(x)), xs)}
     sides |= {b: _timed(rt.adapt, xs) for b, rt in runtimes.items()}
     rates = {"torch": lambda: _rate(adapter.state)}
@@ -267,6 +264,21 @@ def _adapt_sides(
             sides[external.label], rates[external.label] = remote, remote.rate
         times = take_turns(sides, len(xs), warmup)
         return {k: (times[k], rate()) for k, rate in rates.items()}
+
+
+def _runtime(
+    factory: Any, artifacts: Path, threads: int, overrides: dict[str, Any], backend: str
+) -> Any:
+    """A runtime of ``backend``; forced settings on "onnx" time its step graph (the twin's).
+
+    The adapt graph holds the export's settings, so a step forced by overrides runs the
+    portable step graph, the same forward and backward as the adapt graph's updating branch.
+    """
+    if overrides and backend == "onnx":
+        return factory(
+            artifacts, threads=threads, overrides=overrides, backend="onnx-steps", schedule="train"
+        )
+    return factory(artifacts, threads=threads, overrides=overrides, backend=backend)
 
 
 def _rate(state: Any) -> float:

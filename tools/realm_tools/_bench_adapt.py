@@ -107,8 +107,8 @@ def bench_adapt(
             training=False,
             validate=False,
         )
-        infer = RealmRuntime(directory, threads=threads, schedule="infer-first")
-        train = RealmRuntime(directory, threads=threads, schedule="train")
+        infer = RealmRuntime(directory, threads=threads, backend="onnx-steps")
+        train = RealmRuntime(directory, threads=threads, backend="onnx-steps", schedule="train")
         graph = _AdaptGraph(directory, threads)
         own = [_softmax(infer.predict(x)) for x in xs]  # each sample's S_div-refusing EMA
         for x, ema in zip(xs[:warmup], own, strict=False):  # first runs allocate and plan

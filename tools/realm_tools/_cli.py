@@ -105,8 +105,7 @@ def _cmd_bench_speed(args: argparse.Namespace) -> int:
     quick = args.quick
     models = args.models or (["digits"] if quick else ["digits", "resnet50_gn"])
     samples = args.samples or (5 if quick else 30)
-    # 10: RealmRuntime's auto schedule times each graph 1 + MIN_TIMED (3) times before it
-    # settles; with 5, three of the first timed updating steps also ran a forward (≈1.4×).
+    # 10 warm-up calls: the first runs of each session allocate and plan.
     warmup = args.warmup if args.warmup is not None else (2 if quick else 10)
     unknown = [m for m in models if not known_model(m)]
     bad_methods = [m for m in args.methods if m not in METHODS]
@@ -549,7 +548,7 @@ def _add_bench_speed(bench: Any) -> None:
         "--backends",
         nargs="+",
         default=["onnx", "ort-training"],
-        choices=("onnx", "ort-training"),
+        choices=("onnx", "onnx-steps", "ort-training"),
         help="runtime backends to time beside torch (default: both)",
     )
     speed.add_argument(
@@ -718,9 +717,10 @@ def _add_parity(sub: Any) -> None:
     parity.add_argument(
         "--backend",
         default="all",
-        choices=("all", "onnx", "ort-training", "graph"),
-        help="runtime side(s) to compare with the SDK: the onnx and ort-training backends, "
-        "and the onnx backend on the one adapt graph (default: all)",
+        choices=("all", "onnx", "onnx-steps", "ort-training"),
+        help="runtime side(s) to compare with the SDK: the one adapt graph (onnx), the numpy "
+        "twin over the portable step graph (onnx-steps), and the legacy training artifacts "
+        "(ort-training) (default: all)",
     )
     parity.add_argument("--out", default=None, help="write <out>.md and <out>.json")
     parity.add_argument("--no-progress", action="store_true")

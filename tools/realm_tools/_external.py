@@ -36,8 +36,13 @@ _SERVER = textwrap.dedent("""
     def handle(request):
         op = request["op"]
         if op == "open":
+            forced = request["overrides"]  # the adapt graph holds the export's settings
             runtimes[request["key"]] = RealmRuntime(
-                request["dir"], threads=threads, backend="onnx", overrides=request["overrides"]
+                request["dir"],
+                threads=threads,
+                backend="onnx-steps" if forced else "onnx",
+                schedule="train" if forced else None,
+                overrides=forced,
             )
             return True
         if op == "run":

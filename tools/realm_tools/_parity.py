@@ -1,8 +1,9 @@
 """Parity (SPEC §5): RealmRuntime (ONNX Runtime) against RealmAdapter (torch), step by step.
 
-Each case is exported once and run on both runtime backends (SPEC §8): ``ort-training``,
-whose gradients come from ONNX Runtime's own gradient builder (independent of torch), and
-``onnx``, the portable step graph traced from torch's autograd with the update in the graph.
+Each case is exported once and run on each runtime backend: ``onnx``, the one adapt graph
+(SPEC §11: decision, step and guardrails in one ONNX model), ``onnx-steps``, the numpy twin
+over the portable step graph traced from torch's autograd (SPEC §8), and ``ort-training``,
+whose gradients come from ONNX Runtime's own gradient builder (independent of torch).
 They get the same source weights, configuration and input stream as the SDK; after every
 step the logits, the S_div decisions, every trainable parameter, α, λ, the EMA, the
 momentum buffers and the counters are compared.
@@ -81,9 +82,9 @@ QUANTITIES = tuple(TOLERANCES)
 TIE_MARGIN = 1e-4
 # An input this large overflows float32 in the first layers (see "Overflow ties" above).
 OVERFLOW_INPUT = 1e30
-# The runtime's sides: its two backends, and the onnx backend on the one adapt graph
-# (RealmRuntime's "graph" schedule, SPEC §11).
-BACKENDS = ("onnx", "ort-training", "graph")
+# The runtime's sides: the one adapt graph (SPEC §11), and the numpy twins over the portable
+# step graph and over the legacy training artifacts (SPEC §8).
+BACKENDS = ("onnx", "onnx-steps", "ort-training")
 
 
 @dataclass(frozen=True)
@@ -426,7 +427,7 @@ def run_case(
                     "SAR's second gradient at a perturbed point is not in the legacy training "
                     "artifacts (SPEC §4)"
                 )
-            elif backend in ("onnx", "graph") and case.batch > 1:
+            elif backend in ("onnx", "onnx-steps") and case.batch > 1:
                 report.not_applicable = (
                     f"batch {case.batch}: the portable step graph takes one sample per step "
                     "(SPEC §3: batches are a convenience of the training artifacts)"
@@ -475,13 +476,11 @@ def _run_stream(
     from realm_runtime import RealmRuntime
 
     worst = dict.fromkeys(QUANTITIES, 0.0)
-    graph = report.backend == "graph"
     rt = RealmRuntime(
         artifacts,
         device=device,
         threads=threads,
-        backend="onnx" if graph else report.backend,  # type: ignore[arg-type]
-        schedule="graph" if graph else "auto",
+        backend=report.backend,  # type: ignore[arg-type]
     )
     ref = torch.device(report.reference_device)
     adapter = RealmAdapter(copy.deepcopy(model).to(ref), config)

@@ -13,13 +13,16 @@ function manifest(overrides = {}) {
     num_classes: 3,
     config: { method: "realm" },
     trainable: { "n.weight": [2], "realm.alpha": [] },
-    files: { "step_model.onnx": "aa", "forward_model.onnx": "bb", "source_params.npy": "cc", "decide_model.onnx": "dd" },
+    files: { "step_model.onnx": "aa", "forward_model.onnx": "bb", "source_params.npy": "cc", "adapt_model.onnx": "dd" },
     versions: { onnxruntime: "1.19.2" },
+    adapt: {
+      file: "adapt_model.onnx",
+      state: [{ input: "realm.params", output: "realm.params.next", initial: "source_params.npy" }],
+    },
     portable: {
       step_model: "step_model.onnx",
       forward_model: "forward_model.onnx",
       source_params: "source_params.npy",
-      decide_model: "decide_model.onnx",
       size: 3,
       layout: [{ name: "n.weight", offset: 0, shape: [2] }, { name: "realm.alpha", offset: 2, shape: [] }],
     },
@@ -39,9 +42,6 @@ test("wrong format, version, missing fields and missing graphs are named", () =>
   assert.throws(() => parseManifest(rest), /missing fields \["logits_name"\]/);
   assert.throws(() => parseManifest(manifest({ portable: undefined })), /no portable step graph; re-export/);
   assert.throws(() => parseManifest(manifest({ portable: { error: "no norm layer" } })), /no portable step graph: no norm layer/);
-  const { decide_model, ...noDecide } = manifest().portable;
-  assert.equal(decide_model, "decide_model.onnx");
-  assert.throws(() => parseManifest(manifest({ portable: noDecide })), /no decision graph .* --no-web/);
   assert.throws(() => parseManifest([1, 2]), /does not hold a JSON object/);
   assert.throws(() => parseManifest(null), ArtifactError);
 });
@@ -53,8 +53,8 @@ test("a layout with a gap, a wrong size and unlisted graphs are refused", () => 
   const size = manifest();
   size.portable.size = 4;
   assert.throws(() => parseManifest(size), /portable.layout covers 3 values, portable.size is 4/);
-  const unlisted = manifest({ files: { "step_model.onnx": "aa", "forward_model.onnx": "bb", "source_params.npy": "cc" } });
-  assert.throws(() => parseManifest(unlisted), /decide_model.onnx is not listed among the checksummed files/);
+  const unlisted = manifest({ files: { "step_model.onnx": "aa", "adapt_model.onnx": "dd" } });
+  assert.throws(() => parseManifest(unlisted), /source_params.npy is not listed among the checksummed files/);
 });
 
 test("sha256Hex agrees with node's hash", async () => {

@@ -3,6 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
+  STATE_VERSION,
   StateFileError,
   crc32,
   float32Array,
@@ -46,7 +47,7 @@ test("npy headers are numpy's: 64-byte aligned, scalar and 1-d shapes", () => {
 test("a state survives writeState → readState exactly", () => {
   const state = readState(writeState(HEADER, sample()));
   assert.equal(state.header.format, "realm-tta/adaptation-state");
-  assert.equal(state.header.version, 2);
+  assert.equal(state.header.version, STATE_VERSION);
   assert.deepEqual(state.header.counters, { samples: 2 });
   for (const [name, array] of sample()) {
     const got = state.arrays.get(name);
