@@ -172,11 +172,15 @@ print(json.dumps({"ort": onnxruntime.__version__, "rows": rows}))
 """
 
 
-def test_the_docs_client_on_the_newest_onnxruntime(runtime_python, digits_model, digits, tmp_path):
+@pytest.mark.parametrize("case", ["realm", "tent", "eata", "sar-recovering"])
+def test_the_docs_client_on_the_newest_onnxruntime(
+    case, runtime_python, digits_model, digits, tmp_path
+):
+    overrides, kind = CASES[case]
     directory = tmp_path / "a"
-    export_digits(digits_model, directory, method="sar")  # If, SAM and the recovery
+    export_digits(digits_model, directory, **overrides)
     # No overflowing input: whether its logits overflow depends on the version's kernels.
-    xs = _stream(digits, "shifted", overflow=False)[:100]
+    xs = _stream(digits, kind, overflow=False)[:100]
     np.save(tmp_path / "xs.npy", xs)
     (tmp_path / "client.py").write_text(client_source())
     there = run_in_runtime_venv(
@@ -192,7 +196,11 @@ def test_the_docs_client_on_the_newest_onnxruntime(runtime_python, digits_model,
         if np.isfinite(ours.logits).all():
             np.testing.assert_allclose(logits, ours.logits[0], atol=TOLERANCES["logits"])
         flat = np.concatenate([v.reshape(-1) for v in runtime.trainable_parameters().values()])
-        np.testing.assert_allclose(params, flat, atol=TOLERANCES["params"])
+        np.testing.assert_allclose(params[: flat.size], flat, atol=TOLERANCES["params"])
+        state = runtime.state
+        if state.alpha is not None:  # α and λ close the vector
+            assert params[flat.size :] == pytest.approx([state.alpha, state.lam], abs=1e-5)
+    assert runtime.state.updates > 0
 
 
 @pytest.mark.parametrize("method", ["realm", "eata"])
