@@ -24,7 +24,7 @@ from realm_runtime import Guardrails, RealmRuntime
 from realm_tools import TOLERANCES, write_stream_folder
 
 NODE_APP = Path(__file__).resolve().parents[1] / "examples" / "node"
-SAMPLES = 110  # ≥ 100 steps of every method's trajectory
+SAMPLES = 100  # ≥ 100 steps of every method's trajectory
 
 
 def _node() -> str:
@@ -74,13 +74,12 @@ def _runtime_steps(
     "overrides",
     [
         {},
-        {"momentum": 0.9},
         {"method": "tent"},
         {"method": "eata"},
         {"method": "sar", "recovery_loss": 0.8},
         {"lr": 0.02, "guardrails": Guardrails(relax=0.05, anchor=0.01, max_drift=0.004)},
     ],
-    ids=["realm", "realm-momentum-0.9", "tent", "eata", "sar-recovering", "guardrails"],
+    ids=["realm", "tent", "eata", "sar-recovering", "guardrails"],
 )
 def test_node_app_takes_the_runtimes_steps(digits_model, stream, tmp_path, overrides):
     artifacts = tmp_path / "artifacts"
