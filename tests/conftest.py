@@ -409,3 +409,14 @@ def runtime_python() -> Path:
         _run([*pip, f"{ROOT}[runtime]"])
         stamp.write_text(digest)
     return py
+
+
+# The files that take longest start first: under xdist's loadfile scheduling a long file
+# dispatched last keeps one worker busy while the other idles.
+_LONG_FILES = ("test_web.py", "test_node.py", "test_adapt_graph.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Move the long files' tests to the front (a stable sort: the rest keep their order)."""
+    rank = {name: i for i, name in enumerate(_LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(_LONG_FILES)))
