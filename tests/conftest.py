@@ -411,6 +411,15 @@ def runtime_python() -> Path:
     return py
 
 
+def has_cuda() -> bool:
+    """Whether this onnxruntime has the CUDA provider (onnxruntime-gpu): the CUDA tests' gate."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return False
+    return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+
+
 # The files that take longest start first: under xdist's loadfile scheduling a long file
 # dispatched last keeps one worker busy while the other idles.
 _LONG_FILES = ("test_web.py", "test_node.py", "test_adapt_graph.py")

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import assert_same_state, export_digits, run_in_runtime_venv
+from conftest import assert_same_state, export_digits, has_cuda, run_in_runtime_venv
 
 from realm_runtime import COUNTERS, Guardrails, RealmRuntime
 from realm_runtime.contract import ADAPT_KNOWN, ADAPT_WATCH
@@ -295,14 +295,8 @@ def test_one_copy_of_the_weights_unless_a_standalone_inference_model_is_asked_fo
     np.testing.assert_allclose(logits[False], logits[True], atol=1e-6)
 
 
-def _has_cuda() -> bool:
-    import onnxruntime
-
-    return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
-
-
 @pytest.mark.cuda
-@pytest.mark.skipif(not _has_cuda(), reason="needs onnxruntime-gpu and an NVIDIA GPU")
+@pytest.mark.skipif(not has_cuda(), reason="needs onnxruntime-gpu and an NVIDIA GPU")
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_adapt_graph_on_cuda_takes_the_cpu_twins_steps(case, digits_model, digits, tmp_path):
     """The docs' client on the CUDA provider, and RealmRuntime on CUDA (its state on the GPU),

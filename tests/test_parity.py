@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import has_cuda
 
 from realm_tools import (
     CASES,
@@ -81,16 +82,10 @@ def test_parity_slow(case, tmp_path):
     _check(case, run_case(case, work_dir=tmp_path))
 
 
-def _has_cuda() -> bool:
-    import onnxruntime as ort
-
-    return "CUDAExecutionProvider" in ort.get_available_providers()
-
-
 @pytest.mark.parity
 @pytest.mark.cuda
 @pytest.mark.skipif(
-    not _has_cuda(), reason="needs onnxruntime-gpu (CUDAExecutionProvider) and an NVIDIA GPU"
+    not has_cuda(), reason="needs onnxruntime-gpu (CUDAExecutionProvider) and an NVIDIA GPU"
 )
 @pytest.mark.parametrize("case", FAST[:3], ids=[c.name for c in FAST[:3]])
 def test_parity_cuda(case, tmp_path):

@@ -19,6 +19,7 @@ from conftest import (
     compare_twins,
     edit_manifest,
     export_digits,
+    has_cuda,
     last_line_in_a_fresh_interpreter,
     snapshot,
 )
@@ -303,15 +304,7 @@ def test_bad_constructor_arguments(digits_artifacts):
         RealmRuntime(digits_artifacts[0], threads=0)
 
 
-def _has_cuda() -> bool:
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        return False
-    return "CUDAExecutionProvider" in ort.get_available_providers()
-
-
-@pytest.mark.skipif(_has_cuda(), reason="this onnxruntime has CUDA; the error path is moot")
+@pytest.mark.skipif(has_cuda(), reason="this onnxruntime has CUDA; the error path is moot")
 def test_cuda_without_the_gpu_build_says_what_to_install(digits_artifacts):
     with pytest.raises(RuntimeError, match=r"onnxruntime-gpu"):
         RealmRuntime(digits_artifacts[0], device="cuda")
@@ -320,7 +313,7 @@ def test_cuda_without_the_gpu_build_says_what_to_install(digits_artifacts):
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not _has_cuda(), reason="needs onnxruntime-gpu and an NVIDIA GPU")
+@pytest.mark.skipif(not has_cuda(), reason="needs onnxruntime-gpu and an NVIDIA GPU")
 def test_cuda_agrees_with_the_sdk(digits_artifacts, digits_model, digits_stream):
     directory, config = digits_artifacts
     rt = RealmRuntime(directory, device="cuda", backend="onnx")
