@@ -133,6 +133,29 @@ def test_a_manifest_only_client_takes_the_runtimes_steps(case, digits_model, dig
         assert state.resets_collapse > 0
 
 
+def test_the_docs_way_to_change_a_setting_is_the_runtimes_override(digits_artifacts, digits):
+    """docs/adapt.md's snippet writes realm.lr: the twin given the same override agrees."""
+    directory = digits_artifacts[0]
+    section = DOC.read_text().split("## Changing a setting without re-exporting", 1)[1]
+    snippet = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    client = _client(directory)
+    exec(compile(snippet, str(DOC), "exec"), {"client": client})  # as written: realm.lr = 0.01
+    runtime = RealmRuntime(directory, threads=1, backend="onnx-steps", overrides={"lr": 0.01})
+    plain = RealmRuntime(directory, threads=1, backend="onnx-steps")
+    xs = _stream(digits, "shifted", overflow=False)[:100]
+    for i, x in enumerate(xs):
+        ours = runtime.adapt(x[None])
+        plain.adapt(x[None])
+        logits, updated, reason = client.adapt(x[None])
+        assert (reason, updated) == (ours.reason, ours.updated), f"step {i}"
+        np.testing.assert_allclose(logits, ours.logits, rtol=0, atol=TOLERANCES["logits"])
+    flat = client.state["realm.params"]
+    want = np.concatenate([v.reshape(-1) for v in runtime.trainable_parameters().values()])
+    np.testing.assert_allclose(flat[: want.size], want, rtol=0, atol=TOLERANCES["params"])
+    away = np.concatenate([v.reshape(-1) for v in plain.trainable_parameters().values()])
+    assert np.abs(away - want).max() > 100 * TOLERANCES["params"]  # the setting mattered
+
+
 def _runtime_value(runtime: RealmRuntime, name: str) -> np.ndarray:
     if name in ("realm.alpha", "realm.lambda"):
         value = runtime.state.alpha if name == "realm.alpha" else runtime.state.lam

@@ -21,7 +21,7 @@ from realm_export import (
     export_realm_artifacts,
 )
 from realm_runtime import ArtifactError, load_manifest
-from realm_runtime.contract import ALPHA_NAME, LAMBDA_NAME
+from realm_runtime.contract import ADAPT_SETTINGS, ALPHA_NAME, LAMBDA_NAME
 from realm_sdk import RealmAdapter, RealmConfig
 from realm_tools import DigitsGNNet
 
@@ -236,7 +236,12 @@ def test_manifest_describes_the_export(tmp_path):
         *(e["initial"] for e in m.adapt["state"] if e["initial"] != "source_params.npy"),
     }
     # The adapt graph's initial state: one .npy per state tensor but the parameters.
-    assert len(m.adapt["state"]) == 8 and m.adapt["file"] == "adapt_model.onnx"
+    assert len(m.adapt["state"]) == 9 and m.adapt["file"] == "adapt_model.onnx"
+    # The settings' slots: the export's values, in the manifest's order.
+    settings = np.load(info.directory / "initial_realm.settings.npy")
+    assert m.adapt["settings"] == list(ADAPT_SETTINGS) and settings.shape == (len(ADAPT_SETTINGS),)
+    lr = m.adapt["settings"].index("realm.lr")
+    assert settings[lr] == np.float32(m.config["lr"])
     assert m.portable["step_model"] == "step_model.onnx" and m.portable["batch"] == 1
     assert m.portable["opset"] == 18 and m.portable["ir_version"] <= 10
     assert [s["name"] for s in m.portable["layout"]] == list(m.trainable)

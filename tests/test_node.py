@@ -63,9 +63,9 @@ def stream(digits_stream, tmp_path_factory) -> Path:
 
 
 def _runtime_steps(
-    artifacts: Path, stream: Path, count: int = SAMPLES
+    artifacts: Path, stream: Path, count: int = SAMPLES, overrides: dict | None = None
 ) -> tuple[RealmRuntime, list]:
-    rt = RealmRuntime(artifacts, threads=1, backend="onnx-steps")
+    rt = RealmRuntime(artifacts, threads=1, backend="onnx-steps", overrides=overrides)
     steps = [rt.adapt(np.load(stream / f"{i:05d}.npy")[None]) for i in range(count)]
     return rt, steps
 
@@ -124,6 +124,27 @@ def test_node_app_takes_the_runtimes_steps(digits_model, stream, tmp_path, overr
         assert ours.resets_recovery > 0
     if "guardrails" in overrides:
         assert ours.drift_clips > 0
+
+
+def test_node_app_feeds_changed_settings_as_the_runtime_applies_overrides(
+    digits_artifacts, stream, tmp_path
+):
+    """`--set` feeds the graph's setting inputs: the numpy twin with the same overrides."""
+    artifacts = digits_artifacts[0]
+    log = tmp_path / "steps.jsonl"
+    sets = {"realm.lr": 0.02, "realm.anchor": 0.01, "realm.max_drift": 0.002}
+    args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+    _app(artifacts, stream, "--state", str(tmp_path / "s.npz"), "--log", str(log), *args)
+    overrides = {"lr": 0.02, "guardrails": Guardrails(anchor=0.01, max_drift=0.002)}
+    rt, steps = _runtime_steps(artifacts, stream, overrides=overrides)
+    there = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(n["reason"], n["top1"]) for n in there] == [(p.reason, int(p.top1[0])) for p in steps]
+    for node, py in zip(there, steps, strict=True):
+        np.testing.assert_allclose(node["logits"], py.logits[0], rtol=0, atol=TOLERANCES["logits"])
+    assert rt.state.drift_clips > 0  # the tighter bound acted, on both sides
+    bad = _run_app(artifacts, stream, "--set", "realm.nope=1", "--state", str(tmp_path / "x"))
+    assert bad.returncode == 1 and 'no setting named "realm.nope"' in bad.stderr
+    assert "realm.lr" in bad.stderr and "Error:" not in bad.stderr
 
 
 def test_node_app_resumes_and_continues_python_states(digits_artifacts, stream, tmp_path):

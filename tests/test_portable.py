@@ -239,6 +239,8 @@ def test_step_graph_reports_a_non_finite_step(digits_artifacts, digits_stream):
         "realm.entropy_margin": np.array(1.0, np.float32),
         "realm.params": source,
         "realm.velocity": np.zeros_like(source),
+        "realm.anchor": np.array(0.0, np.float32),
+        "realm.relax": np.array(0.0, np.float32),
     }
     names = [o.name for o in session.get_outputs()]
     out = dict(zip(names, session.run(None, feeds), strict=True))

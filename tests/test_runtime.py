@@ -25,7 +25,7 @@ from conftest import (
 )
 
 from realm_runtime import ArtifactError, RealmRuntime
-from realm_sdk import RealmAdapter
+from realm_sdk import Guardrails, RealmAdapter
 
 # The adapt graph, and each twin in both orders of its graphs.
 SIDES = [
@@ -328,7 +328,7 @@ def test_runtime_side_settings_can_be_overridden(digits_artifacts, digits_stream
     with pytest.raises(ValueError, match="diversity_margin"):
         RealmRuntime(directory, overrides={"diversity_margin": 2.0})
     rt = RealmRuntime(directory, threads=1, overrides={"diversity_margin": 1.0, "lr": 0.0})
-    assert rt.backend == "onnx-steps"  # the adapt graph holds the export's settings
+    assert rt.backend == "onnx"  # the adapt graph is fed the changed settings
     source = rt.trainable_parameters()
     for i in range(10):
         assert rt.adapt(digits_stream[0][i : i + 1]).updated  # d = 1: S_div lets all through
@@ -337,18 +337,61 @@ def test_runtime_side_settings_can_be_overridden(digits_artifacts, digits_stream
     assert rt.state.alpha != 0.15  # α, λ still learn at their own rate
 
 
-def test_auto_runs_the_adapt_graph_unless_asked_otherwise(digits_artifacts):
-    """`auto` is the one adapt graph; a twin where a setting or an order of graphs asks."""
-    directory, config = digits_artifacts
-    assert RealmRuntime(directory, threads=1).backend == "onnx"
-    same = RealmRuntime(directory, threads=1, overrides={"lr": config.lr})  # the export's
-    assert same.backend == "onnx"
+OVERRIDDEN = {
+    # hyper-parameters of the step and of the decision
+    "step": ("realm", {"lr": 0.02, "momentum": 0.5, "diversity_margin": 0.7, "ema_beta": 0.8}),
+    # REALM's guardrails: tighter, and the collapse guard switched on
+    "guards": (
+        "realm",
+        {"guardrails": Guardrails(relax=0.3, anchor=0.02, max_drift=0.001, collapse=0.9)},
+    ),
+    "episodic": ("realm", {"episodic": True, "diversity_margin": 0.9}),
+    # a baseline exported without guardrails gets them, and a wider entropy cut
+    "eata": ("eata", {"entropy_margin": 2.0, "guardrails": Guardrails(max_drift=0.002)}),
+}
+
+
+@pytest.mark.parametrize("case", list(OVERRIDDEN))
+def test_overrides_run_in_the_adapt_graph_as_the_sdk_runs_them(
+    case, digits_model, digits_stream, tmp_path
+):
+    """Settings changed at run time: the graph, fed them, takes the SDK's steps."""
+    method, overrides = OVERRIDDEN[case]
+    exported = export_digits(digits_model, tmp_path / "a", method=method)
+    rt = RealmRuntime(tmp_path / "a", threads=1, overrides=overrides)
+    assert rt.backend == "onnx"
+    config = exported.with_overrides(**overrides)
+    assert rt.config == config
+    adapter = RealmAdapter(copy.deepcopy(digits_model), config)
+    compare_twins(rt, adapter, digits_stream[0][:120])
+    st = rt.state
+    assert st.updates > 0
+    if case == "guards":  # the changed guardrails acted
+        assert st.drift_clips > 0
+    if case == "eata":
+        assert st.drift_clips > 0 and st.skipped_entropy < 120 - st.updates
+
+
+def test_a_graph_with_constant_settings_runs_overrides_on_the_twin(digits_model, tmp_path):
+    """Artifacts exported before the settings were inputs: "auto" runs the twin."""
+    directory = tmp_path / "a"
+    config = export_digits(digits_model, directory)
+    edit_manifest(directory, lambda data: data["adapt"].pop("settings"))
     changed = RealmRuntime(directory, threads=1, overrides={"lr": config.lr / 2})
     assert (changed.backend, changed.schedule) == ("onnx-steps", "infer-first")
-    ordered = RealmRuntime(directory, threads=1, schedule="train")
-    assert (ordered.backend, ordered.schedule) == ("onnx-steps", "train")
     with pytest.raises(ValueError, match=r"\['lr'\] differ.*onnx-steps"):
         RealmRuntime(directory, backend="onnx", overrides={"lr": config.lr / 2})
+    assert RealmRuntime(directory, threads=1, overrides={"lr": config.lr}).backend == "onnx"
+
+
+def test_auto_runs_the_adapt_graph_unless_asked_otherwise(digits_artifacts):
+    """`auto` is the one adapt graph; a twin where an order of graphs is asked for."""
+    directory, config = digits_artifacts
+    assert RealmRuntime(directory, threads=1).backend == "onnx"
+    changed = RealmRuntime(directory, threads=1, overrides={"lr": config.lr / 2})
+    assert changed.backend == "onnx"
+    ordered = RealmRuntime(directory, threads=1, schedule="train")
+    assert (ordered.backend, ordered.schedule) == ("onnx-steps", "train")
     with pytest.raises(ValueError, match="leave schedule out"):
         RealmRuntime(directory, backend="onnx", schedule="train")
 

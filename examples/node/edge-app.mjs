@@ -33,6 +33,8 @@ const USAGE = `usage: node edge-app.mjs --artifacts DIR --stream DIR [options]
   --threads N             onnxruntime intra-op threads (default 1)
   --trusted-key FILE      a .pub key (realm keygen): load only artifacts it signed; repeatable
   --log FILE              one JSON line per sample (prediction, decision, reason, alpha, lambda)
+  --set NAME=VALUE        change a setting of the graph (realm.json's adapt.settings, e.g.
+                          realm.lr=0.01, realm.episodic=true); repeatable
   --quiet                 only the final summary`;
 
 /** @param {string[]} argv */
@@ -48,6 +50,7 @@ function options(argv) {
       threads: { type: "string", default: "1" },
       log: { type: "string" },
       "trusted-key": { type: "string", multiple: true },
+      set: { type: "string", multiple: true },
       quiet: { type: "boolean", default: false },
       help: { type: "boolean", default: false },
     },
@@ -65,7 +68,19 @@ function options(argv) {
     }
     return n;
   };
+  /** @type {Record<string, number|boolean>} */
+  const settings = {};
+  for (const item of values.set ?? []) {
+    const at = item.indexOf("=");
+    const value = item.slice(at + 1);
+    if (at < 1 || value === "") {
+      console.error(`--set takes NAME=VALUE (e.g. realm.lr=0.01), got ${item}`);
+      process.exit(2);
+    }
+    settings[item.slice(0, at)] = value === "true" ? true : value === "false" ? false : Number(value);
+  }
   return {
+    settings,
     artifacts: values.artifacts,
     stream: values.stream,
     state: values.state ?? path.join(values.stream, "realm-state.npz"),
@@ -114,7 +129,7 @@ async function main() {
     ort,
     (name) => readOrNull(path.join(opts.artifacts, name)),
     opts.artifacts,
-    { threads: opts.threads, executionProviders: ["cpu"], trustedKeys },
+    { threads: opts.threads, executionProviders: ["cpu"], trustedKeys, settings: opts.settings },
   );
   const saved = await readOrNull(opts.state);
   if (saved !== null) client.restoreState(saved);

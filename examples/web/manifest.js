@@ -59,6 +59,7 @@ export class ArtifactError extends Error {
  * @property {string[]} watch the order of realm.watch
  * @property {string[]} known the order of realm.known
  * @property {AdaptState[]} state the state tensors
+ * @property {string[]} [settings] the slots of the realm.settings state (SPEC §11)
  * @property {string} [error] why there is no adapt graph
  */
 

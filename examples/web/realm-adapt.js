@@ -56,7 +56,37 @@ import { StateFileError, parseNpy, readState, writeState } from "./state-file.js
  *   one that is present must verify)
  * @property {boolean} [stateOnGpu] keep the parameter vectors in GPU buffers between calls
  *   (WebGPU): downloaded only by {@link AdaptClient.hostState} and {@link AdaptClient.saveState}
+ * @property {Record<string, number|boolean>} [settings] settings to change without
+ *   re-exporting, by name (a slot of realm.settings: the manifest's adapt.settings, e.g.
+ *   "realm.lr"; "realm.episodic" takes true or false), instead of the export's values
  */
+
+/**
+ * The initial settings vector with the app's changes written into their slots.
+ * @param {import("./state-file.js").NpyArray} exported realm.settings as the export wrote it
+ * @param {string[]} names its slots (the manifest's adapt.settings)
+ * @param {Record<string, number|boolean>} wanted setting name → its value for this app
+ * @returns {import("./state-file.js").NpyArray}
+ */
+function withSettings(exported, names, wanted) {
+  const data = Float32Array.from(/** @type {Float32Array} */ (exported.data));
+  for (const [name, value] of Object.entries(wanted)) {
+    const slot = names.indexOf(name);
+    if (slot < 0) {
+      throw new RangeError(`no setting named ${JSON.stringify(name)}: this graph takes ${names.join(", ")}`);
+    }
+    if (name === EPISODIC) {
+      if (typeof value !== "boolean") throw new RangeError(`setting ${name} must be true or false, got ${value}`);
+      data[slot] = value ? 1 : 0;
+    } else {
+      if (typeof value !== "number" || !Number.isFinite(value)) {
+        throw new RangeError(`setting ${name} must be a finite number, got ${value}`);
+      }
+      data[slot] = value;
+    }
+  }
+  return { ...exported, data };
+}
 
 /**
  * Refuse a sample that is not one finite float32 input of the model's shape, naming why.
@@ -77,6 +107,8 @@ export function checkSample(x, shape) {
 }
 
 const PARAMS = "realm.params";
+const SETTINGS = "realm.settings";
+const EPISODIC = "realm.episodic";
 const VELOCITY = "realm.velocity";
 const ALPHA = "realm.alpha";
 const LAMBDA = "realm.lambda";
@@ -138,6 +170,11 @@ export class AdaptClient {
     /** @type {Map<string, import("./state-file.js").NpyArray>} */
     const initial = new Map();
     for (const entry of spec.state) initial.set(entry.input, parseNpy(await verified(entry.initial), entry.initial));
+    const exported = initial.get(SETTINGS);
+    if (exported) initial.set(SETTINGS, withSettings(exported, spec.settings ?? [], options.settings ?? {}));
+    else if (Object.keys(options.settings ?? {}).length) {
+      throw new RangeError(`${where}: this adapt graph holds its settings as constants (exported before realm.settings): re-export to change them`);
+    }
     const client = new AdaptClient(ort, manifest, session, initial);
     client.signature = signature;
     return client;
@@ -390,6 +427,10 @@ export class AdaptClient {
     /** @type {Record<string, any>} */
     const next = {};
     for (const [name, want] of this.initial) {
+      if (name === SETTINGS) {  // this app's settings, whatever the saving side ran
+        next[name] = this._tensor(want);
+        continue;
+      }
       const got = tensors.get(name);
       if (!got || got.dtype !== want.dtype || JSON.stringify(got.shape) !== JSON.stringify(want.shape)) {
         throw new StateFileError(`${name}: missing, or not ${want.dtype} of shape (${want.shape.join(", ")})`);

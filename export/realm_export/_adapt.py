@@ -7,11 +7,17 @@ ONNX Runtime binding is a loop of ``run`` and swap (the manifest's ``adapt`` sec
 2. the decision of :mod:`._decide` (finite logits, EATA's and SAR's entropy cut, S_div against
    the EMA), inlined;
 3. the rest of the step graph (backward, SGD with momentum, the α/λ projection, relax and
-   anchor) inside an ``If`` that runs only for a selected sample; it reads the forward's
-   activations from the outer scope, so a skipped sample costs a forward;
-4. the commit (parameters, momentum, EMA only when the step is selected and finite), the drift
-   bound, SAR's recovery, the watch EMAs, the collapse guard, the episodic reset and the
-   counters, each as a few element-wise nodes on the state.
+   anchor) and its commit (θ, momentum and the EMA only when the step is finite, the drift
+   bound, SAR's loss EMA and recovery) inside an ``If`` that runs only for a selected sample;
+   it reads the forward's activations from the outer scope, so a skipped sample costs a
+   forward and a few scalar nodes;
+4. the watch EMAs, the collapse guard, the counters, and the resets (SAR's recovery, the
+   collapse guard, episodic) as one ``If`` that only a reset runs.
+
+The settings (learning rates, momentum, d, β, e0, ρ, the guardrails, episodic) are one more
+state tensor, ``realm.settings``, that the graph passes through: a client that loops over the
+state runs the export's configuration, and one that writes a slot changes that setting
+without re-exporting.
 
 Optional values of the twins (no EMA yet, no watch figure yet) are a value beside a flag in
 ``realm.known``: a NaN sentinel would rest on NaN semantics that GPU shader compilers do not
@@ -20,7 +26,6 @@ keep.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +34,7 @@ from typing import Any
 import numpy as np
 import onnx
 from numpy.typing import DTypeLike
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from realm_runtime import RealmConfig
 from realm_runtime.contract import (
@@ -40,26 +45,36 @@ from realm_runtime.contract import (
     ADAPT_REASONS,
     ADAPT_SECTION_VERSION,
     ADAPT_SELECTED_NAME,
+    ADAPT_SETTINGS,
     ADAPT_UPDATED_NAME,
     ADAPT_WATCH,
+    COLLAPSE_LIMIT_NAME,
     COUNTERS,
     COUNTERS_NAME,
+    DIVERSITY_MARGIN_NAME,
+    EMA_BETA_NAME,
     EMA_NAME,
+    EMA_NEW_NAME,
+    ENTROPY_MARGIN_NAME,
+    EPISODIC_NAME,
     FINITE_NAME,
     KEPT_NAME,
     KNOWN_NAME,
     LOSS_NAME,
     MARGINAL_NAME,
+    MAX_DRIFT_NAME,
     NEW_PARAMS_NAME,
     NEW_VELOCITY_NAME,
     PARAMS_NAME,
+    RECOVERY_LOSS_NAME,
     SAMPLE_WEIGHT_NAME,
     SEEN_NAME,
+    SETTINGS_NAME,
     SOURCE_PARAMS,
     VELOCITY_NAME,
     WATCH_NAME,
+    adapt_settings,
     next_name,
-    step_settings,
 )
 
 from ._decide import decide_model
@@ -91,6 +106,7 @@ def adapt_state(config: RealmConfig, source: np.ndarray) -> list[StateTensor]:
         StateTensor(KNOWN_NAME, np.zeros(len(ADAPT_KNOWN), np.bool_)),
         StateTensor(SEEN_NAME, np.array(0, np.int64)),
         StateTensor(COUNTERS_NAME, np.zeros(len(COUNTERS), np.int64)),
+        StateTensor(SETTINGS_NAME, adapt_settings(config)),  # passed through unchanged
     ]
 
 
@@ -99,36 +115,38 @@ def adapt_model(step: onnx.ModelProto, config: RealmConfig, source: np.ndarray) 
 
     Args:
         step: the step graph proto (``realm_export._portable``), not modified.
-        config: the export's configuration: the method, the hyper-parameters and the
-            guardrails become constants of the graph.
+        config: the export's configuration: the method is the graph's; its settings
+            (:func:`realm_runtime.contract.adapt_settings`) are ``realm.settings``'s initial
+            value.
         source: ``(P,)`` float32, the source values of ``realm.params``.
 
     Returns:
         The model: inputs ``input`` and the state; outputs ``logits``, ``realm.updated``,
-        ``realm.selected``, ``realm.reason``, ``realm.loss`` and each state's next value.
+        ``realm.selected``, ``realm.reason``, ``realm.step_loss`` and each state's next value.
     """
     model = onnx.ModelProto()
     model.CopyFrom(step)
     graph = model.graph
-    realm = config.learns_alpha_lambda
-    sar = config.method == "sar"
     outputs = {o.name: o for o in graph.output}
     forward, branch = _split(graph, LOGITS_NAME)
 
     b = _Builder("adapt.const.")
-    _hyper_parameters(b, config)
+    b.initializer(SAMPLE_WEIGHT_NAME, [1.0])  # a kept sample's weight; EATA's factor is inside
     state = adapt_state(config, source)
+    initial = {s.name: b.const("initial." + s.name, s.initial, s.initial.dtype) for s in state}
     decision = _inline_decision(b, config)
-    step_out = _step_branch(b, branch, outputs, decision["keep"], sar)
-    u = _commit_flags(b, decision, step_out)
+    norm = _DriftNorm(b, config, source, initial[PARAMS_NAME])
+    step_out = _step_branch(b, branch, outputs, decision, config, norm)
     _reason(b, decision, step_out)
-    _state_next(b, config, source, state, decision, step_out, u, realm)
+    _state_next(b, config, state, initial, decision, step_out, norm)
 
     del graph.node[:]
     graph.node.extend([*forward, *b.nodes])
     graph.initializer.extend(b.initializers)
     sample = [i for i in graph.input if i.name == INPUT_NAME]
     del graph.input[:]
+    _settings(graph)
+    _drop_unused_initializers(graph)
     graph.input.extend([*sample, *(_info(s.name, s.initial) for s in state)])
     logits = outputs[LOGITS_NAME]
     del graph.output[:]
@@ -144,25 +162,49 @@ def adapt_model(step: onnx.ModelProto, config: RealmConfig, source: np.ndarray) 
     )
     del graph.value_info[:]
     graph.name = "realm_adapt"
-    _drop_unused_initializers(graph)
     return model
+
+
+def _settings(graph: onnx.GraphProto) -> None:
+    """Each setting the graph reads, gathered from ``realm.settings`` by its name.
+
+    The graph's nodes (its branches' included) read the settings by name; a node per setting
+    read takes it out of the vector, so a client changes a setting by writing its slot.
+    """
+    used = _names_read(graph)
+    nodes = []
+    for k, name in enumerate(ADAPT_SETTINGS):
+        if name not in used:
+            continue
+        index = numpy_helper.from_array(np.array(k, np.int64), f"adapt.const.setting_{k}")
+        graph.initializer.append(index)
+        value = name if name != EPISODIC_NAME else "adapt.episodic_value"
+        nodes.append(helper.make_node("Gather", [SETTINGS_NAME, index.name], [value], axis=0))
+        if name == EPISODIC_NAME:
+            nodes.append(helper.make_node("Cast", [value], [name], to=TensorProto.BOOL))
+    nodes.append(helper.make_node("Identity", [SETTINGS_NAME], [next_name(SETTINGS_NAME)]))
+    rest = list(graph.node)
+    del graph.node[:]
+    graph.node.extend([*nodes, *rest])  # first: the forward reads none, the rest may
 
 
 def _drop_unused_initializers(graph: onnx.GraphProto) -> None:
     """Remove the initializers no node reads (the step's inputs the decision made constant)."""
-    used: set[str] = set()
-
-    def read(g: onnx.GraphProto) -> None:
-        for node in g.node:
-            used.update(node.input)
-            for attr in node.attribute:
-                if attr.type == onnx.AttributeProto.GRAPH:
-                    read(attr.g)
-
-    read(graph)
+    used = _names_read(graph)
     kept = [t for t in graph.initializer if t.name in used]
     del graph.initializer[:]
     graph.initializer.extend(kept)
+
+
+def _names_read(graph: onnx.GraphProto) -> set[str]:
+    """Every name a node of ``graph`` or of its subgraphs reads."""
+    used: set[str] = set()
+    for node in graph.node:
+        used.update(node.input)
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                used |= _names_read(attr.g)
+    return used
 
 
 class _Builder(GraphBuilder):
@@ -190,6 +232,20 @@ class _Builder(GraphBuilder):
             self._written[output] = write()
         return self._written[output]
 
+    def branch(self, write: Callable[[], dict[str, str]]) -> tuple[list[onnx.NodeProto], dict]:
+        """The nodes ``write()`` adds, taken out for a subgraph, and what it returned.
+
+        Constants stay in the outer graph (a subgraph reads them from the outer scope); a
+        value first written inside is forgotten afterwards, so it is not read from outside.
+        """
+        mark, written = len(self.nodes), dict(self._written)
+        out = write()
+        nodes = self.nodes[mark:]
+        del self.nodes[mark:]
+        consts = {k: v for k, v in self._written.items() if v.startswith(self.const_prefix)}
+        self._written = {**written, **consts}
+        return nodes, out
+
 
 # ---------------------------------------------------------------------------- the split
 
@@ -212,54 +268,136 @@ def _split(
     return forward, rest
 
 
+class _DriftNorm:
+    """``‖θ − θ0‖ / ‖θ0‖`` over the norm tensors (α and λ are no part of the drift)."""
+
+    def __init__(self, b: _Builder, config: RealmConfig, source: np.ndarray, src: str) -> None:
+        mask = np.ones(source.shape[0], np.bool_)
+        if config.learns_alpha_lambda:
+            mask[-2:] = False
+        self.b, self.src = b, src
+        self.mask = b.const("norm_mask", mask, np.bool_)
+        self.maskf = b.const("norm_maskf", mask.astype(np.float32))
+        self.norm0 = float(np.sqrt(np.square(source[mask].astype(np.float64)).sum()))
+
+    def __call__(self, params: str) -> str:
+        b, op = self.b, self.b.step
+        moved = op("Mul", [op("Sub", [params, self.src], "moved"), self.maskf], "moved_norm")
+        squares = op("Mul", [moved, moved], "sq")
+        sq = op("ReduceSum", [squares, b.const("axis0", [0], np.int64)], "sumsq", keepdims=0)
+        norm0 = b.const("norm0", max(self.norm0, 1e-30))
+        return op("Div", [op("Sqrt", [sq], "norm"), norm0], "drift")
+
+
 def _step_branch(
     b: _Builder,
     nodes: Sequence[onnx.NodeProto],
     outputs: dict[str, onnx.ValueInfoProto],
-    keep: str,
-    sar: bool,
+    decision: dict[str, str],
+    config: RealmConfig,
+    drift: _DriftNorm,
 ) -> dict[str, str]:
-    """The backward and the update inside ``If(keep)``; the else branch changes nothing.
+    """The step and its commit inside ``If(keep)``; a skipped sample passes its state through.
+
+    The then branch runs the rest of the step graph (backward, SGD, projections, relax and
+    anchor), then commits: θ, momentum and the EMA when the step is finite (and, for SAR, a
+    sample passed the cut again at θ + ε), the drift bound, SAR's loss EMA and recovery.
 
     Returns:
-        The ``If``'s outputs by the step graph's names, and for SAR ``"any_kept"``.
+        The ``If``'s outputs by role: ``loss``, ``finite``, ``any_kept``, ``updated``,
+        ``clip``, ``recover``, ``params``, ``velocity``, ``ema``, ``loss_ema``,
+        ``known_loss``.
     """
-    names = [
-        LOSS_NAME,
-        FINITE_NAME,
-        NEW_PARAMS_NAME,
-        NEW_VELOCITY_NAME,
-        *([KEPT_NAME] if sar else []),
-    ]
-    then = helper.make_graph(
-        list(nodes), "adapt_step", [], [_renamed(outputs[name], name) for name in names]
-    )
+    sar = config.method == "sar"
+    guard_drift = drift.norm0 > 0
+    zero = b.const("zero", 0.0)
+    false = b.const("false", False, np.bool_)
+    loss_ema, known_loss = _watched(b, "loss_ema"), _known(b, "loss_ema")
+
+    def commit() -> dict[str, str]:
+        op = b.step
+        any_kept = op("Greater", [KEPT_NAME, zero], "any_kept") if sar else None
+        u = FINITE_NAME if any_kept is None else op("And", [FINITE_NAME, any_kept], "u")
+        params = op("Where", [u, NEW_PARAMS_NAME, PARAMS_NAME], "params")
+        velocity = op("Where", [u, NEW_VELOCITY_NAME, VELOCITY_NAME], "velocity")
+        ema = op("Where", [u, decision["next_ema"], EMA_NAME], "ema_next")
+        clip = false
+        if guard_drift:  # the bound, after an applied update (MAX_DRIFT_NAME 0: off)
+            d = drift(params)
+            bound = MAX_DRIFT_NAME
+            on = op("Greater", [bound, zero], "drift_on")
+            clip = op("And", [u, op("And", [on, op("Greater", [d, bound], "over")], "o")], "clip")
+            share = op("Div", [bound, op("Max", [d, b.const("tiny", 1e-30)], "d_safe")], "share")
+            scaled = op("Mul", [share, op("Sub", [params, drift.src], "away")], "scaled")
+            pulled = op("Add", [drift.src, scaled], "pulled")
+            clip_mask = op("And", [clip, drift.mask], "clip_mask")
+            params = op("Where", [clip_mask, pulled, params], "clipped")
+        out = {
+            "loss": LOSS_NAME,
+            "finite": FINITE_NAME,
+            "any_kept": any_kept or b.const("true", True, np.bool_),
+            "updated": u,
+            "clip": clip,
+            "params": params,
+            "velocity": velocity,
+            "ema": ema,
+            "recover": false,
+            "loss_ema": loss_ema,
+            "known_loss": known_loss,
+        }
+        if sar:  # SAR's recovery: the EMA of its second-pass loss
+            moved = _ema(b, loss_ema, LOSS_NAME, known_loss, SAR_LOSS_BETA)
+            out["loss_ema"] = op("Where", [u, moved, loss_ema], "loss_ema")
+            out["known_loss"] = op("Or", [known_loss, u], "known_loss")
+            low = op("Less", [moved, RECOVERY_LOSS_NAME], "low")
+            out["recover"] = op("And", [u, low], "recover")
+        return {k: op("Identity", [v], f"then_{k}") for k, v in out.items()}
+
+    then_nodes, then_out = b.branch(commit)
     e = GraphBuilder()
-    else_values = {
-        LOSS_NAME: e.constant("adapt.else.loss", 0.0, np.float32),
-        FINITE_NAME: e.constant("adapt.else.finite", False, np.bool_),
-        NEW_PARAMS_NAME: e.op("Identity", [PARAMS_NAME], "adapt.else.params"),
-        NEW_VELOCITY_NAME: e.op("Identity", [VELOCITY_NAME], "adapt.else.velocity"),
+    else_out = {
+        "loss": e.op("Identity", [zero], "adapt.else.loss"),
+        "finite": e.op("Identity", [false], "adapt.else.finite"),
+        "any_kept": e.op("Identity", [false], "adapt.else.any_kept"),
+        "updated": e.op("Identity", [false], "adapt.else.updated"),
+        "clip": e.op("Identity", [false], "adapt.else.clip"),
+        "params": e.op("Identity", [PARAMS_NAME], "adapt.else.params"),
+        "velocity": e.op("Identity", [VELOCITY_NAME], "adapt.else.velocity"),
+        "ema": e.op("Identity", [EMA_NAME], "adapt.else.ema"),
+        "recover": e.op("Identity", [false], "adapt.else.recover"),
+        "loss_ema": e.op("Identity", [loss_ema], "adapt.else.loss_ema"),
+        "known_loss": e.op("Identity", [known_loss], "adapt.else.known_loss"),
     }
-    if sar:
-        else_values[KEPT_NAME] = e.constant("adapt.else.kept", 0.0, np.float32)
-    otherwise = helper.make_graph(
-        e.nodes, "adapt_skip", [], [_renamed(outputs[n], else_values[n]) for n in names]
+    roles = list(then_out)
+    p = outputs[NEW_PARAMS_NAME]
+    infos = {
+        "params": _renamed(p, ""),
+        "velocity": _renamed(outputs[NEW_VELOCITY_NAME], ""),
+        "ema": helper.make_tensor_value_info("", TensorProto.FLOAT, [config.num_classes]),
+        "loss": helper.make_tensor_value_info("", TensorProto.FLOAT, []),
+        "loss_ema": helper.make_tensor_value_info("", TensorProto.FLOAT, []),
+    }
+
+    def info(role: str, name: str) -> onnx.ValueInfoProto:
+        if role in infos:
+            return _renamed(infos[role], name)
+        return helper.make_tensor_value_info(name, TensorProto.BOOL, [])
+
+    then = helper.make_graph(
+        [*nodes, *then_nodes], "adapt_step", [], [info(r, then_out[r]) for r in roles]
     )
-    results = {name: f"adapt.step.{name}" for name in names}
+    otherwise = helper.make_graph(e.nodes, "adapt_skip", [], [info(r, else_out[r]) for r in roles])
+    results = {role: f"adapt.step.{role}" for role in roles}
     b.nodes.append(
         helper.make_node(
             "If",
-            [keep],
-            [results[name] for name in names],
+            [decision["keep"]],
+            [results[r] for r in roles],
             name="adapt.step",
             then_branch=then,
             else_branch=otherwise,
         )
     )
-    if sar:  # how many passed the cut again at θ + ε: none means no update
-        zero = b.const("zero", 0.0)
-        results["any_kept"] = b.op("Greater", [results[KEPT_NAME], zero], "adapt.any_kept")
     return results
 
 
@@ -275,17 +413,23 @@ def _info(name: str, value: np.ndarray) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, kind, list(value.shape))
 
 
+def _ema(b: _Builder, old: str, new: str, known: str, beta: float) -> str:
+    """``β·old + (1 − β)·new`` where ``known``, else ``new`` (a constant β, the watch's)."""
+    op = b.step
+    scaled_old = op("Mul", [old, b.const(f"beta_{beta}", beta)], "b_old")
+    scaled_new = op("Mul", [new, b.const(f"one_minus_{beta}", 1 - beta)], "b_new")
+    return op("Where", [known, op("Add", [scaled_old, scaled_new], "mix"), new], "ema")
+
+
 # ---------------------------------------------------------------------------- the decision
 
 
-def _hyper_parameters(b: GraphBuilder, config: RealmConfig) -> None:
-    """The step graph's hyper-parameter inputs, now constants of the export's configuration.
-
-    (Those the method's graph does not read are dropped with the other unused initializers.)
-    """
-    b.initializer(SAMPLE_WEIGHT_NAME, [1.0])  # a kept sample's weight; EATA's factor is inside
-    for name, value in step_settings(config).items():
-        b.initializer(name, value)
+_DECISION_SETTINGS = {  # the decision graph's constants that are settings of the adapt graph
+    "margin": DIVERSITY_MARGIN_NAME,
+    "beta": EMA_BETA_NAME,
+    "one_minus_beta": EMA_NEW_NAME,
+    "e0": ENTROPY_MARGIN_NAME,
+}
 
 
 def _inline_decision(b: _Builder, config: RealmConfig) -> dict[str, str]:
@@ -293,7 +437,7 @@ def _inline_decision(b: _Builder, config: RealmConfig) -> dict[str, str]:
     decide = decide_model(config, ir_version=8).graph
     prefix = "adapt.decide."
     known_ema = _known(b, "ema")
-    outer = {"logits": LOGITS_NAME, "ema": EMA_NAME, "has_ema": known_ema}
+    outer = {"logits": LOGITS_NAME, "ema": EMA_NAME, "has_ema": known_ema, **_DECISION_SETTINGS}
     produced = {i.name for i in decide.initializer} | {o for n in decide.node for o in n.output}
 
     def rename(name: str) -> str:
@@ -302,6 +446,8 @@ def _inline_decision(b: _Builder, config: RealmConfig) -> dict[str, str]:
         return prefix + name if name in produced else name
 
     for tensor in decide.initializer:
+        if tensor.name in _DECISION_SETTINGS:
+            continue
         copy = onnx.TensorProto()
         copy.CopyFrom(tensor)
         copy.name = rename(tensor.name)
@@ -314,11 +460,10 @@ def _inline_decision(b: _Builder, config: RealmConfig) -> dict[str, str]:
         copy.output[:] = [rename(o) for o in node.output]
         b.nodes.append(copy)
     scalar = b.const("scalar_shape", [], np.int64)
-    vector = b.const("class_shape", [config.num_classes], np.int64)
     out = {"known_ema": known_ema}
     for name in ("keep", "passed_entropy", "finite", "entropy"):
         out[name] = b.op("Reshape", [prefix + name, scalar], f"adapt.{name}")
-    out["probs"] = b.op("Reshape", [prefix + "probs", vector], "adapt.probs")
+    out["probs"] = prefix + "probs"  # (1, C)
     out["next_ema"] = prefix + "next_ema"
     return out
 
@@ -340,183 +485,162 @@ def _watched(b: _Builder, what: str) -> str:
 # ---------------------------------------------------------------------------- the commit
 
 
-def _commit_flags(b: _Builder, decision: dict[str, str], step: dict[str, str]) -> str:
-    """``adapt.updated``: selected, and the step finite (and, for SAR, a sample kept at θ + ε)."""
-    b.op("Identity", [decision["keep"]], ADAPT_SELECTED_NAME)
-    ok = b.step("And", [decision["keep"], step[FINITE_NAME]], "kept_and_finite")
-    if "any_kept" in step:
-        ok = b.step("And", [ok, step["any_kept"]], "kept_again_and_finite")
-    b.op("Where", [decision["keep"], step[LOSS_NAME], b.const("zero", 0.0)], ADAPT_LOSS_NAME)
-    return b.op("Identity", [ok], ADAPT_UPDATED_NAME)
-
-
 def _reason(b: _Builder, decision: dict[str, str], step: dict[str, str]) -> str:
-    """``realm.reason``, the twins' reason as its index in :data:`ADAPT_REASONS`."""
+    """``realm.reason``, the twins' reason as its index in :data:`ADAPT_REASONS`.
+
+    Also the decision's outputs: ``realm.selected``, ``realm.updated``, ``realm.step_loss``.
+    """
+    b.op("Identity", [decision["keep"]], ADAPT_SELECTED_NAME)
+    b.op("Identity", [step["updated"]], ADAPT_UPDATED_NAME)
+    b.op("Identity", [step["loss"]], ADAPT_LOSS_NAME)
     code = {r: b.const(f"reason_{r}", ADAPT_REASONS.index(r), np.int64) for r in ADAPT_REASONS}
-    r = b.step("Where", [step[FINITE_NAME], code["updated"], code["nonfinite"]], "reason")
-    if "any_kept" in step:
-        r = b.step("Where", [step["any_kept"], r, code["entropy"]], "reason")
+    r = b.step("Where", [step["finite"], code["updated"], code["nonfinite"]], "reason")
+    r = b.step("Where", [step["any_kept"], r, code["entropy"]], "reason")
     r = b.step("Where", [decision["keep"], r, code["diversity"]], "reason")
     r = b.step("Where", [decision["passed_entropy"], r, code["entropy"]], "reason")
     return b.op("Where", [decision["finite"], r, code["nonfinite"]], ADAPT_REASON_NAME)
 
 
 def _stack(b: _Builder, scalars: Sequence[str], output: str, to: int | None = None) -> str:
-    """Scalars (cast to ``to`` first, if given) as one 1-D tensor named ``output``."""
+    """Scalars (of one type) as one 1-D tensor named ``output``, cast to ``to`` if given."""
     axis = b.const("axis0", [0], np.int64)
-    parts = []
-    for value in scalars:
-        if to is not None:
-            value = b.step("Cast", [value], "cast", to=to)
-        parts.append(b.step("Unsqueeze", [value, axis], "part"))
-    return b.op("Concat", parts, output, axis=0)
+    parts = [b.step("Unsqueeze", [value, axis], "part") for value in scalars]
+    if to is None:
+        return b.op("Concat", parts, output, axis=0)
+    return b.op("Cast", [b.step("Concat", parts, "stacked", axis=0)], output, to=to)
 
 
 def _state_next(
     b: _Builder,
     config: RealmConfig,
-    source: np.ndarray,
     state: list[StateTensor],
+    initial: dict[str, str],
     decision: dict[str, str],
     step: dict[str, str],
-    u: str,
-    realm: bool,
+    drift: _DriftNorm,
 ) -> None:
-    """Every state's next value, in the twins' order (``OnlineAdaptation._step``)."""
-    guard = config.guard
-    finite = decision["finite"]
+    """Every state's next value, as the twins compute it (``OnlineAdaptation._step``).
+
+    The twins reset in turn (SAR's recovery, the collapse guard, the episodic reset); each
+    reset empties the watch (``seen`` 0), so a recovery rules out a collapse in the same call,
+    and the graph applies the three as one reset, in one ``If`` that only a reset runs.
+    """
+    finite, u = decision["finite"], step["updated"]
     op = b.step
-    false, true = b.const("false", False, np.bool_), b.const("true", True, np.bool_)
-    initial = {s.name: b.const("initial." + s.name, s.initial, s.initial.dtype) for s in state}
-    src = initial[PARAMS_NAME]
-    norm_mask = np.ones(source.shape[0], np.bool_)
-    if realm:
-        norm_mask[-2:] = False  # α and λ: no part of the drift
-    mask = b.const("norm_mask", norm_mask, np.bool_)
-    maskf = b.const("norm_maskf", norm_mask.astype(np.float32))
-    norm0 = float(np.sqrt(np.square(source[norm_mask].astype(np.float64)).sum()))
-
-    def ema(old: str, new: str, known: str, beta: float) -> str:
-        scaled_old = op("Mul", [old, b.const(f"beta_{beta}", beta)], "b_old")
-        scaled_new = op("Mul", [new, b.const(f"one_minus_{beta}", 1 - beta)], "b_new")
-        return op("Where", [known, op("Add", [scaled_old, scaled_new], "mix"), new], "ema")
-
-    def drift(p: str) -> str:
-        moved = op("Mul", [op("Sub", [p, src], "moved"), maskf], "moved_norm")
-        squares = op("Mul", [moved, moved], "sq")
-        sq = op("ReduceSum", [squares, b.const("axis0", [0], np.int64)], "sumsq", keepdims=0)
-        return op("Div", [op("Sqrt", [sq], "norm"), b.const("norm0", max(norm0, 1e-30))], "drift")
+    false = b.const("false", False, np.bool_)
+    zero = b.const("zero", 0.0)
 
     # 1. the watch sees the sample's finite logits
     known_w = _known(b, "watch")
     old_entropy = _watched(b, "entropy_ema")
-    seen_entropy = ema(old_entropy, decision["entropy"], known_w, WATCH_BETA)
+    seen_entropy = _ema(b, old_entropy, decision["entropy"], known_w, WATCH_BETA)
     ent = op("Where", [finite, seen_entropy, old_entropy], "entropy_ema")
-    seen_probs = ema(MARGINAL_NAME, decision["probs"], known_w, WATCH_BETA)
+    probs = op(
+        "Reshape",
+        [decision["probs"], b.const("class_shape", [config.num_classes], np.int64)],
+        "probs",
+    )
+    seen_probs = _ema(b, MARGINAL_NAME, probs, known_w, WATCH_BETA)
     marginal = op("Where", [finite, seen_probs, MARGINAL_NAME], "marginal")
-    one_seen = op("Cast", [finite], "seen_inc", to=TensorProto.INT64)  # (1,): the logits' rows
-    scalar = b.const("scalar_shape", [], np.int64)
-    seen = op("Add", [SEEN_NAME, op("Reshape", [one_seen, scalar], "seen_inc0")], "seen")
+    seen = op("Add", [SEEN_NAME, op("Cast", [finite], "seen_inc", to=TensorProto.INT64)], "seen")
     known_w = op("Or", [known_w, finite], "known_watch")
-
-    # 2. the commit: parameters, momentum, EMA
-    params = op("Where", [u, step[NEW_PARAMS_NAME], PARAMS_NAME], "params")
-    velocity = op("Where", [u, step[NEW_VELOCITY_NAME], VELOCITY_NAME], "velocity")
-    ema_next = op("Where", [u, decision["next_ema"], EMA_NAME], "ema_next")
     known_ema = op("Or", [decision["known_ema"], u], "known_ema")
+    recover = step["recover"]
 
-    # 3. the drift bound, after an applied update
-    clip = false
-    if guard.max_drift is not None and norm0 > 0:
-        d = drift(params)
-        bound = b.const("max_drift", guard.max_drift)
-        clip = op("And", [u, op("Greater", [d, bound], "over")], "clip")
-        share = op("Div", [bound, op("Max", [d, b.const("tiny", 1e-30)], "d_safe")], "share")
-        scaled = op("Mul", [share, op("Sub", [params, src], "away")], "scaled")
-        pulled = op("Add", [src, scaled], "pulled")
-        params = op("Where", [op("And", [clip, mask], "clip_mask"), pulled, params], "clipped")
-
-    # 4. SAR's recovery: the EMA of its second-pass loss
-    loss_ema, known_loss = _watched(b, "loss_ema"), _known(b, "loss_ema")
-    recover = false
-    if "any_kept" in step:
-        moved = ema(loss_ema, step[LOSS_NAME], known_loss, SAR_LOSS_BETA)
-        loss_ema = op("Where", [u, moved, loss_ema], "loss_ema")
-        known_loss = op("Or", [known_loss, u], "known_loss")
-        low = op("Less", [moved, b.const("recovery_loss", config.recovery_loss)], "low")
-        recover = op("And", [u, low], "recover")
-
-    resettable = {
-        PARAMS_NAME: params,
-        VELOCITY_NAME: velocity,
-        EMA_NAME: ema_next,
-        MARGINAL_NAME: marginal,
-        SEEN_NAME: seen,
-    }
-    flags = {"ema": known_ema, "watch": known_w, "loss_ema": known_loss}
-    figures = {"entropy_ema": ent, "loss_ema": loss_ema}
-
-    def reset(when: str) -> None:
-        for name, value in resettable.items():
-            resettable[name] = op("Where", [when, initial[name], value], "reset")
-        no = op("Not", [when], "keep_state")
-        for name, flag in flags.items():
-            flags[name] = op("And", [flag, no], "reset_flag")
-
-    reset(recover)
-
-    # 5. the update rate, after the recovery (a reset's first figure is this call's)
+    # 2. the update rate, after the recovery (a reset's first figure is this call's)
     not_recovered = op("Not", [recover], "not_recovered")
     known_rate = op("And", [_known(b, "update_rate"), not_recovered], "known_rate")
     uf = op("Cast", [u], "uf", to=TensorProto.FLOAT)
-    figures["update_rate"] = ema(_watched(b, "update_rate"), uf, known_rate, WATCH_BETA)
-    flags["update_rate"] = true
+    rate = _ema(b, _watched(b, "update_rate"), uf, known_rate, WATCH_BETA)
 
-    # 6. the collapse guard, on the watch after this sample
+    # 3. the collapse guard, on the watch after this sample (COLLAPSE_LIMIT_NAME 0: off)
     collapse = false
-    if guard.collapse is not None:
-        m = resettable[MARGINAL_NAME]
-        logm = op("Log", [op("Max", [m, b.const("tiny_p", 1e-12)], "m_safe")], "log_m")
-        m_logm = op("Mul", [m, logm], "m_logm")
-        summed = op("ReduceSum", [m_logm, b.const("axis0", [0], np.int64)], "sum", keepdims=0)
-        spread = op("Neg", [summed], "spread")
-        limit = guard.collapse * math.log(config.num_classes)
-        narrow = op("Less", [spread, b.const("collapse_limit", limit)], "narrow")
-        window_size = b.const("window", WATCH_WINDOW, np.int64)
-        window = op("GreaterOrEqual", [resettable[SEEN_NAME], window_size], "window")
-        moved = op("Greater", [drift(resettable[PARAMS_NAME]), b.const("zero", 0.0)], "moved")
-        watched = op("And", [finite, flags["watch"]], "c1")
-        collapse = op(
-            "And", [watched, op("And", [op("And", [narrow, window], "c2"), moved], "c3")], "c4"
+    if drift.norm0 > 0:
+        on = op("Greater", [COLLAPSE_LIMIT_NAME, zero], "collapse_on")
+        logm = op("Log", [op("Max", [marginal, b.const("tiny_p", 1e-12)], "m_safe")], "log_m")
+        summed = op(
+            "ReduceSum",
+            [op("Mul", [marginal, logm], "m_logm"), b.const("axis0", [0], np.int64)],
+            "sum",
+            keepdims=0,
         )
-        reset(collapse)
-        flags["update_rate"] = op("Not", [collapse], "rate_known")
+        narrow = op("Less", [op("Neg", [summed], "spread"), COLLAPSE_LIMIT_NAME], "narrow")
+        window = op("GreaterOrEqual", [seen, b.const("window", WATCH_WINDOW, np.int64)], "win")
+        watched = op("And", [finite, known_w], "watched")
+        maybe = op("And", [op("And", [on, narrow], "c1"), op("And", [window, watched], "c2")], "c3")
+        nodes, moved = b.branch(
+            lambda: {"moved": op("Greater", [drift(step["params"]), zero], "moved")}
+        )
+        collapse = "adapt.collapse"
+        b.nodes.append(
+            helper.make_node(
+                "If",
+                [maybe],
+                [collapse],
+                name="adapt.collapse_if",
+                then_branch=helper.make_graph(
+                    nodes, "adapt_moved", [], [_bool_info(moved["moved"])]
+                ),
+                else_branch=helper.make_graph(
+                    [helper.make_node("Identity", [false], ["adapt.collapse.no"])],
+                    "adapt_not_narrow",
+                    [],
+                    [_bool_info("adapt.collapse.no")],
+                ),
+            )
+        )
+        collapse = op("And", [collapse, not_recovered], "collapse")  # the twins: one or other
 
-    if config.episodic:  # back to the source after every call (not the counters)
-        reset(true)
-        flags["update_rate"] = false
-
-    # the state's next values
-    shapes = {s.name: s.initial.shape for s in state}
-    for name, value in resettable.items():
-        if shapes[name] == ():  # the (1,) conditions broadcast a scalar: back to its 0-d shape
-            b.op("Reshape", [value, b.const("scalar_shape", [], np.int64)], next_name(name))
-        else:
-            b.op("Identity", [value], next_name(name))
+    # 4. one reset for all three
+    reset = op("Or", [op("Or", [recover, collapse], "r1"), EPISODIC_NAME], "reset")
+    current = {
+        PARAMS_NAME: step["params"],
+        VELOCITY_NAME: step["velocity"],
+        EMA_NAME: step["ema"],
+        MARGINAL_NAME: marginal,
+        SEEN_NAME: seen,
+    }
+    shapes = {s.name: s.initial for s in state}
+    e = GraphBuilder()
+    then = helper.make_graph(
+        [helper.make_node("Identity", [initial[n]], [f"adapt.reset.{n}"]) for n in current],
+        "adapt_reset",
+        [],
+        [_info(f"adapt.reset.{n}", shapes[n]) for n in current],
+    )
+    for n, v in current.items():
+        e.op("Identity", [v], f"adapt.keep.{n}")
+    otherwise = helper.make_graph(
+        e.nodes, "adapt_keep", [], [_info(f"adapt.keep.{n}", shapes[n]) for n in current]
+    )
+    b.nodes.append(
+        helper.make_node(
+            "If",
+            [reset],
+            [next_name(n) for n in current],
+            name="adapt.reset",
+            then_branch=then,
+            else_branch=otherwise,
+        )
+    )
+    kept = op("Not", [reset], "no_reset")
+    figures = {"entropy_ema": ent, "loss_ema": step["loss_ema"], "update_rate": rate}
+    flags = {
+        "ema": op("And", [known_ema, kept], "known_ema_kept"),
+        "watch": op("And", [known_w, kept], "known_watch_kept"),
+        "loss_ema": op("And", [step["known_loss"], kept], "known_loss_kept"),
+        "update_rate": op("Not", [op("Or", [collapse, EPISODIC_NAME], "rate_reset")], "rate_known"),
+    }
     _stack(b, [figures[w] for w in ADAPT_WATCH], next_name(WATCH_NAME))
     _stack(b, [flags[k] for k in ADAPT_KNOWN], next_name(KNOWN_NAME))
-    _counters(b, decision, step, u, recover, collapse, clip)
+    _counters(b, decision, step, collapse)
 
 
-def _counters(
-    b: _Builder,
-    decision: dict[str, str],
-    step: dict[str, str],
-    u: str,
-    recover: str,
-    collapse: str,
-    clip: str,
-) -> None:
+def _bool_info(name: str) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, TensorProto.BOOL, [])
+
+
+def _counters(b: _Builder, decision: dict[str, str], step: dict[str, str], collapse: str) -> None:
     """``realm.counters`` plus this call's increments, in :data:`COUNTERS` order."""
     op = b.step
     finite, keep, passed = decision["finite"], decision["keep"], decision["passed_entropy"]
@@ -524,21 +648,24 @@ def _counters(
     not_keep = op("Not", [keep], "not_keep")
     similar = op("And", [op("And", [finite, passed], "f_p"), not_keep], "similar")
     uncertain = op("And", [finite, op("Not", [passed], "not_passed")], "uncertain")
-    bad_step = op("And", [keep, op("Not", [step[FINITE_NAME]], "step_bad")], "bad_step")
-    if "any_kept" in step:  # SAR: none kept at θ + ε counts as refused by the cut
-        none_kept = op("And", [keep, op("Not", [step["any_kept"]], "no_kept")], "none_kept")
-        bad_step = op("And", [bad_step, op("Not", [none_kept], "some_kept")], "bad_step_kept")
-        uncertain = op("Or", [uncertain, none_kept], "uncertain_again")
+    # selected, but none kept at θ + ε (SAR): refused by the cut; else a non-finite step
+    none_kept = op("And", [keep, op("Not", [step["any_kept"]], "no_kept")], "none_kept")
+    uncertain = op("Or", [uncertain, none_kept], "uncertain_again")
+    bad = op(
+        "And",
+        [op("And", [keep, step["any_kept"]], "k"), op("Not", [step["finite"]], "nf")],
+        "bad_step",
+    )
     flag = {
         "samples": b.const("true", True, np.bool_),
-        "updates": u,
-        "updated_samples": u,
+        "updates": step["updated"],
+        "updated_samples": step["updated"],
         "skipped_diversity": similar,
         "skipped_entropy": uncertain,
-        "skipped_nonfinite": op("Or", [no_finite, bad_step], "skipped_nonfinite"),
-        "resets_recovery": recover,
+        "skipped_nonfinite": op("Or", [no_finite, bad], "skipped_nonfinite"),
+        "resets_recovery": step["recover"],
         "resets_collapse": collapse,
-        "drift_clips": clip,
+        "drift_clips": step["clip"],
     }
     increments = _stack(b, [flag[c] for c in COUNTERS], "adapt.increments", TensorProto.INT64)
     b.op("Add", [COUNTERS_NAME, increments], next_name(COUNTERS_NAME))
@@ -583,4 +710,5 @@ def write_adapt(
         "watch": list(ADAPT_WATCH),
         "known": list(ADAPT_KNOWN),
         "state": entries,
+        "settings": list(ADAPT_SETTINGS),  # the slots of realm.settings
     }

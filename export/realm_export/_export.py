@@ -721,7 +721,7 @@ def _write_adapt(
     plan.notify("validating the adapt graph against the PyTorch reference")
     try:
         reports = validate_adapt_graphs(
-            directory, section, graphs.step, traced.source, plan.config, **_adapt_checks(plan)
+            directory, section, traced.source, plan.config, **_adapt_checks(plan)
         )
     except Exception as exc:  # ONNX Runtime refused to load or run it: say so, keep the rest
         _discard_adapt(directory, section)

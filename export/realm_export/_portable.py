@@ -53,6 +53,7 @@ from torch.func import functional_call
 from realm_runtime import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN
 from realm_runtime.contract import (
     ALPHA_NAME,
+    ANCHOR_NAME,
     ENTROPY_MARGIN_NAME,
     FINITE_NAME,
     KEPT_NAME,
@@ -64,6 +65,7 @@ from realm_runtime.contract import (
     NEW_PARAMS_NAME,
     NEW_VELOCITY_NAME,
     PARAMS_NAME,
+    RELAX_NAME,
     SAM_RHO_NAME,
     SAMPLE_WEIGHT_NAME,
     VELOCITY_NAME,
@@ -143,7 +145,6 @@ def build_portable_graphs(
         lower[-2], upper[-2], lower[-1] = ALPHA_MIN, ALPHA_MAX, LAMBDA_MIN
 
     initial = torch.cat([v.reshape(-1) for v in values])  # θ0, α0, λ0: what κ pulls toward
-    give_back = _give_back(config, total, realm)
 
     def unflatten(flat: Tensor) -> list[Tensor]:
         return [
@@ -185,13 +186,15 @@ def build_portable_graphs(
         e0: Tensor,
         flat: Tensor,
         velocity: Tensor,
-        *sar_inputs: Tensor,
+        anchor: Tensor,
+        method_input: Tensor,
     ) -> tuple[Tensor, ...]:
+        # method_input: REALM's relax (κ of α and λ), SAR's ρ; unused by the others
         logits, params = logits_at(x, flat)
         h = entropy(logits)
         extra: tuple[Tensor, ...] = ()
         if sar:
-            loss, count, g1 = sam_loss(x, weight, e0, flat, sar_inputs[0], h)
+            loss, count, g1 = sam_loss(x, weight, e0, flat, method_input, h)
             extra = (count,)
         else:
             loss = (per_sample_loss(h, params, e0) * weight).sum()
@@ -203,8 +206,9 @@ def build_portable_graphs(
         v_new = mu * velocity + grad
         rate = lr.expand(total) if not realm else torch.cat([lr.expand(total - 2), lr_al.expand(2)])
         p_new = torch.minimum(torch.maximum(flat - rate * v_new, lower), upper)
-        if give_back is not None:  # SPEC §10's relax and anchor: v ← v − κ·(v − v0)
-            p_new = p_new - give_back * (p_new - initial)
+        # SPEC §10's relax and anchor, v ← v − κ·(v − v0), as inputs: 0 gives back nothing
+        kappa = torch.cat([anchor.expand(total - 2), method_input.expand(2)]) if realm else anchor
+        p_new = p_new - kappa * (p_new - initial)
         return loss, logits, finite, p_new, v_new, *extra
 
     def forward(x: Tensor, flat: Tensor) -> Tensor:
@@ -223,7 +227,8 @@ def build_portable_graphs(
         torch.tensor(config.e0),
         source.clone().requires_grad_(True),
         torch.zeros_like(source),
-        *([torch.tensor(config.sam_rho)] if sar else []),
+        torch.tensor(0.0),
+        torch.tensor(config.sam_rho if sar else 0.0),
     ]
     step_gm = trace(step, step_args)
     forward_args = [example, source.clone()]
@@ -237,7 +242,8 @@ def build_portable_graphs(
         ENTROPY_MARGIN_NAME,
         PARAMS_NAME,
         VELOCITY_NAME,
-        *([SAM_RHO_NAME] if sar else []),
+        ANCHOR_NAME,
+        SAM_RHO_NAME if sar else RELAX_NAME,  # unused by Tent and EATA: no input of the graph
     ]
     step_outputs = [LOSS_NAME, LOGITS_NAME, FINITE_NAME, NEW_PARAMS_NAME, NEW_VELOCITY_NAME]
     if sar:
@@ -258,18 +264,6 @@ def build_portable_graphs(
         forward_nodes=len(forward_proto.graph.node),
         aten_ops=count_ops(step_gm),
     )
-
-
-def _give_back(config: RealmConfig, total: int, realm: bool) -> Tensor | None:
-    """Per element of ``realm.params``, the guardrails' κ: anchor for θ, relax for α and λ."""
-    guard = config.guard
-    anchor, relax = guard.anchor or 0.0, (guard.relax or 0.0) if realm else 0.0
-    if anchor == 0 and relax == 0:
-        return None
-    kappa = torch.full((total,), anchor)
-    if realm:
-        kappa[-2:] = relax
-    return kappa
 
 
 @contextlib.contextmanager

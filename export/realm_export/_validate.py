@@ -496,6 +496,7 @@ def validate_portable(
     """
     from realm_runtime import onnxruntime_module
     from realm_runtime.contract import (
+        ANCHOR_NAME,
         ENTROPY_MARGIN_NAME,
         FINITE_NAME,
         LR_ALPHA_LAMBDA_NAME,
@@ -503,6 +504,7 @@ def validate_portable(
         MOMENTUM_NAME,
         NEW_VELOCITY_NAME,
         PARAMS_NAME,
+        RELAX_NAME,
         SAM_RHO_NAME,
         VELOCITY_NAME,
     )
@@ -540,6 +542,8 @@ def validate_portable(
             PARAMS_NAME: source,
             VELOCITY_NAME: np.zeros_like(source),
             SAM_RHO_NAME: np.array(config.sam_rho, np.float32),
+            ANCHOR_NAME: np.array(0.0, np.float32),  # the gradient is read from the momentum
+            RELAX_NAME: np.array(0.0, np.float32),
         }
         out = dict(
             zip(

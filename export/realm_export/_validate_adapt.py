@@ -17,14 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnx
 import torch
 from torch import nn
 
-from realm_runtime.contract import COUNTERS, PARAMS_NAME, SOURCE_PARAMS
+from realm_runtime.contract import COUNTERS, PARAMS_NAME, SETTINGS_NAME, adapt_settings
 from realm_sdk import RealmAdapter, RealmConfig, decision_margin
 
-from ._adapt import adapt_model
 from ._validate import LOGITS_RTOL
 
 # The adapt graph's parameters after k steps, against the reference's: relative to how far the
@@ -101,6 +99,9 @@ def validate_adapt(
 ) -> AdaptReport:
     """Run ``adapt_model.onnx`` and ``RealmAdapter`` over ``inputs``, each twice; compare.
 
+    The graph is fed ``config``'s settings (``realm.settings``): where they are the
+    export's own, this changes nothing; where they differ, the settings are checked too.
+
     Args:
         directory: the artifact directory (the graph and its initial state).
         section: the manifest's ``adapt`` section.
@@ -119,12 +120,14 @@ def validate_adapt(
     names = [o.name for o in session.get_outputs()]
     state = {s["input"]: np.load(directory / s["initial"]) for s in section["state"]}
     outputs = {s["input"]: s["output"] for s in section["state"]}
+    state[SETTINGS_NAME] = adapt_settings(config)
     adapter = RealmAdapter(copy.deepcopy(model), config)
     source = state[PARAMS_NAME].copy()
     stream = [x for x in inputs for _ in range(2)]
     report = AdaptReport(steps=0, params_tol=UPDATE_RTOL_FACTOR * grad_rtol)
     for step, x in enumerate(stream):
-        out = dict(zip(names, session.run(None, {section["input"]: x, **state}), strict=True))
+        feeds = {section["input"]: x, **state}
+        out = dict(zip(names, session.run(None, feeds), strict=True))
         reshaped = [n for n, o in outputs.items() if out[o].shape != state[n].shape]
         if reshaped:  # a client feeds each output back: its shape must stay the input's
             n = reshaped[0]
@@ -180,7 +183,6 @@ def _flat_params(adapter: RealmAdapter, config: RealmConfig) -> np.ndarray:
 def validate_adapt_graphs(
     directory: Path,
     section: dict[str, Any],
-    step: onnx.ModelProto,
     model: nn.Module,
     config: RealmConfig,
     inputs: list[np.ndarray],
@@ -191,31 +193,16 @@ def validate_adapt_graphs(
     """:func:`validate_adapt` on the written graph and, for EATA and SAR, on its cut opened.
 
     An untrained or badly shifted model is unsure of every input, so EATA's and SAR's cut
-    refuses them all and the written graph never runs its update. A twin graph whose entropy
-    margin lies above ``ln C`` keeps every sample (and SAR's second cut too), so the update,
-    the commit and the recovery are compared as well; it is written beside the real one (its
-    weights resolve from the same file) and removed.
+    refuses them all and the written graph never runs its update. An entropy margin above
+    ``ln C`` keeps every sample (and SAR's second cut too), so the update,
+    the commit and the recovery are compared as well: the written graph, fed that margin
+    through ``realm.settings``.
     """
     reports = [
         validate_adapt(directory, section, model, config, inputs, atol=atol, grad_rtol=grad_rtol)
     ]
-    if not config.uses_entropy_cut:
-        return reports
-    opened = dataclasses.replace(config, entropy_margin=math.log(config.num_classes) + 1.0)
-    path = directory / ("opened_" + section["file"])
-    try:
-        onnx.save_model(adapt_model(step, opened, np.load(directory / SOURCE_PARAMS)), str(path))
-        reports.append(
-            validate_adapt(
-                directory,
-                section | {"file": path.name},
-                model,
-                opened,
-                inputs,
-                atol=atol,
-                grad_rtol=grad_rtol,
-            )
-        )
-    finally:
-        path.unlink(missing_ok=True)
+    if config.uses_entropy_cut:  # the same graph, its entropy margin fed above ln C
+        opened = dataclasses.replace(config, entropy_margin=math.log(config.num_classes) + 1.0)
+        checks = {"atol": atol, "grad_rtol": grad_rtol}
+        reports.append(validate_adapt(directory, section, model, opened, inputs, **checks))
     return reports

@@ -27,8 +27,10 @@ from ._portable_io import (
     NEW_PARAMS_NAME,
     NEW_VELOCITY_NAME,
     PARAMS_NAME,
+    SETTINGS_NAME,
     VELOCITY_NAME,
     TensorSlot,
+    adapt_settings,
     step_settings,
 )
 from ._step import F32
@@ -36,6 +38,7 @@ from ._weights import SharedWeights
 
 MIN_ORT = (1, 19)  # opset 18 and the IO-binding API as used here
 _BIG = (PARAMS_NAME, VELOCITY_NAME)  # the state read as trainable tensors (tensors(), load())
+_NOT_ADAPTATION = (*_BIG, SETTINGS_NAME)  # what graph_state() leaves to others
 
 # ONNX Runtime pre-packs every constant matrix-product operand into a second copy, once per
 # session. Where those weights come to more than this (vit_base: 343 MB; convnext_tiny: 102
@@ -166,6 +169,8 @@ class PortableBackend(StepBackend):
             for entry in manifest.adapt["state"]:
                 if entry["input"] not in _BIG:
                     self._initial[entry["input"]] = _read_initial(directory / entry["initial"])
+            if SETTINGS_NAME in self._initial:  # this configuration's, overrides included
+                self._initial[SETTINGS_NAME] = adapt_settings(config)
         self._state: dict[str, Any] = {  # every state tensor, where the session computes
             name: self._on_device(value, value.dtype) for name, value in self._initial.items()
         }
@@ -260,15 +265,18 @@ class PortableBackend(StepBackend):
         return host
 
     def graph_state(self) -> dict[str, np.ndarray]:
-        """Host copies of the adapt graph's state besides θ and momentum, by input name."""
-        return {n: v.numpy() for n, v in self._state.items() if n not in _BIG}
+        """Host copies of the adapt graph's state besides θ, momentum and the settings."""
+        return {n: v.numpy() for n, v in self._state.items() if n not in _NOT_ADAPTATION}
 
     def load_graph_state(self, values: dict[str, np.ndarray]) -> None:
-        """Replace the adapt graph's state besides θ and momentum (each entry given)."""
+        """Replace the adapt graph's state besides θ, momentum and the settings (each given).
+
+        The settings stay this runtime's configuration's, whatever a restored state held.
+        """
         placed = {
             name: self._on_device(np.asarray(values[name]), self._initial[name].dtype)
             for name in self._initial
-            if name not in _BIG
+            if name not in _NOT_ADAPTATION
         }
         self._state.update(placed)
 

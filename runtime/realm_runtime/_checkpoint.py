@@ -36,8 +36,10 @@ from ._portable_io import (
     MARGINAL_NAME,
     PARAMS_NAME,
     SEEN_NAME,
+    SETTINGS_NAME,
     VELOCITY_NAME,
     WATCH_NAME,
+    adapt_settings,
 )
 
 STATE_FORMAT = "realm-tta/adaptation-state"
@@ -415,6 +417,7 @@ def graph_tensors(state: StateArrays, config: RealmConfig) -> dict[str, np.ndarr
         KNOWN_NAME: np.array([known[k] for k in ADAPT_KNOWN], np.bool_),
         SEEN_NAME: np.array(watch.seen, np.int64),
         COUNTERS_NAME: np.array([state.counters[k] for k in COUNTERS], np.int64),
+        SETTINGS_NAME: adapt_settings(config),  # what ran; a restoring side keeps its own
     }
 
 
@@ -555,6 +558,7 @@ _GRAPH_STATE = (
     KNOWN_NAME,
     SEEN_NAME,
     COUNTERS_NAME,
+    SETTINGS_NAME,  # not restored: each side runs its own configuration (may be absent)
 )
 
 

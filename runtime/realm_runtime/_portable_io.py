@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 if TYPE_CHECKING:
     from ._config import RealmConfig
 
@@ -59,21 +61,78 @@ ENTROPY_MARGIN_NAME = "realm.entropy_margin"  # EATA's e0 (scalar input; others 
 FINITE_NAME = "realm.finite"  # bool output: the loss and every gradient are finite
 SAM_RHO_NAME = "realm.sam_rho"  # SAR: SAM's radius ρ (scalar input)
 KEPT_NAME = "realm.kept"  # SAR: samples that passed the cut again at θ + ε (scalar output)
+ANCHOR_NAME = "realm.anchor"  # guardrails' share of θ − θ0 given back per update (0: off)
+RELAX_NAME = "realm.relax"  # guardrails' share of α − α0, λ − λ0 given back (REALM; 0: off)
 PARAMS_NAME = "realm.params"  # (P,) every trainable tensor, flattened, in manifest order
 VELOCITY_NAME = "realm.velocity"  # (P,) their SGD momentum buffers, same layout
 NEW_PARAMS_NAME = "realm.new_params"  # (P,) output: the updated, projected parameters
 NEW_VELOCITY_NAME = "realm.new_velocity"  # (P,) output: the updated momentum buffers
 
 
+# The adapt graph's settings besides the step's. All of them travel as one state vector,
+# SETTINGS_NAME, in ADAPT_SETTINGS order, that the graph passes through unchanged: a client
+# that loops over the state feeds the export's values, and changes one by writing its slot
+# (every ONNX Runtime binding can feed a state input; the JavaScript ones cannot feed an
+# input that has an initializer).
+DIVERSITY_MARGIN_NAME = "realm.diversity_margin"  # S_div's d
+EMA_BETA_NAME = "realm.ema_beta"  # β of the EMA of updated predictions
+EMA_NEW_NAME = "realm.ema_new"  # 1 − β, rounded once on the host as the twins round it
+MAX_DRIFT_NAME = "realm.max_drift"  # bound of ‖θ − θ0‖ / ‖θ0‖ (0: off)
+COLLAPSE_LIMIT_NAME = "realm.collapse_limit"  # collapse·ln C (0: off)
+RECOVERY_LOSS_NAME = "realm.recovery_loss"  # SAR's e_m
+EPISODIC_NAME = "realm.episodic"  # 1: back to the source after every call, 0: not
+SETTINGS_NAME = "realm.settings"  # (K,) float32 state: the settings, ADAPT_SETTINGS order
+ADAPT_SETTINGS = (
+    LR_NAME,
+    LR_ALPHA_LAMBDA_NAME,
+    MOMENTUM_NAME,
+    ENTROPY_MARGIN_NAME,
+    SAM_RHO_NAME,
+    ANCHOR_NAME,
+    RELAX_NAME,
+    DIVERSITY_MARGIN_NAME,
+    EMA_BETA_NAME,
+    EMA_NEW_NAME,
+    MAX_DRIFT_NAME,
+    COLLAPSE_LIMIT_NAME,
+    RECOVERY_LOSS_NAME,
+    EPISODIC_NAME,
+)
+
+
 def step_settings(config: RealmConfig) -> dict[str, float]:
     """What the step graph's hyper-parameter inputs are fed from ``config``, by input name."""
+    guard = config.guard
     return {
         LR_NAME: config.lr,
         LR_ALPHA_LAMBDA_NAME: config.lr_alpha_lambda,
         MOMENTUM_NAME: config.momentum,
         ENTROPY_MARGIN_NAME: config.e0,
         SAM_RHO_NAME: config.sam_rho,
+        ANCHOR_NAME: guard.anchor or 0.0,
+        RELAX_NAME: (guard.relax or 0.0) if config.learns_alpha_lambda else 0.0,
     }
+
+
+def adapt_settings(config: RealmConfig) -> np.ndarray:
+    """The adapt graph's settings vector (``realm.settings``) of ``config``, float32.
+
+    In :data:`ADAPT_SETTINGS` order. Each value is rounded to float32 from its float64
+    value, as the numpy twins round it; ``realm.episodic`` is 1 or 0.
+    """
+    guard = config.guard
+    limit = guard.collapse * math.log(config.num_classes) if guard.collapse is not None else 0.0
+    values = {
+        **step_settings(config),
+        DIVERSITY_MARGIN_NAME: config.diversity_margin,
+        EMA_BETA_NAME: config.ema_beta,
+        EMA_NEW_NAME: 1 - config.ema_beta,
+        MAX_DRIFT_NAME: guard.max_drift or 0.0,
+        COLLAPSE_LIMIT_NAME: limit,
+        RECOVERY_LOSS_NAME: config.recovery_loss,
+        EPISODIC_NAME: 1.0 if config.episodic else 0.0,
+    }
+    return np.array([values[name] for name in ADAPT_SETTINGS], np.float32)
 
 
 @dataclass(frozen=True)

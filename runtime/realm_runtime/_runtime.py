@@ -83,8 +83,9 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
     artifacts without the adapt graph and as the reference the graph is checked against:
     ``"onnx-steps"`` over the portable forward and step graphs, and ``"ort-training"`` over
     the legacy ONNX Runtime training artifacts (onnxruntime-training 1.19.2, Python 3.11).
-    ``"auto"`` takes ``"onnx-steps"`` where ``overrides`` change a setting the adapt graph
-    was exported with (the graph holds them as constants).
+    ``overrides`` run in the adapt graph too: its settings are a state tensor
+    (``realm.settings``) that the runtime fills from its configuration (graphs exported
+    before it held them as constants: ``"auto"`` then takes ``"onnx-steps"``).
 
     The twin of ``realm_sdk.RealmAdapter``: the public methods, their locking and the step's
     bookkeeping (decisions, counters, reasons, state file) are :class:`OnlineAdaptation`'s, the
@@ -103,8 +104,7 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
         overrides: configuration fields to change on the device without re-exporting: those
             the twins apply (``lr``, ``lr_alpha_lambda``, ``momentum``,
             ``diversity_margin``, ``ema_beta``, ``entropy_margin``, ``episodic``, the
-            guardrails). The adapt graph holds the export's values: a changed one runs the
-            ``"onnx-steps"`` twin under ``"auto"``, and is refused by ``"onnx"``.
+            guardrails), on every backend (the adapt graph's ``realm.settings``).
         backend: ``"auto"``, ``"onnx"``, ``"onnx-steps"`` or ``"ort-training"``.
         session_config: ONNX Runtime session configuration entries for the backend's
             sessions, on top of :attr:`DEFAULT_SESSION_CONFIG` (an entry named in both takes
@@ -394,8 +394,10 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
         baked = self.manifest.config
         changed = sorted(k for k, v in overrides.items() if baked.get(k) != v)
         has_graph = bool(portable.get("step_model") and adapt.get("file"))
+        # Graphs exported before their settings were state hold them as constants.
+        fixed = changed if "settings" not in adapt else []
         if backend == "auto":
-            if has_graph and not changed and schedule is None:
+            if has_graph and not fixed and schedule is None:
                 return "onnx"
             return "onnx-steps" if portable.get("step_model") else "ort-training"
         if backend != "onnx":
@@ -412,11 +414,11 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
                 f"{self.directory}: backend='onnx' runs the one adapt graph, and these "
                 f"artifacts have none ({why}); use backend='onnx-steps', or re-export"
             )
-        if changed:
+        if fixed:
             raise ValueError(
-                f"the adapt graph holds the export's settings, and {changed} differ from them: "
-                "re-export with these values, or use backend='onnx-steps' to apply them at "
-                "run time"
+                f"this adapt graph holds the export's settings as constants (it was exported "
+                f"before realm.settings), and {fixed} differ from them: re-export, or use "
+                "backend='onnx-steps' to apply them at run time"
             )
         if schedule is not None:
             raise ValueError(
