@@ -17,10 +17,19 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import assert_same_state, export_digits, has_cuda, run_in_runtime_venv
+import torch
+from conftest import (
+    assert_same_state,
+    compare_twins,
+    export_digits,
+    has_cuda,
+    run_in_runtime_venv,
+)
+from torch import nn
 
 from realm_runtime import COUNTERS, Guardrails, RealmRuntime
 from realm_runtime.contract import ADAPT_KNOWN, ADAPT_WATCH
+from realm_sdk import RealmAdapter, RealmConfig
 from realm_tools import TOLERANCES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,6 +163,49 @@ def test_the_docs_way_to_change_a_setting_is_the_runtimes_override(digits_artifa
     np.testing.assert_allclose(flat[: want.size], want, rtol=0, atol=TOLERANCES["params"])
     away = np.concatenate([v.reshape(-1) for v in plain.trainable_parameters().values()])
     assert np.abs(away - want).max() > 100 * TOLERANCES["params"]  # the setting mattered
+
+
+class _PooledNet(nn.Module):
+    """Conv → GroupNorm → ReLU → MaxPool → Conv → GroupNorm → ReLU → mean → Linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1),
+            nn.GroupNorm(2, 8),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(8, 8, 3, padding=1),
+            nn.GroupNorm(2, 8),
+            nn.ReLU(),
+        )
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x).mean(dim=(2, 3)))
+
+
+def test_a_max_pooling_forward_pools_without_indices_and_updates_as_the_sdk(tmp_path):
+    """The forward pools as a forward-only graph does; the updating branch gets the indices."""
+    from realm_export import export_realm_artifacts
+
+    model = _PooledNet().eval()
+    config = RealmConfig.preset("cifar", num_classes=5, diversity_margin=0.9)
+    export_realm_artifacts(
+        model, tmp_path / "a", config=config, input_shape=(1, 3, 16, 16), training=False
+    )
+    graph = onnx.load(str(tmp_path / "a" / "adapt_model.onnx"), load_external_data=False).graph
+    pools = [n for n in graph.node if n.op_type == "MaxPool"]
+    assert [len(n.output) for n in pools] == [1]
+    (step,) = [n for n in graph.node if n.op_type == "If" and n.name == "adapt.step"]
+    then = next(a.g for a in step.attribute if a.name == "then_branch")
+    assert [len(n.output) for n in then.node if n.op_type == "MaxPool"] == [2]
+    rt = RealmRuntime(tmp_path / "a", threads=1)
+    assert rt.backend == "onnx"
+    xs = np.random.default_rng(0).standard_normal((60, 3, 16, 16)).astype(np.float32)
+    compare_twins(rt, RealmAdapter(model, config), xs)
+    assert 0 < rt.state.updates < 60
 
 
 def _runtime_value(runtime: RealmRuntime, name: str) -> np.ndarray:

@@ -129,6 +129,7 @@ def adapt_model(step: onnx.ModelProto, config: RealmConfig, source: np.ndarray) 
     graph = model.graph
     outputs = {o.name: o for o in graph.output}
     forward, branch = _split(graph, LOGITS_NAME)
+    forward, branch = _indices_in_the_branch(forward, branch)
 
     b = _Builder("adapt.const.")
     b.initializer(SAMPLE_WEIGHT_NAME, [1.0])  # a kept sample's weight; EATA's factor is inside
@@ -287,6 +288,33 @@ class _DriftNorm:
         sq = op("ReduceSum", [squares, b.const("axis0", [0], np.int64)], "sumsq", keepdims=0)
         norm0 = b.const("norm0", max(self.norm0, 1e-30))
         return op("Div", [op("Sqrt", [sq], "norm"), norm0], "drift")
+
+
+def _indices_in_the_branch(
+    forward: list[onnx.NodeProto], branch: list[onnx.NodeProto]
+) -> tuple[list[onnx.NodeProto], list[onnx.NodeProto]]:
+    """A max pooling's argmax indices, needed only by the backward, computed in the branch.
+
+    ONNX Runtime's ``MaxPool`` with its ``Indices`` output runs a generic kernel outside the
+    blocked (NCHWc) layout of the convolutions around it; without it, the forward's pooling
+    is the forward-only graph's. So the forward pools without indices, and the updating
+    branch pools again, with them, from the same input.
+    """
+    top, inside = [], []
+    for node in forward:
+        if node.op_type != "MaxPool" or len(node.output) < 2 or not node.output[1]:
+            top.append(node)
+            continue
+        pooled = onnx.NodeProto()
+        pooled.CopyFrom(node)
+        del pooled.output[1:]
+        top.append(pooled)
+        again = onnx.NodeProto()
+        again.CopyFrom(node)
+        again.name = f"{node.name}.with_indices"
+        again.output[0] = f"adapt.unused.{node.output[0]}"  # the same values as the forward's
+        inside.append(again)
+    return top, [*inside, *branch]
 
 
 def _step_branch(

@@ -271,8 +271,9 @@ def _runtime(
 ) -> Any:
     """A runtime of ``backend``; forced settings on "onnx" time its step graph (the twin's).
 
-    The adapt graph holds the export's settings, so a step forced by overrides runs the
-    portable step graph, the same forward and backward as the adapt graph's updating branch.
+    The speed table's "onnx" step is the portable step graph, the same forward and backward
+    as the adapt graph's updating branch, so that its figures stay those of one graph per
+    call; ``realm bench adapt`` times the adapt graph itself, skip and update.
     """
     if overrides and backend == "onnx":
         return factory(

@@ -36,7 +36,7 @@ _SERVER = textwrap.dedent("""
     def handle(request):
         op = request["op"]
         if op == "open":
-            forced = request["overrides"]  # the adapt graph holds the export's settings
+            forced = request["overrides"]  # timed on the step graph, as _bench._runtime
             runtimes[request["key"]] = RealmRuntime(
                 request["dir"],
                 threads=threads,
