@@ -367,7 +367,49 @@ def test_one_copy_of_the_weights_unless_a_standalone_inference_model_is_asked_fo
             with pytest.raises(Exception, match=re.escape("weights.bin")):
                 onnxruntime.InferenceSession(str(apart))
         logits[standalone] = onnxruntime.InferenceSession(str(path)).run(None, {"input": x})[0]
+        if not standalone:
+            _no_tensor_twice(directory)
     np.testing.assert_allclose(logits[False], logits[True], atol=1e-6)
+
+
+def test_a_classifier_held_transposed_is_stored_once(tmp_path):
+    """The step graph holds a linear layer's weight as Wᵀ, the inference graph as W: once."""
+    import onnxruntime
+
+    from realm_export import export_realm_artifacts
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3), nn.GroupNorm(4, 16), nn.ReLU(), nn.Flatten(), nn.Linear(16 * 36, 40)
+    ).eval()
+    config = RealmConfig.preset("cifar", num_classes=40)
+    directory = tmp_path / "a"
+    shape = (1, 3, 8, 8)
+    export_realm_artifacts(model, directory, config=config, input_shape=shape, training=False)
+    _no_tensor_twice(directory)
+    inference = onnx.load(str(directory / "inference_model.onnx"), load_external_data=False)
+    assert [n.op_type for n in inference.graph.node].count("Transpose") == 1
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    session = onnxruntime.InferenceSession(str(directory / "inference_model.onnx"))
+    got = session.run(None, {"input": x})
+    want = model(torch.from_numpy(x)).detach().numpy()
+    np.testing.assert_allclose(got[0], want, rtol=0, atol=1e-5)
+
+
+def _no_tensor_twice(directory: Path) -> None:
+    """weights.bin holds each tensor once: no two stored tensors equal, or equal transposed."""
+    section = json.loads((directory / "realm.json").read_text())["portable"]["weights"]
+    raw = (directory / section["file"]).read_bytes()
+    stored = {
+        (offset, tuple(shape)) for table in section["graphs"].values() for _, offset, shape in table
+    }
+    seen: dict[bytes, int] = {}
+    for offset, shape in sorted(stored):
+        size = 4 * int(np.prod(shape))
+        array = np.frombuffer(raw[offset : offset + size], "<f4").reshape(shape)
+        for layout in (array, array.T) if array.ndim == 2 else (array,):
+            key = np.ascontiguousarray(layout).tobytes()
+            assert seen.setdefault(key, offset) == offset, (offset, shape, seen[key])
 
 
 @pytest.mark.cuda

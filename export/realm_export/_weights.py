@@ -50,6 +50,7 @@ def save_with_shared_weights(
         step graph's shared bytes feed matrix products as constant operands (what ONNX
         Runtime would pre-pack into a second copy per session).
     """
+    _read_transposed(list(graphs.values()))
     stored: dict[str, int] = {}  # sha256 -> offset
     tables: dict[str, list[list[Any]]] = {}
     with open(directory / SHARED_WEIGHTS, "wb") as out:
@@ -79,6 +80,62 @@ def save_with_shared_weights(
         "gemm_bytes": _gemm_bytes(graphs.get("step_model"), tables.get("step_model", [])),
         "graphs": tables,
     }
+
+
+def _shared(tensor: onnx.TensorProto) -> bytes | None:
+    """The little-endian float32 bytes of a tensor the weights file would hold, else None."""
+    if (
+        tensor.data_type != onnx.TensorProto.FLOAT
+        or tensor.data_location == onnx.TensorProto.EXTERNAL
+    ):
+        return None
+    data = numpy_helper.to_array(tensor).astype("<f4", copy=False).tobytes()
+    return data if len(data) >= MIN_BYTES else None
+
+
+def _read_transposed(models: list[onnx.ModelProto]) -> None:
+    """A matrix an earlier graph holds transposed becomes ``Transpose`` of that layout.
+
+    The dynamo-exported graphs keep a linear layer's weight as ``Wᵀ`` (their matrix
+    product's layout), the inference graph as ``W``: the same weights in two layouts, which
+    the weights file would hold twice. Such a tensor is replaced by an initializer with the
+    earlier layout's bytes (stored once, by the caller) and a ``Transpose`` node that
+    ONNX Runtime folds when it loads the graph.
+    """
+    earlier: set[str] = set()
+    for model in models:
+        own: set[str] = set()
+        kept, added, nodes = [], [], []
+        for tensor in model.graph.initializer:
+            data = _shared(tensor)
+            if data is None:
+                kept.append(tensor)
+                continue
+            key = hashlib.sha256(data).hexdigest()
+            own.add(key)
+            flipped = (
+                np.ascontiguousarray(numpy_helper.to_array(tensor).astype("<f4").T)
+                if len(tensor.dims) == 2 and key not in earlier
+                else None
+            )
+            if flipped is None or hashlib.sha256(flipped.tobytes()).hexdigest() not in earlier:
+                kept.append(tensor)
+                continue
+            source = numpy_helper.from_array(flipped, f"{tensor.name}.transposed")
+            added.append(source)
+            nodes.append(
+                onnx.helper.make_node(
+                    "Transpose", [source.name], [tensor.name], name=f"{tensor.name}.transpose"
+                )
+            )
+        if nodes:
+            initializers = [*kept, *added]  # copies, taken before the fields are cleared
+            rest = list(model.graph.node)
+            del model.graph.initializer[:]
+            model.graph.initializer.extend(initializers)
+            del model.graph.node[:]
+            model.graph.node.extend([*nodes, *rest])
+        earlier |= own
 
 
 def _point_to(tensor: onnx.TensorProto, offset: int, length: int) -> None:
