@@ -353,12 +353,16 @@ OVERRIDDEN = {
 
 @pytest.mark.parametrize("case", list(OVERRIDDEN))
 def test_overrides_run_in_the_adapt_graph_as_the_sdk_runs_them(
-    case, digits_model, digits_stream, tmp_path
+    case, digits_artifacts, digits_model, digits_stream, tmp_path
 ):
     """Settings changed at run time: the graph, fed them, takes the SDK's steps."""
     method, overrides = OVERRIDDEN[case]
-    exported = export_digits(digits_model, tmp_path / "a", method=method)
-    rt = RealmRuntime(tmp_path / "a", threads=1, overrides=overrides)
+    if method == "realm":  # the session's export
+        directory, exported = digits_artifacts
+    else:
+        directory = tmp_path / "a"
+        exported = export_digits(digits_model, directory, method=method)
+    rt = RealmRuntime(directory, threads=1, overrides=overrides)
     assert rt.backend == "onnx"
     config = exported.with_overrides(**overrides)
     assert rt.config == config
@@ -372,10 +376,11 @@ def test_overrides_run_in_the_adapt_graph_as_the_sdk_runs_them(
         assert st.drift_clips > 0 and st.skipped_entropy < 120 - st.updates
 
 
-def test_a_graph_with_constant_settings_runs_overrides_on_the_twin(digits_model, tmp_path):
-    """Artifacts exported before the settings were inputs: "auto" runs the twin."""
+def test_a_graph_with_constant_settings_runs_overrides_on_the_twin(digits_artifacts, tmp_path):
+    """Artifacts exported before the settings were state: "auto" runs the twin."""
     directory = tmp_path / "a"
-    config = export_digits(digits_model, directory)
+    shutil.copytree(digits_artifacts[0], directory)
+    config = digits_artifacts[1]
     edit_manifest(directory, lambda data: data["adapt"].pop("settings"))
     changed = RealmRuntime(directory, threads=1, overrides={"lr": config.lr / 2})
     assert (changed.backend, changed.schedule) == ("onnx-steps", "infer-first")
