@@ -8,6 +8,8 @@ PYTEST_ARGS ?=
 # small CI machine; a file stays in one process (its module-scoped fixtures are built once).
 WORKERS ?= -n 2 --dist loadfile
 
+CLIENT := clients/js
+CLIENT_STAMP := $(CLIENT)/node_modules/.realm-tta-installed
 WEB    := examples/web
 WEB_STAMP := $(WEB)/node_modules/.realm-tta-installed
 NODE_APP := examples/node
@@ -56,9 +58,16 @@ format: $(STAMP)
 	$(BIN)/python -m ruff format .
 	$(BIN)/python -m ruff check --fix .
 
-# The browser client's packages (onnxruntime-web, playwright-core, typescript) from the npm
-# registry. Without npm the browser tests skip and say why; the rest of the suite still runs.
-web-deps: $(WEB_STAMP) $(NODE_STAMP)
+# The JavaScript client's and the examples' packages from the npm registry (the client's tests
+# and type check: fast-check, typescript; the page's: onnxruntime-web, playwright-core). Without
+# npm the JavaScript tests skip and say why; the rest of the suite still runs.
+web-deps: $(CLIENT_STAMP) $(WEB_STAMP) $(NODE_STAMP)
+
+$(CLIENT_STAMP): $(CLIENT)/package.json $(CLIENT)/package-lock.json
+	@if command -v npm >/dev/null; then \
+		{ npm ci --prefix $(CLIENT) --no-audit --no-fund --loglevel=error && touch $@; } || \
+		echo "npm ci failed: the JavaScript client's tests will be skipped"; \
+	else echo "npm not found: the JavaScript client's tests will be skipped"; fi
 
 $(WEB_STAMP): $(WEB)/package.json $(WEB)/package-lock.json
 	@if command -v npm >/dev/null; then \
@@ -88,4 +97,4 @@ web: $(STAMP) web-deps
 	$(BIN)/python $(WEB)/build_site.py --out build/web --serve
 
 clean:
-	rm -rf $(VENV) .venv-runtime $(VENV_CURRENT) build dist *.egg-info .pytest_cache .ruff_cache $(WEB)/node_modules $(NODE_APP)/node_modules
+	rm -rf $(VENV) .venv-runtime $(VENV_CURRENT) build dist *.egg-info .pytest_cache .ruff_cache $(CLIENT)/node_modules $(WEB)/node_modules $(NODE_APP)/node_modules

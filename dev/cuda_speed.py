@@ -27,8 +27,15 @@ import onnxruntime as ort
 import timm
 import torch
 
-from realm_export import export_realm_artifacts
+from realm_export import ExportOptions, export_realm_artifacts
 from realm_runtime import RealmRuntime, load_manifest
+from realm_runtime.contract import (
+    PARAMS_NAME,
+    SAMPLE_WEIGHT_NAME,
+    SOURCE_PARAMS_KEY,
+    STEP_MODEL_KEY,
+    VELOCITY_NAME,
+)
 from realm_sdk import RealmAdapter, RealmConfig
 
 STEPS, WARMUP = int(os.environ.get("STEPS", 30)), 5
@@ -58,18 +65,18 @@ def _profile(directory: Path, x: np.ndarray) -> dict:
     options.enable_profiling = True
     options.profile_file_prefix = f"/tmp/prof-{directory.name}"
     session = ort.InferenceSession(
-        str(directory / portable["step_model"]),
+        str(directory / portable[STEP_MODEL_KEY]),
         options,
         providers=PROVIDERS or ["CPUExecutionProvider"],
     )
-    source = np.load(directory / portable["source_params"])
+    source = np.load(directory / portable[SOURCE_PARAMS_KEY])
     feeds = {i.name: np.array(0.01, np.float32) for i in session.get_inputs() if not i.shape}
     feeds.update(
         {
             manifest.input.name: x,
-            "realm.sample_weight": np.ones(1, np.float32),
-            "realm.params": source,
-            "realm.velocity": np.zeros_like(source),
+            SAMPLE_WEIGHT_NAME: np.ones(1, np.float32),
+            PARAMS_NAME: source,
+            VELOCITY_NAME: np.zeros_like(source),
         }
     )
     for _ in range(6):
@@ -113,11 +120,13 @@ def main(out: str, names: list[str]) -> None:
         export_realm_artifacts(
             copy.deepcopy(model),
             directory,
-            config=config,
-            input_shape=(1, 3, 224, 224),
-            web=False,
-            training=False,
-            overwrite=True,
+            ExportOptions(
+                config=config,
+                input_shape=(1, 3, 224, 224),
+                web=False,
+                training=False,
+                overwrite=True,
+            ),
         )
         export_s = time.perf_counter() - start
         xs = rng.standard_normal((WARMUP + STEPS, 1, 3, 224, 224), dtype=np.float32)

@@ -12,8 +12,8 @@ import sys
 
 import torch
 
-from realm_sdk import RealmAdapter
-from realm_tools import CASES, build_case, decision_margin, make_stream
+from realm_sdk import RealmAdapter, decision_margin
+from realm_tools.parity import CASES, build_case, make_stream
 
 
 def _max_abs(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> tuple[float, str]:

@@ -1,9 +1,9 @@
 """Zero the GPU code of a shared library for every architecture but the ones kept.
 
-onnxruntime-gpu's CUDA provider (272 MB) carries its kernels for sm_75, 80, 86, 89, 90 and
-120 in the ``.nv_fatbin`` section. The CUDA driver loads the entry for the device's own
-architecture; zeroing the others keeps every header and offset as it was and lets the file
-compress from 247 MB (the wheel) to 56 MiB, under what the lent GPU machine's transfers take.
+onnxruntime-gpu's CUDA provider carries its kernels for sm_75, 80, 86, 89, 90 and 120 in the
+``.nv_fatbin`` section. The CUDA driver loads the entry for the device's own architecture;
+zeroing the others keeps every header and offset as it was and lets the file compress to a
+fraction of the wheel, under what the lent GPU machine's transfers take (docs/device/).
 Usage::
 
     python dev/prune_fatbin.py libonnxruntime_providers_cuda.so 90   # rewrites it in place

@@ -38,7 +38,7 @@ def _deterministic_threads():
 
 @pytest.fixture(scope="session")
 def digits():
-    from realm_tools import load_digits
+    from realm_tools.data import load_digits
 
     return load_digits()
 
@@ -52,7 +52,7 @@ def digits_cache_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def digits_model(digits, digits_cache_dir):
     """A briefly trained source model (6 epochs: good enough for behaviour, fast to make)."""
-    from realm_tools import train_digits_model
+    from realm_tools.models import train_digits_model
 
     return train_digits_model(digits, epochs=6, cache_dir=digits_cache_dir)
 
@@ -67,7 +67,7 @@ def export_digits(model, directory, *, ort_format=False, signing_key=None, **con
     """Export the digits model with the CIFAR preset (and overrides) into ``directory``,
     through the demo's own export (``realm_tools.export_digits_artifacts``)."""
     from realm_sdk import RealmConfig
-    from realm_tools import export_digits_artifacts
+    from realm_tools.demo import export_digits_artifacts
 
     preset = config_overrides.pop("preset", "cifar")
     config = RealmConfig.preset(preset, num_classes=10, **config_overrides)

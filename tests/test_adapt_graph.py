@@ -30,7 +30,7 @@ from torch import nn
 from realm_runtime import COUNTERS, Guardrails, RealmRuntime
 from realm_runtime.contract import ADAPT_KNOWN, ADAPT_WATCH
 from realm_sdk import RealmAdapter, RealmConfig
-from realm_tools import TOLERANCES
+from realm_tools.parity import TOLERANCES
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "adapt.md"
@@ -188,12 +188,14 @@ class _PooledNet(nn.Module):
 
 def test_a_max_pooling_forward_pools_without_indices_and_updates_as_the_sdk(tmp_path):
     """The forward pools as a forward-only graph does; the updating branch gets the indices."""
-    from realm_export import export_realm_artifacts
+    from realm_export import ExportOptions, export_realm_artifacts
 
     model = _PooledNet().eval()
     config = RealmConfig.preset("cifar", num_classes=5, diversity_margin=0.9)
     export_realm_artifacts(
-        model, tmp_path / "a", config=config, input_shape=(1, 3, 16, 16), training=False
+        model,
+        tmp_path / "a",
+        ExportOptions(config=config, input_shape=(1, 3, 16, 16), training=False),
     )
     graph = onnx.load(str(tmp_path / "a" / "adapt_model.onnx"), load_external_data=False).graph
     pools = [n for n in graph.node if n.op_type == "MaxPool"]
@@ -316,7 +318,7 @@ def test_the_ort_format_adapt_graph_takes_the_same_steps(digits_ort_artifacts, d
 
 
 def test_the_adapt_benchmark_runs_the_rates_it_names():
-    from realm_tools import bench_adapt, format_adapt_costs, machine_peak
+    from realm_tools.bench import bench_adapt, format_adapt_costs, machine_peak
 
     peak = machine_peak(1, n=256, repeats=1)
     row = bench_adapt(
@@ -335,7 +337,7 @@ def test_one_copy_of_the_weights_unless_a_standalone_inference_model_is_asked_fo
 ):
     import onnxruntime
 
-    from realm_export import export_realm_artifacts
+    from realm_export import ExportOptions, export_realm_artifacts
     from realm_runtime import RealmConfig
 
     x = _stream(digits, "shifted", overflow=False)[:1]
@@ -346,10 +348,12 @@ def test_one_copy_of_the_weights_unless_a_standalone_inference_model_is_asked_fo
         export_realm_artifacts(
             digits_model,
             directory,
-            config=config,
-            input_shape=(1, 1, 32, 32),
-            standalone_inference=standalone,
-            training=False,
+            ExportOptions(
+                config=config,
+                input_shape=(1, 1, 32, 32),
+                standalone_inference=standalone,
+                training=False,
+            ),
         )
         path = directory / "inference_model.onnx"
         model = onnx.load(str(path), load_external_data=False)
@@ -376,7 +380,7 @@ def test_a_classifier_held_transposed_is_stored_once(tmp_path):
     """The step graph holds a linear layer's weight as Wᵀ, the inference graph as W: once."""
     import onnxruntime
 
-    from realm_export import export_realm_artifacts
+    from realm_export import ExportOptions, export_realm_artifacts
 
     torch.manual_seed(0)
     model = nn.Sequential(
@@ -385,7 +389,9 @@ def test_a_classifier_held_transposed_is_stored_once(tmp_path):
     config = RealmConfig.preset("cifar", num_classes=40)
     directory = tmp_path / "a"
     shape = (1, 3, 8, 8)
-    export_realm_artifacts(model, directory, config=config, input_shape=shape, training=False)
+    export_realm_artifacts(
+        model, directory, ExportOptions(config=config, input_shape=shape, training=False)
+    )
     _no_tensor_twice(directory)
     inference = onnx.load(str(directory / "inference_model.onnx"), load_external_data=False)
     assert [n.op_type for n in inference.graph.node].count("Transpose") == 1

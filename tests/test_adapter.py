@@ -323,7 +323,7 @@ def test_wrong_num_classes_is_named(digits_model):
 
 
 def test_online_smoke_on_shifted_digits(digits, digits_model):
-    from realm_tools import run_online
+    from realm_tools.bench import run_online
 
     x, y = digits.stream("gaussian_noise", 5, seed=0)
     x, y = x[:300], y[:300]

@@ -11,16 +11,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from realm_tools import (
+from realm_tools.bench import (
     bench_model,
     block_ratios,
-    build_model,
     count_flops,
     format_speed,
     machine_peak,
-    main,
     take_turns,
 )
+from realm_tools.cli import main
+from realm_tools.models import build_model
 
 
 @pytest.mark.parametrize("kind", ["conv", "linear"])
@@ -51,8 +51,8 @@ def test_cpu_attention_is_counted():
 def test_machine_peak_is_sane():
     peak = machine_peak(1, n=256, repeats=2)
     assert peak.measured_gflops > 0 and peak.cores == 1
-    # Both libraries timed (MKL's torch.mm ran at half MLAS's rate on an AMD Zen 5), the
-    # fastest counts.
+    # Both libraries timed (MKL's torch.mm can run far below MLAS on AMD CPUs), the fastest
+    # counts.
     assert set(peak.by_library) == {"torch.mm", "onnxruntime MatMul"}
     assert peak.measured_gflops == max(peak.by_library.values())
     if peak.theoretical_gflops is not None:
@@ -125,7 +125,7 @@ def test_speed_cli_quick_json(tmp_path, capsys):
         for call in ("predict", "step"):
             achieved = row[f"{side}_{call}_achieved"]
             # Not ≤ 1: the peak is a matmul probe timed in its own moment, and on a shared
-            # machine it can run slower than the graph did (152 % seen when torch.mm alone set it).
+            # machine it can run slower than the graph did (seen when torch.mm alone set it).
             assert 0 < achieved < 10
             floor = row[f"{call}_floor_ms"]
             assert achieved == pytest.approx(floor / row[f"{side}_{call}_ms"])

@@ -96,16 +96,19 @@ def test_runtime_save_restore_continue_equals_uninterrupted(
 @pytest.mark.parametrize("side", ["onnx", "ort-training", "sdk"])
 def test_save_restore_continue_is_identical_on_each_side(side, tmp_path):
     """The same on a parity case (ImageNet preset: momentum 0.9, C = λ), in each twin."""
-    from realm_export import export_realm_artifacts
+    from realm_export import ExportOptions, export_realm_artifacts
     from realm_sdk import RealmConfig
-    from realm_tools import CASES, MODELS, make_stream
+    from realm_tools.models import MODELS
+    from realm_tools.parity import CASES, make_stream
 
     case = next(c for c in CASES if c.name == "digits-imagenet-realm")
     spec = MODELS[case.model]
     shape, classes = spec.input_shape, spec.classes
     model = spec.build()
     config = RealmConfig.preset(case.preset, num_classes=classes, **case.overrides)
-    export_realm_artifacts(model, tmp_path / "a", config=config, input_shape=(1, *shape))
+    export_realm_artifacts(
+        model, tmp_path / "a", ExportOptions(config=config, input_shape=(1, *shape))
+    )
     stream = make_stream(case, shape)
 
     def make():

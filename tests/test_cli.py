@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from realm_tools import main
+from realm_tools.cli import main
 
 
 def test_unknown_corruption_is_refused(capsys):

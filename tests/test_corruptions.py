@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from realm_tools import CORRUPTIONS, corrupt
+from realm_tools.data import CORRUPTIONS, corrupt
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def test_bad_arguments(images):
 
 
 def test_digits_split_is_stratified_and_deterministic(digits):
-    from realm_tools import load_digits
+    from realm_tools.data import load_digits
 
     again = load_digits()
     np.testing.assert_array_equal(digits.test_y, again.test_y)

@@ -16,6 +16,7 @@ from conftest import last_line_in_a_fresh_interpreter
 from torch import nn
 
 from realm_export import (
+    ExportOptions,
     UnsupportedModelError,
     ValidationError,
     export_realm_artifacts,
@@ -23,7 +24,7 @@ from realm_export import (
 from realm_runtime import ArtifactError, load_manifest
 from realm_runtime.contract import ADAPT_SETTINGS, ALPHA_NAME, LAMBDA_NAME
 from realm_sdk import RealmAdapter, RealmConfig
-from realm_tools import DigitsGNNet
+from realm_tools.models import DigitsGNNet
 
 timm = pytest.importorskip("timm")
 
@@ -129,7 +130,9 @@ def test_fast_models_export_and_validate(name, tmp_path):
     model = make()
     for preset in ("cifar", "imagenet"):
         config = RealmConfig.preset(preset, num_classes=classes)
-        info = export_realm_artifacts(model, tmp_path / preset, config=config, input_shape=shape)
+        info = export_realm_artifacts(
+            model, tmp_path / preset, ExportOptions(config=config, input_shape=shape)
+        )
         _check_artifacts(info, model, config, tmp_path)
         assert info.validation.passed
         print(f"{name}/{preset}: {info.seconds:.1f} s\n{info.validation.table()}")
@@ -142,7 +145,9 @@ def test_large_models_export_and_validate(name, tmp_path):
     torch.manual_seed(0)
     model = make()
     config = RealmConfig.preset("imagenet", num_classes=classes)
-    info = export_realm_artifacts(model, tmp_path / "a", config=config, input_shape=shape)
+    info = export_realm_artifacts(
+        model, tmp_path / "a", ExportOptions(config=config, input_shape=shape)
+    )
     _check_artifacts(info, model, config, tmp_path)
     print(f"{name}: {info.seconds:.1f} s\n{info.validation.table()}")
 
@@ -152,7 +157,7 @@ def test_baseline_methods_train_only_norm_parameters(method, tmp_path):
     model = DigitsGNNet()
     config = RealmConfig.preset("cifar", num_classes=10, method=method)
     info = export_realm_artifacts(
-        model, tmp_path / method, config=config, input_shape=(1, 1, 32, 32)
+        model, tmp_path / method, ExportOptions(config=config, input_shape=(1, 1, 32, 32))
     )
     _check_artifacts(info, model, config, tmp_path)
     assert ALPHA_NAME not in info.trainable
@@ -164,8 +169,9 @@ def test_model_is_not_modified(tmp_path):
     export_realm_artifacts(
         model,
         tmp_path / "a",
-        config=RealmConfig.preset("cifar", num_classes=10),
-        input_shape=(1, 1, 32, 32),
+        ExportOptions(
+            config=RealmConfig.preset("cifar", num_classes=10), input_shape=(1, 1, 32, 32)
+        ),
     )
     assert model.training
     assert all(p.requires_grad for p in model.parameters())
@@ -176,7 +182,9 @@ def test_model_is_not_modified(tmp_path):
 def test_artifacts_load_with_onnxruntime_alone(tmp_path):
     model = DigitsGNNet()
     config = RealmConfig.preset("cifar", num_classes=10)
-    info = export_realm_artifacts(model, tmp_path / "a", config=config, input_shape=(1, 1, 32, 32))
+    info = export_realm_artifacts(
+        model, tmp_path / "a", ExportOptions(config=config, input_shape=(1, 1, 32, 32))
+    )
     x = np.random.default_rng(0).standard_normal((1, 1, 32, 32)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     script = textwrap.dedent(f"""
@@ -212,9 +220,11 @@ def test_manifest_describes_the_export(tmp_path):
     info = export_realm_artifacts(
         model,
         tmp_path / "a",
-        config=RealmConfig.preset("imagenet", num_classes=10),
-        input_shape=(1, 3, 64, 64),
-        model_info={"name": "timm:resnet18"},
+        ExportOptions(
+            config=RealmConfig.preset("imagenet", num_classes=10),
+            input_shape=(1, 3, 64, 64),
+            model_info={"name": "timm:resnet18"},
+        ),
     )
     m = info.manifest
     assert m.input.shape == ["batch", 3, 64, 64] and m.input.dtype == "float32"
@@ -261,8 +271,9 @@ def test_tampered_or_truncated_artifacts_are_named(tmp_path):
     info = export_realm_artifacts(
         DigitsGNNet(),
         tmp_path / "a",
-        config=RealmConfig.preset("cifar", num_classes=10),
-        input_shape=(1, 1, 32, 32),
+        ExportOptions(
+            config=RealmConfig.preset("cifar", num_classes=10), input_shape=(1, 1, 32, 32)
+        ),
     )
     ckpt = info.files["checkpoint"]
     data = ckpt.read_bytes()
@@ -311,20 +322,26 @@ CFG10 = RealmConfig.preset("cifar", num_classes=10)
 def test_control_flow_fails_validation_with_the_reason_and_writes_nothing(tmp_path):
     out = tmp_path / "a"
     with pytest.raises(ValidationError, match="Python booleans") as err:
-        export_realm_artifacts(_Branchy(), out, config=CFG10, input_shape=(1, 3, 16, 16))
+        export_realm_artifacts(
+            _Branchy(), out, ExportOptions(config=CFG10, input_shape=(1, 3, 16, 16))
+        )
     assert "logits" in str(err.value) and not err.value.report.passed
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
 def test_failed_export_leaves_an_existing_directory_untouched(tmp_path):
     out = tmp_path / "a"
-    export_realm_artifacts(DigitsGNNet(), out, config=CFG10, input_shape=(1, 1, 32, 32))
+    export_realm_artifacts(
+        DigitsGNNet(), out, ExportOptions(config=CFG10, input_shape=(1, 1, 32, 32))
+    )
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     with pytest.raises(FileExistsError):
-        export_realm_artifacts(DigitsGNNet(), out, config=CFG10, input_shape=(1, 1, 32, 32))
+        export_realm_artifacts(
+            DigitsGNNet(), out, ExportOptions(config=CFG10, input_shape=(1, 1, 32, 32))
+        )
     with pytest.raises(ValidationError):
         export_realm_artifacts(
-            _Branchy(), out, config=CFG10, input_shape=(1, 3, 16, 16), overwrite=True
+            _Branchy(), out, ExportOptions(config=CFG10, input_shape=(1, 3, 16, 16), overwrite=True)
         )
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert [p.name for p in tmp_path.iterdir()] == ["a"]
@@ -345,12 +362,14 @@ def test_ops_without_gradient_or_onnx_form_are_named(fn, message, tmp_path):
     it can be (issue 25)."""
     with pytest.raises(UnsupportedModelError, match=message):
         export_realm_artifacts(
-            _WithOp(fn), tmp_path / "a", config=CFG10, input_shape=(1, 3, 16, 16), training=True
+            _WithOp(fn),
+            tmp_path / "a",
+            ExportOptions(config=CFG10, input_shape=(1, 3, 16, 16), training=True),
         )
     assert list(tmp_path.iterdir()) == []
     try:
         info = export_realm_artifacts(
-            _WithOp(fn), tmp_path / "b", config=CFG10, input_shape=(1, 3, 16, 16)
+            _WithOp(fn), tmp_path / "b", ExportOptions(config=CFG10, input_shape=(1, 3, 16, 16))
         )
     except UnsupportedModelError as exc:  # no graph at all: the op, in one sentence
         assert re.search(message, str(exc)) and "\n" not in str(exc)
@@ -361,18 +380,23 @@ def test_ops_without_gradient_or_onnx_form_are_named(fn, message, tmp_path):
 def test_model_without_norm_layers_is_refused(tmp_path):
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(4 * 14 * 14, 10))
     with pytest.raises(UnsupportedModelError, match="no normalisation layer"):
-        export_realm_artifacts(model, tmp_path / "a", config=CFG10, input_shape=(1, 3, 16, 16))
+        export_realm_artifacts(
+            model, tmp_path / "a", ExportOptions(config=CFG10, input_shape=(1, 3, 16, 16))
+        )
 
 
 def test_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="input_shape"):
-        export_realm_artifacts(DigitsGNNet(), tmp_path / "a", config=CFG10, input_shape=(32, 32.0))
+        export_realm_artifacts(
+            DigitsGNNet(), tmp_path / "a", ExportOptions(config=CFG10, input_shape=(32, 32.0))
+        )
     with pytest.raises(UnsupportedModelError, match=r"logits of shape \(1, 7\)"):
         export_realm_artifacts(
             DigitsGNNet(),
             tmp_path / "a",
-            config=RealmConfig.preset("cifar", num_classes=7),
-            input_shape=(1, 1, 32, 32),
+            ExportOptions(
+                config=RealmConfig.preset("cifar", num_classes=7), input_shape=(1, 1, 32, 32)
+            ),
         )
 
 
@@ -432,14 +456,15 @@ def test_the_first_export_of_a_process_frees_the_model(tmp_path):
     """
     script = (
         "import gc, sys, weakref\n"
-        "from realm_export import export_realm_artifacts\n"
+        "from realm_export import ExportOptions, export_realm_artifacts\n"
         "from realm_runtime import RealmConfig\n"
-        "from realm_tools import build_model\n"
+        "from realm_tools.models import build_model\n"
         "assert 'onnxruntime' not in sys.modules\n"
         "model, shape, classes = build_model('digits')\n"
         "config = RealmConfig.preset('cifar', num_classes=classes)\n"
         "ref = weakref.ref(model)\n"
-        "export_realm_artifacts(model, sys.argv[1], config=config, input_shape=(1, *shape))\n"
+        "options = ExportOptions(config=config, input_shape=(1, *shape))\n"
+        "export_realm_artifacts(model, sys.argv[1], options)\n"
         "del model\n"
         "gc.collect()\n"
         "print('freed' if ref() is None else 'alive')\n"

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 import torch
 
-from realm_tools import main
+from realm_tools.cli import main
 
 USER_MODEL = textwrap.dedent("""
     import torch

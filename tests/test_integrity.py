@@ -97,6 +97,6 @@ def test_an_old_or_oversized_manifest_is_named(digits_artifacts, tmp_path):
     with pytest.raises(ArtifactError, match=r"version 1 is not supported .* re-export"):
         RealmRuntime(copy)
     with open(copy / "realm.json", "wb") as handle:
-        handle.truncate(17 * 2**20)  # sparse: no 17 MiB actually written
+        handle.truncate(17 * 2**20)  # sparse: nothing is actually written
     with pytest.raises(ArtifactError, match=r"more than the .* this file can hold"):
         RealmRuntime(copy)

@@ -1,7 +1,7 @@
 """The Node.js edge app (examples/node) against RealmRuntime's numpy twin, step for step.
 
-The app runs the one adapt graph on the current onnxruntime-node with the browser's client
-module (examples/web/realm-adapt.js), which knows only the manifest's ``adapt`` section and
+The app runs the one adapt graph on the current onnxruntime-node with the browser page's
+client (clients/js/adapt-client.js), which knows only the manifest's ``adapt`` section and
 does no decision arithmetic of its own. Compared on the same artifacts and stream:
 each sample's prediction, decision and reason, α and λ, and at the end the parameters, the
 momentum, the EMA and the counters (from the app's checkpoint, restored into RealmRuntime).
@@ -21,7 +21,8 @@ import pytest
 from conftest import assert_same_state, edit_manifest, export_digits, flip, manifest_offset
 
 from realm_runtime import Guardrails, RealmRuntime
-from realm_tools import TOLERANCES, write_stream_folder
+from realm_tools.demo import write_stream_folder
+from realm_tools.parity import TOLERANCES
 
 NODE_APP = Path(__file__).resolve().parents[1] / "examples" / "node"
 SAMPLES = 100  # ≥ 100 steps of every method's trajectory

@@ -140,7 +140,7 @@ def test_timm_norm_subclasses_are_found():
 
 
 def test_digits_model_adapts_its_eight_groupnorms():
-    from realm_tools import DigitsGNNet
+    from realm_tools.models import DigitsGNNet
 
     # stem + stages of 2, 2, 2 and 1 conv blocks, each conv followed by a GroupNorm: 8 layers.
     names = norm_affine_names(DigitsGNNet())

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from conftest import has_cuda
 
-from realm_tools import (
+from realm_tools.parity import (
+    BACKENDS,
     CASES,
     OVERFLOW_INPUT,
-    PARITY_BACKENDS,
     TIE_MARGIN,
     ParityCase,
     format_reports,
@@ -29,7 +29,7 @@ FAST = [c for c in CASES if not c.slow]
 SLOW = [c for c in CASES if c.slow]
 
 
-def _check(case: ParityCase, reports, backends=PARITY_BACKENDS) -> None:
+def _check(case: ParityCase, reports, backends=BACKENDS) -> None:
     print(format_reports(reports))
     assert [r.backend for r in reports] == list(backends)
     for report in reports:
@@ -122,7 +122,7 @@ def test_judge_step(runtime, sdk, margin, input_max, verdict):
 
 
 def test_parity_cli_writes_the_table(tmp_path, capsys):
-    from realm_tools import main
+    from realm_tools.cli import main
 
     out = tmp_path / "parity"
     code = main(

@@ -17,7 +17,7 @@ import torch
 from conftest import edit_manifest
 from torch import nn
 
-from realm_export import export_realm_artifacts
+from realm_export import ExportOptions, export_realm_artifacts
 from realm_runtime import ArtifactError, RealmRuntime
 from realm_sdk import RealmAdapter, RealmConfig
 
@@ -51,7 +51,9 @@ def test_resnet_d_exports_on_both_paths(tmp_path):
     torch.manual_seed(0)
     model = timm.create_model("resnet26d", pretrained=False, norm_layer=GroupNorm, num_classes=10)
     config = RealmConfig.preset("imagenet", num_classes=10)
-    info = export_realm_artifacts(model, tmp_path / "a", config=config, input_shape=(1, 3, 64, 64))
+    info = export_realm_artifacts(
+        model, tmp_path / "a", ExportOptions(config=config, input_shape=(1, 3, 64, 64))
+    )
     assert info.validation.passed and info.portable_validation.passed
     assert info.portable_error is None
     print(info.validation.table(), info.portable_validation.table(), sep="\n")
@@ -75,7 +77,9 @@ def test_batchnorm_with_batch_statistics_is_exact(tmp_path):
     torch.manual_seed(0)
     model = _BatchStatsNet().eval()
     config = RealmConfig.preset("cifar", num_classes=5, diversity_margin=0.95)
-    info = export_realm_artifacts(model, tmp_path / "a", config=config, input_shape=(1, 3, 32, 32))
+    info = export_realm_artifacts(
+        model, tmp_path / "a", ExportOptions(config=config, input_shape=(1, 3, 32, 32))
+    )
     assert info.portable_error is None and info.portable_validation.passed
     rt = _steps_agree(tmp_path / "a", model, config)
     assert rt.state.updates > 0
@@ -104,7 +108,9 @@ def test_a_model_the_portable_export_cannot_handle_keeps_the_training_path(tmp_p
     torch.manual_seed(0)
     model = _Volumetric().eval()
     config = RealmConfig.preset("cifar", num_classes=5)
-    info = export_realm_artifacts(model, tmp_path / "a", config=config, input_shape=(1, 1, 8, 8, 8))
+    info = export_realm_artifacts(
+        model, tmp_path / "a", ExportOptions(config=config, input_shape=(1, 1, 8, 8, 8))
+    )
     reason = info.portable_error
     assert reason is not None and "max_pool3d_with_indices_backward" in reason, reason
     assert "\n" not in reason  # one sentence
@@ -142,11 +148,13 @@ def test_training_graph_errors_are_named_not_raw(tmp_path):
     shape = (1, 3, 16, 16)
     with pytest.raises(UnsupportedModelError, match="ConvTransposeGrad") as caught:
         export_realm_artifacts(
-            model, tmp_path / "a", config=config, input_shape=shape, training=True
+            model, tmp_path / "a", ExportOptions(config=config, input_shape=shape, training=True)
         )
     assert "\n" not in str(caught.value) and "onnxruntime_src" not in str(caught.value)
     assert not (tmp_path / "a").exists() and not list(tmp_path.iterdir())
-    info = export_realm_artifacts(model, tmp_path / "b", config=config, input_shape=shape)
+    info = export_realm_artifacts(
+        model, tmp_path / "b", ExportOptions(config=config, input_shape=shape)
+    )
     assert "ConvTransposeGrad" in info.training_error and "\n" not in info.training_error
     assert info.portable_validation.passed
     _steps_agree(tmp_path / "b", model, config, steps=4, shape=shape)
@@ -175,7 +183,9 @@ def test_portable_export_can_be_switched_off(tmp_path):
     model = _BatchStatsNet().eval()
     config = RealmConfig.preset("cifar", num_classes=5)
     info = export_realm_artifacts(
-        model, tmp_path / "a", config=config, input_shape=(1, 3, 8, 8), portable=False
+        model,
+        tmp_path / "a",
+        ExportOptions(config=config, input_shape=(1, 3, 8, 8), portable=False),
     )
     assert info.manifest.portable == {} and "step_model" not in info.files
     assert RealmRuntime(tmp_path / "a").backend == "ort-training"
@@ -259,7 +269,9 @@ def test_export_without_the_training_build(tmp_path):
     model = _BatchStatsNet().eval()
     config = RealmConfig.preset("cifar", num_classes=5, diversity_margin=0.95)
     info = export_realm_artifacts(
-        model, tmp_path / "a", config=config, input_shape=(1, 3, 16, 16), training=False
+        model,
+        tmp_path / "a",
+        ExportOptions(config=config, input_shape=(1, 3, 16, 16), training=False),
     )
     assert info.validation is None and info.portable_validation.passed
     names = set(info.manifest.files)
@@ -273,10 +285,7 @@ def test_export_without_the_training_build(tmp_path):
         export_realm_artifacts(
             model,
             tmp_path / "b",
-            config=config,
-            input_shape=(1, 3, 8, 8),
-            training=False,
-            portable=False,
+            ExportOptions(config=config, input_shape=(1, 3, 8, 8), training=False, portable=False),
         )
 
 
@@ -322,9 +331,8 @@ def _config_entry(rt, key, x):
 def test_sessions_stop_spinning_after_a_run_unless_told_otherwise(digits_artifacts, digits_stream):
     """Both graphs' sessions carry DEFAULT_SESSION_CONFIG; session_config overrides it.
 
-    ORT's workers spinning on after a Run took the cores from the runtime's next graph (the
-    infer-first schedule's forward then step: 145-161 ms a sample instead of 93-94 on
-    resnet50_gn); the entry is read back from the sessions ONNX Runtime made.
+    ORT's workers spinning on after a Run took the cores from the runtime's next graph
+    (docs/BENCHMARKS.md); the entry is read back from the sessions ONNX Runtime made.
     """
     key = "session.force_spinning_stop"
     assert dict(RealmRuntime.DEFAULT_SESSION_CONFIG) == {key: "1"}
@@ -335,7 +343,7 @@ def test_sessions_stop_spinning_after_a_run_unless_told_otherwise(digits_artifac
 
 
 def test_onnx_sessions_share_one_arena_unless_told_otherwise(digits_artifacts, digits_stream):
-    """The onnx backend's sessions allocate from ORT's shared CPU arena (vit_base: −346 MB).
+    """The onnx backend's sessions allocate from ORT's shared CPU arena (less peak memory).
 
     Two runtimes, one on the shared arena and one with an arena per session, run the same
     stream side by side (so the shared arena is in use by the other sessions meanwhile) and
@@ -416,12 +424,12 @@ def _options(config):
 
 
 def test_gemm_heavy_weights_make_lean_sessions(digits_artifacts, digits_stream, tmp_path):
-    """Where over 64 MiB of weights feed matrix products: no pre-packing, no memory pattern.
+    """Where many weights feed matrix products: no pre-packing, no memory pattern.
 
-    ORT's pre-packed copies would double a transformer's weights per session (vit_base: 549
-    instead of 1387 MB). The rule reads the manifest's ``gemm_bytes``; the same stream takes
-    the same decisions (plain and pre-packed GEMM kernels sum in another order: logits within
-    1e-5), and session_config still decides where it names the entry.
+    ORT's pre-packed copies would double a transformer's weights per session. The rule reads
+    the manifest's ``gemm_bytes``; the same stream takes the same decisions (plain and
+    pre-packed GEMM kernels sum in another order: logits within 1e-5), and session_config
+    still decides where it names the entry.
     """
     key = "session.disable_prepacking"
     copy = tmp_path / "gemm-heavy"
@@ -543,10 +551,9 @@ def test_ort_format_needs_the_portable_graph_and_a_working_converter(
         export_realm_artifacts(
             digits_model,
             tmp_path / "a",
-            config=config,
-            input_shape=(1, 1, 32, 32),
-            portable=False,
-            ort_format=True,
+            ExportOptions(
+                config=config, input_shape=(1, 1, 32, 32), portable=False, ort_format=True
+            ),
         )
     import subprocess
 
@@ -564,10 +571,7 @@ def test_ort_format_needs_the_portable_graph_and_a_working_converter(
         export_realm_artifacts(
             digits_model,
             tmp_path / "b",
-            config=config,
-            input_shape=(1, 1, 32, 32),
-            ort_format=True,
-            web=False,
+            ExportOptions(config=config, input_shape=(1, 1, 32, 32), ort_format=True, web=False),
         )
     assert not (tmp_path / "b").exists()  # nothing half-written
     assert [p.name for p in tmp_path.iterdir()] == []

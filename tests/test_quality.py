@@ -6,14 +6,14 @@ import json
 
 import numpy as np
 
-from realm_tools import (
+from realm_tools.bench import (
     QUALITY_METHODS,
     bench_quality,
     plot_quality,
     quality_table,
     runs_to_json,
-    train_digits_model,
 )
+from realm_tools.models import train_digits_model
 
 
 def test_quality_bench_outputs(digits_model, tmp_path):
@@ -46,7 +46,7 @@ def test_quality_bench_outputs(digits_model, tmp_path):
 def test_quick_cli_writes_table_json_and_plots(tmp_path, digits_model, digits_cache_dir):
     # --quick's source model is the 6-epoch one of the digits_model fixture, under its own
     # cache name: the session has trained it already, so the smoke run costs seconds.
-    from realm_tools import QUICK_EPOCHS, QUICK_LIMIT, main
+    from realm_tools.cli import QUICK_EPOCHS, QUICK_LIMIT, main
 
     out = tmp_path / "q"
     cached = [f"digits_gn_e{QUICK_EPOCHS}_s0.safetensors"]
@@ -67,7 +67,7 @@ def test_quick_cli_writes_table_json_and_plots(tmp_path, digits_model, digits_ca
         assert 0 <= r["accuracy"] <= 100 and 0 <= r["clean_after"] <= 100
         assert len(r["online_accuracy"]) == QUICK_LIMIT
         assert 0 <= r["updates"] <= QUICK_LIMIT
-    # The short-trained source model is a classifier: far above chance (10 %) on clean data.
+    # The short-trained source model is a classifier: far above chance (1 in 10) on clean data.
     assert all(r["clean_after"] > 80 for r in runs if r["method"] == "none")
     table = (out / "quality.md").read_text()
     assert "| REALM (runtime) |" in table and "clean after" in table

@@ -11,7 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from realm_tools import (
+from realm_tools.bench import bench_quality, quality_table, runs_from_json, runs_to_json
+from realm_tools.data import (
     CIFAR10_MEAN,
     CIFAR10_STD,
     IMAGENET_MEAN,
@@ -20,14 +21,10 @@ from realm_tools import (
     ImageNetC,
     LazyImages,
     ShiftDataset,
-    bench_quality,
     load_cifar10c,
     load_imagenetc,
-    quality_table,
-    runs_from_json,
-    runs_to_json,
-    source_model,
 )
+from realm_tools.models import source_model
 
 PER_SEVERITY = 8  # images per severity in the CIFAR-10-C fixture
 FIXED_PIXEL = (17, 130, 255)  # RGB of pixel (10, 10) in every fixture image
@@ -388,7 +385,7 @@ def test_source_model_loads_checks_and_refuses_weights(tmp_path):
 
 
 def test_cli_quality_on_cifar10c_fixture(cifar_root, tmp_path, capsys):
-    from realm_tools import main
+    from realm_tools.cli import main
 
     out = tmp_path / "q"
     argv = ["bench", "quality", "--dataset", "cifar10c", "--data-root", str(cifar_root)]
@@ -414,7 +411,7 @@ def test_cli_quality_on_cifar10c_fixture(cifar_root, tmp_path, capsys):
 
 
 def test_cli_streams_on_data_without_a_clean_split_leave_junk_out(cifar_root, tmp_path, capsys):
-    from realm_tools import main
+    from realm_tools.cli import main
 
     out = tmp_path / "s"
     argv = ["bench", "quality", "--dataset", "cifar10c", "--data-root", str(cifar_root)]
@@ -450,7 +447,7 @@ def test_cli_streams_on_data_without_a_clean_split_leave_junk_out(cifar_root, tm
     ],
 )  # fmt: skip
 def test_cli_quality_refuses_incomplete_real_data_runs(cifar_root, capsys, extra, message):
-    from realm_tools import main
+    from realm_tools.cli import main
 
     argv = ["bench", "quality", "--dataset", "cifar10c", "--data-root", str(cifar_root), *extra]
     assert main([*argv, "--no-progress"]) == 2
@@ -458,7 +455,7 @@ def test_cli_quality_refuses_incomplete_real_data_runs(cifar_root, capsys, extra
 
 
 def test_cli_quality_refuses_real_data_flags_on_digits(capsys):
-    from realm_tools import main
+    from realm_tools.cli import main
 
     assert main(["bench", "quality", "--data-root", "x"]) == 2
     assert "are for --dataset cifar10c or imagenetc" in capsys.readouterr().err

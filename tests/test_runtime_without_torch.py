@@ -13,6 +13,9 @@ code changes), so ``make test`` pays for the install once.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -151,7 +154,7 @@ def test_ort_format_graphs_load_on_the_newest_onnxruntime(
 
 def test_speed_bench_times_the_newest_onnxruntime_too(runtime_python, tmp_path):
     """`realm bench speed --runtime-python`: a row for the onnx backend on the newest ORT."""
-    from realm_tools import bench_model, machine_peak
+    from realm_tools.bench import bench_model, machine_peak
 
     rows = bench_model(
         "digits",
@@ -175,7 +178,7 @@ def test_speed_bench_times_the_newest_onnxruntime_too(runtime_python, tmp_path):
 
 def test_external_runtime_server_names_what_failed(runtime_python, tmp_path):
     """The bench's other-interpreter side: a bad request or a dead server is a clear error."""
-    from realm_tools import ExternalRuntime
+    from realm_tools.bench import ExternalRuntime
 
     xs = np.zeros((2, 1, 8, 8), np.float32)
     with ExternalRuntime(str(runtime_python), xs, threads=1) as server:
@@ -191,3 +194,26 @@ def test_external_runtime_server_names_what_failed(runtime_python, tmp_path):
         ExternalRuntime(str(dead), xs, threads=1)
     with pytest.raises(RuntimeError, match="imported torch"):  # the dev venv: training build
         ExternalRuntime(sys.executable, xs, threads=1)
+
+
+def test_the_runtime_workers_start_in_the_torch_free_venv(
+    runtime_python, digits_artifacts, digits_stream, tmp_path
+):
+    """`python -m realm_tools.workers.runtime_rss` where torch is not installed: nothing on
+    its import chain (realm_tools, realm_tools.workers) needs torch."""
+    np.save(tmp_path / "stream.npy", np.ascontiguousarray(digits_stream[0][:5]))
+    worker = ["-m", "realm_tools.workers.runtime_rss", str(digits_artifacts[0]), "onnx"]
+    # this checkout's packages, ahead of the copies installed when the venv was made
+    path = os.pathsep.join(str(ROOT / folder) for folder in ("runtime", "tools"))
+    out = subprocess.run(
+        [str(runtime_python), *worker, str(tmp_path / "stream.npy"), "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["torch"] is False
+    assert 10 < result["peak_rss_mb"] < 2_000

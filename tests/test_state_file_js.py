@@ -1,4 +1,4 @@
-"""A state file moves between Python and JavaScript (examples/web/state-file.js).
+"""A state file moves between Python and JavaScript (clients/js/state-file.js).
 
 ``RealmRuntime`` (and the SDK) write the ``.npz`` state: exactly the adapt graph's state
 tensors, under its input names (version 3). Node reads it with the browser's module and writes
@@ -20,7 +20,7 @@ import torch
 
 from realm_runtime import COUNTERS, RealmRuntime
 
-WEB = Path(__file__).resolve().parents[1] / "examples" / "web"
+CLIENT = Path(__file__).resolve().parents[1] / "clients" / "js"
 
 # Reads argv[1]; prints its header and arrays as JSON; writes it back to argv[2] (if given)
 # with writeState, i.e. from what readState returned.
@@ -48,7 +48,7 @@ def _node_round_trip(source: Path, target: Path | None = None) -> dict:
     args = [node, "--input-type=module", "-e", ROUND_TRIP, str(source)]
     if target is not None:
         args.append(str(target))
-    done = subprocess.run(args, cwd=WEB, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(args, cwd=CLIENT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 

@@ -5,20 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from realm_tools import (
-    JUNK,
-    NO_LABEL,
-    SETTINGS,
-    DigitsShift,
+from realm_tools.bench import (
     StreamRun,
-    StreamSettings,
     bench_streams,
-    build_stream,
     plot_streams,
     streams_from_json,
     streams_tables,
     streams_to_json,
 )
+from realm_tools.data import JUNK, NO_LABEL, SETTINGS, DigitsShift, StreamSettings, build_stream
 
 SMALL = StreamSettings(passes=2, horizon=500, junk_length=50, limit=40)
 DOMAINS = ("gaussian_noise", "defocus_blur", "contrast")

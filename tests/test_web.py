@@ -1,11 +1,12 @@
 """The browser page (examples/web) on onnxruntime-web against RealmRuntime, in headless Chromium.
 
-The page runs the one adapt graph with the same client module as the Node app
-(realm-adapt.js, which only feeds the graph) on the current onnxruntime-web: the WASM
+The page runs the one adapt graph with the same client as the Node app (clients/js, whose
+AdaptClient only feeds the graph) on the current onnxruntime-web: the WASM
 execution provider, and WebGPU where headless Chromium offers an adapter (with
 ``--enable-unsafe-webgpu``, Dawn's SwiftShader adapter on a machine without a GPU), there with
 the parameter vectors kept in GPU buffers between samples. Every method, ≥ 100 samples each,
-against RealmRuntime's numpy twin (``onnx-steps``). Needs Node.js, the page's npm packages
+against RealmRuntime's numpy twin (``onnx-steps``). Also the client's and the page's own
+JavaScript tests and type checks. Needs Node.js, the npm packages of clients/js and the page
 (``make web-deps``) and Debian's Chromium (``make browser``); each test says which is missing
 when it skips.
 """
@@ -26,21 +27,18 @@ import pytest
 from conftest import assert_same_state, flip, manifest_offset
 
 from realm_runtime import RealmRuntime
-from realm_tools import TOLERANCES
+from realm_tools.parity import TOLERANCES
 
 ROOT = Path(__file__).resolve().parents[1]
 WEB = ROOT / "examples" / "web"
+CLIENT = ROOT / "clients" / "js"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 STREAM = 100  # samples per browser run, on WASM and on WebGPU
 
 # The browser's float32 kernels (WASM SIMD, WebGPU shaders) sum in other orders than native
-# MLAS. Measured against RealmRuntime (ORT 1.19.2, AMD Zen 5; onnxruntime-web 1.30.0 in
-# Chromium 150), largest over the three cases, WASM / WebGPU on SwiftShader: logits 7.4e-6 /
-# 2.9e-6, α and λ 3.8e-6 / 6.3e-6 (REALM with momentum 0.9), parameters 1.2e-7 / 1.2e-7,
-# momentum 2.1e-5 / 4.9e-6 of each buffer's scale, EMA 6.7e-8 / 6.0e-8. Logits, α and λ come
-# within 1.4× of the parity suite's 1e-5, too close for a CPU it was not measured on: 3e-5
-# for those three; the parity tolerances for the rest. The decisions (prediction, S_div,
-# reason) must be identical.
+# MLAS: logits, α and λ came too close to the parity suite's 1e-5 for a CPU they were not
+# measured on (docs/BENCHMARKS.md, "In the browser"), so 3e-5 for those three; the parity
+# tolerances for the rest. The decisions (prediction, S_div, reason) must be identical.
 BROWSER_TOLERANCES = {**TOLERANCES, "logits": 3e-5, "alpha": 3e-5, "lam": 3e-5}
 
 sys.path.insert(0, str(WEB))
@@ -71,10 +69,14 @@ def _browser() -> None:
         pytest.skip(f"no Chromium at {CHROMIUM}: `make browser` installs Debian's (needs root)")
 
 
-def test_js_unit_tests():
+@pytest.mark.parametrize("folder", [CLIENT, WEB], ids=["client", "page"])
+def test_js_unit_tests(folder):
+    """The client's tests (manifest, state file, fuzzing) and the page's (preprocessing)."""
     node = _node()
+    if folder == CLIENT and not (CLIENT / "node_modules" / "fast-check").is_dir():
+        pytest.skip("fast-check not installed in clients/js: run `make web-deps`")
     done = subprocess.run(
-        [node, "--test", "test/"], cwd=WEB, capture_output=True, text=True, timeout=120
+        [node, "--test", "test/"], cwd=folder, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "# fail 0" in done.stdout
@@ -84,11 +86,11 @@ def test_js_unit_tests():
 def test_js_fuzz_full():
     """The JavaScript readers' fast-check properties with 1000 examples each (300 above)."""
     node = _node()
-    if not (WEB / "node_modules" / "fast-check").is_dir():
-        pytest.skip("fast-check not installed in examples/web: run `make web-deps`")
+    if not (CLIENT / "node_modules" / "fast-check").is_dir():
+        pytest.skip("fast-check not installed in clients/js: run `make web-deps`")
     done = subprocess.run(
         [node, "--test", "test/fuzz.test.mjs"],
-        cwd=WEB,
+        cwd=CLIENT,
         capture_output=True,
         text=True,
         timeout=600,
@@ -98,20 +100,22 @@ def test_js_fuzz_full():
     assert "# fail 0" in done.stdout
 
 
-def test_js_typecheck():
+@pytest.mark.parametrize("folder", [CLIENT, WEB], ids=["client", "page"])
+def test_js_typecheck(folder):
+    """tsc --noEmit over the JSDoc types: the client's modules, and the page with them."""
     node = _node()
-    tsc = WEB / "node_modules" / "typescript" / "bin" / "tsc"
+    tsc = folder / "node_modules" / "typescript" / "bin" / "tsc"
     if not tsc.is_file():
-        pytest.skip("typescript not installed in examples/web: run `make web-deps`")
+        pytest.skip(f"typescript not installed in {folder.relative_to(ROOT)}: run `make web-deps`")
     done = subprocess.run(
-        [node, str(tsc), "-p", "jsconfig.json"], cwd=WEB, capture_output=True, text=True
+        [node, str(tsc), "-p", "jsconfig.json"], cwd=folder, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_preprocessing_matches_python():
     """The page's bilinear upsampling is the Python task's, on a random image."""
-    from realm_tools import resize_bilinear
+    from realm_tools.data import resize_bilinear
 
     node = _node()
     img = np.random.default_rng(0).random((8, 8)).astype(np.float32)
@@ -289,16 +293,18 @@ def test_browser_refuses_tampered_artifacts(sites, server, tmp_path):
 
 
 def test_export_without_the_decision_graph(digits_model, tmp_path):
-    from realm_export import export_realm_artifacts
+    from realm_export import ExportOptions, export_realm_artifacts
     from realm_sdk import RealmConfig
 
     info = export_realm_artifacts(
         digits_model,
         tmp_path / "a",
-        config=RealmConfig.preset("cifar", num_classes=10),
-        input_shape=(1, 1, 32, 32),
-        web=False,
-        validate=False,
+        ExportOptions(
+            config=RealmConfig.preset("cifar", num_classes=10),
+            input_shape=(1, 1, 32, 32),
+            web=False,
+            validate=False,
+        ),
     )
     assert "decide_model" not in info.manifest.portable
     assert not (tmp_path / "a" / "decide_model.onnx").exists()

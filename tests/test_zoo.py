@@ -16,6 +16,7 @@ from torch import nn
 
 from realm_export import (
     LOGITS_RTOL,
+    ExportOptions,
     UnsupportedModelError,
     ValidationReport,
     export_realm_artifacts,
@@ -75,7 +76,9 @@ def test_a_convolution_feeding_a_convolution_keeps_its_shape(tmp_path):
     torch.manual_seed(0)
     model = _ConvChain().eval()
     info = export_realm_artifacts(
-        model, tmp_path / "a", config=CFG5, input_shape=(1, 3, 16, 16), training=False
+        model,
+        tmp_path / "a",
+        ExportOptions(config=CFG5, input_shape=(1, 3, 16, 16), training=False),
     )
     assert info.portable_validation.passed, info.portable_validation.table()
     _adapts(tmp_path / "a", model, CFG5, (1, 3, 16, 16))
@@ -108,7 +111,7 @@ def test_an_in_place_add_into_a_slice_exports(keep, tmp_path):
     torch.manual_seed(0)
     model = _GhostSlice(keep).eval()
     info = export_realm_artifacts(
-        model, tmp_path / "a", config=CFG5, input_shape=(1, 3, 8, 8), training=False
+        model, tmp_path / "a", ExportOptions(config=CFG5, input_shape=(1, 3, 8, 8), training=False)
     )
     assert info.portable_validation.passed, info.portable_validation.table()
     _adapts(tmp_path / "a", model, CFG5, (1, 3, 8, 8))
@@ -222,7 +225,7 @@ def test_an_affine_only_norm_exports(tmp_path):
     torch.manual_seed(0)
     model = _Affine().eval()
     info = export_realm_artifacts(
-        model, tmp_path / "a", config=CFG5, input_shape=(1, 12, 2, 2), training=False
+        model, tmp_path / "a", ExportOptions(config=CFG5, input_shape=(1, 12, 2, 2), training=False)
     )
     assert info.trainable[:2] == ["norm.alpha", "norm.beta"]
     assert info.portable_validation.passed
@@ -248,7 +251,9 @@ class _HardSwish(nn.Module):
 def test_training_artifacts_that_cannot_be_built_do_not_veto_the_portable_graph(tmp_path, caplog):
     torch.manual_seed(0)
     model = _HardSwish().eval()
-    info = export_realm_artifacts(model, tmp_path / "a", config=CFG5, input_shape=(1, 3, 8, 8))
+    info = export_realm_artifacts(
+        model, tmp_path / "a", ExportOptions(config=CFG5, input_shape=(1, 3, 8, 8))
+    )
     assert info.portable_validation.passed and info.validation is None
     assert "HardSwish" in info.training_error and "\n" not in info.training_error
     assert "HardSwish" in caplog.text
@@ -261,7 +266,9 @@ def test_training_artifacts_that_cannot_be_built_do_not_veto_the_portable_graph(
         RealmRuntime(tmp_path / "a", backend="ort-training")
     with pytest.raises(UnsupportedModelError, match="HardSwish"):
         export_realm_artifacts(
-            model, tmp_path / "b", config=CFG5, input_shape=(1, 3, 8, 8), training=True
+            model,
+            tmp_path / "b",
+            ExportOptions(config=CFG5, input_shape=(1, 3, 8, 8), training=True),
         )
     assert not (tmp_path / "b").exists()
 
@@ -281,7 +288,9 @@ class _Branchy(nn.Module):
 def test_a_refusal_says_what_was_asked_and_what_failed(tmp_path):
     with pytest.raises(UnsupportedModelError) as err:
         export_realm_artifacts(
-            _Branchy(), tmp_path / "a", config=CFG5, input_shape=(1, 3, 16, 16), training=False
+            _Branchy(),
+            tmp_path / "a",
+            ExportOptions(config=CFG5, input_shape=(1, 3, 16, 16), training=False),
         )
     message = str(err.value)
     assert "data-dependent control flow" in message and "torch.where" in message
@@ -303,9 +312,7 @@ def test_an_unexpected_library_error_becomes_a_sentence(tmp_path, monkeypatch):
         export_realm_artifacts(
             _HardSwish().eval(),
             tmp_path / "a",
-            config=CFG5,
-            input_shape=(1, 3, 8, 8),
-            training=False,
+            ExportOptions(config=CFG5, input_shape=(1, 3, 8, 8), training=False),
         )
     message = str(err.value)
     assert "writing the inference graph" in message and "RuntimeError" in message
@@ -316,7 +323,9 @@ def test_an_unexpected_library_error_becomes_a_sentence(tmp_path, monkeypatch):
 def test_a_model_that_does_not_run_at_the_size_is_told_its_size(tmp_path):
     model = timm.create_model("efficientformerv2_s0", pretrained=False, num_classes=5)
     with pytest.raises(UnsupportedModelError, match=r"does not run on an input of shape.*224"):
-        export_realm_artifacts(model, tmp_path / "a", config=CFG5, input_shape=(1, 3, 64, 64))
+        export_realm_artifacts(
+            model, tmp_path / "a", ExportOptions(config=CFG5, input_shape=(1, 3, 64, 64))
+        )
 
 
 # --------------------------------------------------------------------- one timm model per class
@@ -336,7 +345,9 @@ def test_a_small_model_of_each_fixed_class_exports_and_adapts(name, tmp_path):
     model = timm.create_model(name, pretrained=False, num_classes=10).eval()
     config = RealmConfig.preset("imagenet", num_classes=10)
     info = export_realm_artifacts(
-        model, tmp_path / "a", config=config, input_shape=(1, 3, 64, 64), training=False
+        model,
+        tmp_path / "a",
+        ExportOptions(config=config, input_shape=(1, 3, 64, 64), training=False),
     )
     print(info.portable_validation.table())
     assert info.portable_error is None and info.portable_validation.passed
@@ -375,7 +386,7 @@ def test_upsampling_backward_is_two_matrix_products(mode, align, tmp_path):
     torch.manual_seed(0)
     model = _Upsample(mode, align).eval()
     info = export_realm_artifacts(
-        model, tmp_path / "a", config=CFG5, input_shape=(1, 3, 9, 8), training=False
+        model, tmp_path / "a", ExportOptions(config=CFG5, input_shape=(1, 3, 9, 8), training=False)
     )
     assert info.portable_validation.passed, info.portable_validation.table()
     _adapts(tmp_path / "a", model, CFG5, (1, 3, 9, 8))
@@ -448,7 +459,7 @@ def test_a_model_with_cached_attention_biases_is_copied(tmp_path):
     cached = dict(model.attn.attention_bias_cache)
     assert cached
     info = export_realm_artifacts(
-        model, tmp_path / "a", config=CFG5, input_shape=(1, 3, 7, 7), training=False
+        model, tmp_path / "a", ExportOptions(config=CFG5, input_shape=(1, 3, 7, 7), training=False)
     )
     assert info.portable_validation.passed, info.portable_validation.table()
     assert model.attn.attention_bias_cache.keys() == cached.keys()
@@ -473,7 +484,9 @@ def test_the_torchscript_forward_graph_does_not_veto_the_portable_one(tmp_path):
 
     torch.manual_seed(0)
     model = _AdaptivePool().eval()
-    info = export_realm_artifacts(model, tmp_path / "a", config=CFG5, input_shape=(1, 3, 4, 4))
+    info = export_realm_artifacts(
+        model, tmp_path / "a", ExportOptions(config=CFG5, input_shape=(1, 3, 4, 4))
+    )
     assert info.portable_validation.passed
     assert "TorchScript" in info.training_error and "adaptive_avg_pool2d" in info.training_error
     x = torch.randn(1, 3, 4, 4)
@@ -484,5 +497,7 @@ def test_the_torchscript_forward_graph_does_not_veto_the_portable_one(tmp_path):
     _adapts(tmp_path / "a", model, CFG5, (1, 3, 4, 4))
     with pytest.raises(UnsupportedModelError, match="adaptive_avg_pool2d"):
         export_realm_artifacts(
-            model, tmp_path / "b", config=CFG5, input_shape=(1, 3, 4, 4), training=True
+            model,
+            tmp_path / "b",
+            ExportOptions(config=CFG5, input_shape=(1, 3, 4, 4), training=True),
         )

@@ -9,7 +9,8 @@
 // samples in the SDK's own state file, written atomically. Started again, it resumes from the
 // checkpoint at the sample where it stopped; the same file restores into RealmRuntime and
 // RealmAdapter in Python, and theirs into this app. SPEC §3 is the graph's: the client
-// (../web/realm-adapt.js, the browser page's too) only feeds it and keeps its state.
+// (clients/js, realm-tta's JavaScript client, the browser page's too) only feeds it and
+// keeps its state.
 //
 //   node edge-app.mjs --artifacts ../../artifacts/digits --stream ./stream --checkpoint-every 100
 
@@ -20,8 +21,7 @@ import { parseArgs } from "node:util";
 
 import * as ort from "onnxruntime-node";
 
-import { AdaptClient } from "../web/realm-adapt.js";
-import { parseNpy } from "../web/state-file.js";
+import { AdaptClient, EPISODIC_NAME, LR_NAME, MANIFEST_NAME, parseNpy } from "../../clients/js/index.js";
 
 const USAGE = `usage: node edge-app.mjs --artifacts DIR --stream DIR [options]
   --artifacts DIR         artifact directory written by realm export
@@ -33,8 +33,8 @@ const USAGE = `usage: node edge-app.mjs --artifacts DIR --stream DIR [options]
   --threads N             onnxruntime intra-op threads (default 1)
   --trusted-key FILE      a .pub key (realm keygen): load only artifacts it signed; repeatable
   --log FILE              one JSON line per sample (prediction, decision, reason, alpha, lambda)
-  --set NAME=VALUE        change a setting of the graph (realm.json's adapt.settings, e.g.
-                          realm.lr=0.01, realm.episodic=true); repeatable
+  --set NAME=VALUE        change a setting of the graph (${MANIFEST_NAME}'s adapt.settings, e.g.
+                          ${LR_NAME}=0.01, ${EPISODIC_NAME}=true); repeatable
   --quiet                 only the final summary`;
 
 /** @param {string[]} argv */
@@ -74,7 +74,7 @@ function options(argv) {
     const at = item.indexOf("=");
     const value = item.slice(at + 1);
     if (at < 1 || value === "") {
-      console.error(`--set takes NAME=VALUE (e.g. realm.lr=0.01), got ${item}`);
+      console.error(`--set takes NAME=VALUE (e.g. ${LR_NAME}=0.01), got ${item}`);
       process.exit(2);
     }
     settings[item.slice(0, at)] = value === "true" ? true : value === "false" ? false : Number(value);

@@ -12,7 +12,7 @@
  * `window.realmRun` exposes the per-step log for the test driver.
  */
 
-import { AdaptClient } from "./realm-adapt.js";
+import { ALPHA_NAME, AdaptClient, LAMBDA_NAME, MANIFEST_NAME, PARAMS_NAME } from "realm-tta-client";
 import { digitsInput } from "./preprocess.js";
 
 // onnxruntime-web's WebGPU build (it carries the WASM execution provider too), copied into
@@ -38,7 +38,7 @@ const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
 /** @param {string} text @param {boolean} [error] */
 function status(text, error = false) {
   $("status").textContent = text;
-  $("status").classList.toggle("error", error);
+  $("status").classList.toggle("failed", error);
 }
 
 // ------------------------------------------------------------------ persistence (IndexedDB)
@@ -195,7 +195,7 @@ async function main() {
   const backend = await chooseBackend(ort);
   run.backend = backend;
   $("backend").textContent = describeBackend(backend);
-  status(`checking ${ARTIFACTS}/realm.json and every file's checksum…`);
+  status(`checking ${ARTIFACTS}/${MANIFEST_NAME} and every file's checksum…`);
   /** @param {string} name */
   const read = async (name) => {
     const response = await fetch(`${ARTIFACTS}/${name}`);
@@ -242,12 +242,12 @@ async function main() {
   const resetCount = () => client.counters.resets_recovery + client.counters.resets_collapse;
   let lastResets = resetCount();
   const refresh = () => {
-    $("samples").textContent = String(view.pos);
+    $("sample-count").textContent = String(view.pos);
     $("accuracy").textContent = view.pos ? `${((100 * view.correct) / view.pos).toFixed(1)} %` : "–";
-    $("updates").textContent = String(client.counters.updates);
+    $("update-count").textContent = String(client.counters.updates);
     const last = (/** @type {number[]} */ values) => (values.length ? values[values.length - 1].toFixed(4) : "–");
-    $("alpha").textContent = last(view.alpha);
-    $("lambda").textContent = last(view.lambda);
+    $("alpha-value").textContent = last(view.alpha);
+    $("lambda-value").textContent = last(view.lambda);
     const recent = view.ms.slice(-50).sort((a, b) => a - b);
     $("latency").textContent = recent.length ? recent[Math.floor(recent.length / 2)].toFixed(2) : "–";
     const w = client.watch;
@@ -270,8 +270,8 @@ async function main() {
   const save = async () => { if (PERSIST) await store(key, { state: await client.saveState(), view }); };
   /** α, λ and the drift where the parameters are on the GPU: downloaded, then plotted. */
   const readBack = async () => {
-    const host = (await client.hostState())["realm.params"];
-    for (const [name, values] of [["realm.alpha", view.alpha], ["realm.lambda", view.lambda]]) {
+    const host = (await client.hostState())[PARAMS_NAME];
+    for (const [name, values] of [[ALPHA_NAME, view.alpha], [LAMBDA_NAME, view.lambda]]) {
       const slot = client.layout.find((s) => s.name === name);
       if (slot) /** @type {number[]} */ (values).push(host[slot.offset]);
     }

@@ -2,12 +2,14 @@
 
     python examples/web/build_site.py --out build/web --serve
 
-Writes the page, onnxruntime-web's WebGPU build (it carries the WASM execution provider too;
-from ``examples/web/node_modules``: run ``npm ci`` in examples/web first, or ``make web``), an
-artifact directory (the built-in digits model exported with ``realm export`` unless
-``--artifacts`` names one) and a shifted digits stream. Serve it over http://127.0.0.1 or
-https (WebCrypto and WebGPU need a secure context) with the COOP/COEP headers that
-``--serve`` sends: without cross-origin isolation the WASM provider runs on one thread.
+Writes the page, the JavaScript client it imports (``clients/js``, as ``realm-tta-client/``,
+where the page's import map looks), onnxruntime-web's WebGPU build (it carries the WASM
+execution provider too; from ``examples/web/node_modules``: run ``npm ci`` in examples/web
+first, or ``make web``), an artifact directory (the built-in digits model exported with
+``realm export`` unless ``--artifacts`` names one) and a shifted digits stream. Serve it over
+http://127.0.0.1 or https (WebCrypto and WebGPU need a secure context) with the COOP/COEP
+headers that ``--serve`` sends: without cross-origin isolation the WASM provider runs on one
+thread.
 """
 
 from __future__ import annotations
@@ -24,16 +26,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from realm_runtime.contract import MANIFEST_NAME
+
 HERE = Path(__file__).resolve().parent
-PAGE_FILES = (
-    "index.html",
-    "style.css",
-    "app.js",
-    "state-file.js",
-    "manifest.js",
-    "preprocess.js",
-    "realm-adapt.js",
-)
+PAGE_FILES = ("index.html", "style.css", "app.js", "preprocess.js")
+CLIENT = HERE.parents[1] / "clients" / "js"  # the library's modules: every *.js there
+CLIENT_DIR = "realm-tta-client"  # where the page's import map looks for it
 ORT_FILES = (
     "ort.webgpu.min.mjs",
     "ort-wasm-simd-threaded.asyncify.mjs",
@@ -57,7 +55,7 @@ def write_stream(
     out: Path, *, corruption: str, severity: int, seed: int, limit: int | None
 ) -> dict[str, object]:
     """The shifted digits stream as float32 samples + JSON labels and preprocessing."""
-    from realm_tools import IMAGE_SIZE, load_digits
+    from realm_tools.data import IMAGE_SIZE, load_digits
 
     data = load_digits()
     x, y = data.stream(corruption, severity, seed=seed)
@@ -114,7 +112,9 @@ def write_stream_from_folder(
 def export_demo(out: Path, *, preset: str, method: str, cache_dir: str) -> None:
     """Export the built-in digits model (trained once, cached) as the demo's artifacts."""
     from realm_sdk import RealmConfig
-    from realm_tools import NUM_CLASSES, export_digits_artifacts, load_digits, train_digits_model
+    from realm_tools.data import NUM_CLASSES, load_digits
+    from realm_tools.demo import export_digits_artifacts
+    from realm_tools.models import train_digits_model
 
     data = load_digits()
     model = train_digits_model(data, cache_dir=cache_dir)
@@ -146,6 +146,10 @@ def build(
     out.mkdir(parents=True, exist_ok=True)
     for name in PAGE_FILES:
         shutil.copy2(HERE / name, out / name)
+    shutil.rmtree(out / CLIENT_DIR, ignore_errors=True)  # no module of an older client left
+    (out / CLIENT_DIR).mkdir()
+    for module in CLIENT.glob("*.js"):
+        shutil.copy2(module, out / CLIENT_DIR / module.name)
     keys_file = out / "trusted-keys.json"
     keys_file.unlink(missing_ok=True)
     if trusted_keys:
@@ -156,15 +160,15 @@ def build(
         shutil.copy2(dist / name, out / "ort" / name)
     target = out / "artifacts"
     if artifacts is not None:
-        if not (artifacts / "realm.json").is_file():
-            raise FileNotFoundError(f"{artifacts}: no realm.json (not an artifact directory)")
+        if not (artifacts / MANIFEST_NAME).is_file():
+            raise FileNotFoundError(f"{artifacts}: no {MANIFEST_NAME} (not an artifact directory)")
         if artifacts.resolve() != target.resolve():  # the site's own artifacts: keep them
             shutil.rmtree(target, ignore_errors=True)
             shutil.copytree(artifacts, target)
     else:
         export_demo(target, preset=preset, method=method, cache_dir=cache_dir)
     if stream is not None:
-        manifest = json.loads((target / "realm.json").read_text())
+        manifest = json.loads((target / MANIFEST_NAME).read_text())
         write_stream_from_folder(out / "stream", stream, manifest, limit=limit)
     else:
         write_stream(

@@ -7,6 +7,7 @@
 import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { chromium } from "playwright-core";
+import { PARAMS_NAME, VELOCITY_NAME } from "../../clients/js/contract.js";
 
 const { values: args } = parseArgs({
   options: {
@@ -66,17 +67,18 @@ try {
     // The Reset button: back to the exported parameters, no EMA, zero counters and momentum.
     await page.click("#reset");
     await page.waitForFunction(() => globalThis.realmClient.counters.samples === 0, null, { timeout });
-    result.afterReset = await page.evaluate(async () => {
+    // Runs in the page: the names it needs go in as an argument.
+    result.afterReset = await page.evaluate(async ([params, velocity]) => {
       const c = globalThis.realmClient;
       const host = await c.hostState();
       return {
         counters: c.counters,
-        paramsAreSource: host["realm.params"].every((v, i) => v === c.source[i]),
-        momentumIsZero: host["realm.velocity"].every((v) => v === 0),
+        paramsAreSource: host[params].every((v, i) => v === c.source[i]),
+        momentumIsZero: host[velocity].every((v) => v === 0),
         ema: c.ema,
-        shown: document.getElementById("samples").textContent,
+        shown: document.getElementById("sample-count").textContent,
       };
-    });
+    }, [PARAMS_NAME, VELOCITY_NAME]);
   }
   if (args.screenshot) await page.screenshot({ path: args.screenshot, fullPage: true });
   if (args.reload) {

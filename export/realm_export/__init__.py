@@ -1,20 +1,29 @@
 """realm_export: torch/timm model → validated on-device REALM artifacts.
 
-    >>> from realm_export import export_realm_artifacts
-    >>> info = export_realm_artifacts(model, "artifacts/", config=cfg, input_shape=(1, 3, 224, 224))
-    >>> print(info.portable_validation.table(), info.validation.table())
+    >>> from realm_export import ExportOptions, export_realm_artifacts
+    >>> options = ExportOptions(config=cfg, input_shape=(1, 3, 224, 224))
+    >>> info = export_realm_artifacts(model, "artifacts/", options)
+    >>> print(info.portable_validation.table())
 
-Two executions of the same step, both checked against ``realm_sdk``: the portable step graph
-(``step_model.onnx``, ``forward_model.onnx``: standard ONNX ops, any onnxruntime ≥ 1.19) and
-the ONNX Runtime training artifacts (training/eval models and checkpoint for
-onnxruntime-training 1.19.2's API), plus an inference-only model and the manifest
-``realm.json``. ``realm_runtime.RealmRuntime`` runs the online step on either without torch.
+Two pipelines, each checked against ``realm_sdk`` before anything is moved into place:
+
+* the portable pipeline, the product: the step, forward and adapt graphs in standard ONNX
+  ops for any onnxruntime ≥ 1.19 (``step_model.onnx``, ``forward_model.onnx``,
+  ``adapt_model.onnx``), the JavaScript clients' decision graph, ORT-format copies for
+  mobile builds, an inference-only model and the manifest ``realm.json``;
+* :mod:`realm_export.legacy`, deprecated: the training/eval models and checkpoint for
+  onnxruntime-training 1.19.2's API, written where they can be, never failing an export
+  unless asked for (``ExportOptions(training=True)``).
+
+``realm_runtime.RealmRuntime`` runs the online step on either without torch.
 """
 
+from ._errors import UnsupportedModelError
 from ._export import ExportInfo, export_realm_artifacts
-from ._graph import append_loss, declare_layer_norm_outputs, model_to_onnx
+from ._layers import export_friendly_norms
+from ._options import ExportOptions
 from ._portable import PortableGraphs, build_portable_graphs
-from ._rewrite import UnsupportedModelError, export_friendly_norms
+from ._torchscript import declare_layer_norm_outputs, model_to_onnx
 from ._validate import (
     LOGITS_RTOL,
     ValidationError,
@@ -26,11 +35,11 @@ from ._validate import (
 __all__ = [
     "LOGITS_RTOL",
     "ExportInfo",
+    "ExportOptions",
     "PortableGraphs",
     "UnsupportedModelError",
     "ValidationError",
     "ValidationReport",
-    "append_loss",
     "build_portable_graphs",
     "declare_layer_norm_outputs",
     "export_friendly_norms",

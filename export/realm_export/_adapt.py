@@ -38,17 +38,38 @@ from onnx import TensorProto, helper, numpy_helper
 
 from realm_runtime import RealmConfig
 from realm_runtime.contract import (
+    ADAPT_COUNTERS_KEY,
+    ADAPT_INPUT_KEY,
     ADAPT_KNOWN,
+    ADAPT_KNOWN_KEY,
+    ADAPT_LOGITS_KEY,
+    ADAPT_LOSS_KEY,
     ADAPT_LOSS_NAME,
     ADAPT_MODEL,
+    ADAPT_REASON_KEY,
     ADAPT_REASON_NAME,
     ADAPT_REASONS,
+    ADAPT_REASONS_KEY,
     ADAPT_SECTION_VERSION,
+    ADAPT_SELECTED_KEY,
     ADAPT_SELECTED_NAME,
     ADAPT_SETTINGS,
+    ADAPT_SETTINGS_KEY,
+    ADAPT_STATE_KEY,
+    ADAPT_UPDATED_KEY,
     ADAPT_UPDATED_NAME,
     ADAPT_WATCH,
+    ADAPT_WATCH_KEY,
     COLLAPSE_LIMIT_NAME,
+    COUNTER_DRIFT_CLIPS,
+    COUNTER_RESETS_COLLAPSE,
+    COUNTER_RESETS_RECOVERY,
+    COUNTER_SAMPLES,
+    COUNTER_SKIPPED_DIVERSITY,
+    COUNTER_SKIPPED_ENTROPY,
+    COUNTER_SKIPPED_NONFINITE,
+    COUNTER_UPDATED_SAMPLES,
+    COUNTER_UPDATES,
     COUNTERS,
     COUNTERS_NAME,
     DIVERSITY_MARGIN_NAME,
@@ -57,20 +78,37 @@ from realm_runtime.contract import (
     EMA_NEW_NAME,
     ENTROPY_MARGIN_NAME,
     EPISODIC_NAME,
+    FIGURE_ENTROPY_EMA,
+    FIGURE_LOSS_EMA,
+    FIGURE_UPDATE_RATE,
+    FILE_KEY,
     FINITE_NAME,
+    INPUT_NAME,
     KEPT_NAME,
+    KNOWN_EMA,
+    KNOWN_LOSS_EMA,
     KNOWN_NAME,
+    KNOWN_UPDATE_RATE,
+    KNOWN_WATCH,
+    LOGITS_NAME,
     LOSS_NAME,
     MARGINAL_NAME,
     MAX_DRIFT_NAME,
     NEW_PARAMS_NAME,
     NEW_VELOCITY_NAME,
     PARAMS_NAME,
+    REASON_DIVERSITY,
+    REASON_ENTROPY,
+    REASON_NONFINITE,
+    REASON_UPDATED,
     RECOVERY_LOSS_NAME,
     SAMPLE_WEIGHT_NAME,
     SEEN_NAME,
     SETTINGS_NAME,
     SOURCE_PARAMS,
+    STATE_INITIAL_KEY,
+    STATE_INPUT_KEY,
+    STATE_OUTPUT_KEY,
     VELOCITY_NAME,
     WATCH_NAME,
     adapt_settings,
@@ -78,7 +116,6 @@ from realm_runtime.contract import (
 )
 
 from ._decide import decide_model
-from ._graph import INPUT_NAME, LOGITS_NAME
 from ._onnx_builder import GraphBuilder
 
 WATCH_BETA = 0.99  # the twins' watch EMAs: about the last 100 samples (realm_runtime.Watch)
@@ -340,7 +377,7 @@ def _step_branch(
     guard_drift = drift.norm0 > 0
     zero = b.const("zero", 0.0)
     false = b.const("false", False, np.bool_)
-    loss_ema, known_loss = _watched(b, "loss_ema"), _known(b, "loss_ema")
+    loss_ema, known_loss = _watched(b, FIGURE_LOSS_EMA), _known(b, KNOWN_LOSS_EMA)
 
     def commit() -> dict[str, str]:
         op = b.step
@@ -464,7 +501,7 @@ def _inline_decision(b: _Builder, config: RealmConfig) -> dict[str, str]:
     """:func:`._decide.decide_model`'s nodes on ``logits`` and the EMA, as scalars where 1-wide."""
     decide = decide_model(config, ir_version=8).graph
     prefix = "adapt.decide."
-    known_ema = _known(b, "ema")
+    known_ema = _known(b, KNOWN_EMA)
     outer = {"logits": LOGITS_NAME, "ema": EMA_NAME, "has_ema": known_ema, **_DECISION_SETTINGS}
     produced = {i.name for i in decide.initializer} | {o for n in decide.node for o in n.output}
 
@@ -522,11 +559,11 @@ def _reason(b: _Builder, decision: dict[str, str], step: dict[str, str]) -> str:
     b.op("Identity", [step["updated"]], ADAPT_UPDATED_NAME)
     b.op("Identity", [step["loss"]], ADAPT_LOSS_NAME)
     code = {r: b.const(f"reason_{r}", ADAPT_REASONS.index(r), np.int64) for r in ADAPT_REASONS}
-    r = b.step("Where", [step["finite"], code["updated"], code["nonfinite"]], "reason")
-    r = b.step("Where", [step["any_kept"], r, code["entropy"]], "reason")
-    r = b.step("Where", [decision["keep"], r, code["diversity"]], "reason")
-    r = b.step("Where", [decision["passed_entropy"], r, code["entropy"]], "reason")
-    return b.op("Where", [decision["finite"], r, code["nonfinite"]], ADAPT_REASON_NAME)
+    r = b.step("Where", [step["finite"], code[REASON_UPDATED], code[REASON_NONFINITE]], "reason")
+    r = b.step("Where", [step["any_kept"], r, code[REASON_ENTROPY]], "reason")
+    r = b.step("Where", [decision["keep"], r, code[REASON_DIVERSITY]], "reason")
+    r = b.step("Where", [decision["passed_entropy"], r, code[REASON_ENTROPY]], "reason")
+    return b.op("Where", [decision["finite"], r, code[REASON_NONFINITE]], ADAPT_REASON_NAME)
 
 
 def _stack(b: _Builder, scalars: Sequence[str], output: str, to: int | None = None) -> str:
@@ -559,8 +596,8 @@ def _state_next(
     zero = b.const("zero", 0.0)
 
     # 1. the watch sees the sample's finite logits
-    known_w = _known(b, "watch")
-    old_entropy = _watched(b, "entropy_ema")
+    known_w = _known(b, KNOWN_WATCH)
+    old_entropy = _watched(b, FIGURE_ENTROPY_EMA)
     seen_entropy = _ema(b, old_entropy, decision["entropy"], known_w, WATCH_BETA)
     ent = op("Where", [finite, seen_entropy, old_entropy], "entropy_ema")
     probs = op(
@@ -577,9 +614,9 @@ def _state_next(
 
     # 2. the update rate, after the recovery (a reset's first figure is this call's)
     not_recovered = op("Not", [recover], "not_recovered")
-    known_rate = op("And", [_known(b, "update_rate"), not_recovered], "known_rate")
+    known_rate = op("And", [_known(b, KNOWN_UPDATE_RATE), not_recovered], "known_rate")
     uf = op("Cast", [u], "uf", to=TensorProto.FLOAT)
-    rate = _ema(b, _watched(b, "update_rate"), uf, known_rate, WATCH_BETA)
+    rate = _ema(b, _watched(b, FIGURE_UPDATE_RATE), uf, known_rate, WATCH_BETA)
 
     # 3. the collapse guard, on the watch after this sample (COLLAPSE_LIMIT_NAME 0: off)
     collapse = false
@@ -652,12 +689,14 @@ def _state_next(
         )
     )
     kept = op("Not", [reset], "no_reset")
-    figures = {"entropy_ema": ent, "loss_ema": step["loss_ema"], "update_rate": rate}
+    figures = {FIGURE_ENTROPY_EMA: ent, FIGURE_LOSS_EMA: step["loss_ema"], FIGURE_UPDATE_RATE: rate}
     flags = {
-        "ema": op("And", [known_ema, kept], "known_ema_kept"),
-        "watch": op("And", [known_w, kept], "known_watch_kept"),
-        "loss_ema": op("And", [step["known_loss"], kept], "known_loss_kept"),
-        "update_rate": op("Not", [op("Or", [collapse, EPISODIC_NAME], "rate_reset")], "rate_known"),
+        KNOWN_EMA: op("And", [known_ema, kept], "known_ema_kept"),
+        KNOWN_WATCH: op("And", [known_w, kept], "known_watch_kept"),
+        KNOWN_LOSS_EMA: op("And", [step["known_loss"], kept], "known_loss_kept"),
+        KNOWN_UPDATE_RATE: op(
+            "Not", [op("Or", [collapse, EPISODIC_NAME], "rate_reset")], "rate_known"
+        ),
     }
     _stack(b, [figures[w] for w in ADAPT_WATCH], next_name(WATCH_NAME))
     _stack(b, [flags[k] for k in ADAPT_KNOWN], next_name(KNOWN_NAME))
@@ -685,15 +724,15 @@ def _counters(b: _Builder, decision: dict[str, str], step: dict[str, str], colla
         "bad_step",
     )
     flag = {
-        "samples": b.const("true", True, np.bool_),
-        "updates": step["updated"],
-        "updated_samples": step["updated"],
-        "skipped_diversity": similar,
-        "skipped_entropy": uncertain,
-        "skipped_nonfinite": op("Or", [no_finite, bad], "skipped_nonfinite"),
-        "resets_recovery": step["recover"],
-        "resets_collapse": collapse,
-        "drift_clips": step["clip"],
+        COUNTER_SAMPLES: b.const("true", True, np.bool_),
+        COUNTER_UPDATES: step["updated"],
+        COUNTER_UPDATED_SAMPLES: step["updated"],
+        COUNTER_SKIPPED_DIVERSITY: similar,
+        COUNTER_SKIPPED_ENTROPY: uncertain,
+        COUNTER_SKIPPED_NONFINITE: op("Or", [no_finite, bad], "skipped_nonfinite"),
+        COUNTER_RESETS_RECOVERY: step["recover"],
+        COUNTER_RESETS_COLLAPSE: collapse,
+        COUNTER_DRIFT_CLIPS: step["clip"],
     }
     increments = _stack(b, [flag[c] for c in COUNTERS], "adapt.increments", TensorProto.INT64)
     b.op("Add", [COUNTERS_NAME, increments], next_name(COUNTERS_NAME))
@@ -723,20 +762,22 @@ def write_adapt(
         else:
             file = f"initial_{s.name}.npy"
             np.save(directory / file, s.initial, allow_pickle=False)
-        entries.append({"input": s.name, "output": next_name(s.name), "initial": file})
+        entries.append(
+            {STATE_INPUT_KEY: s.name, STATE_OUTPUT_KEY: next_name(s.name), STATE_INITIAL_KEY: file}
+        )
     return {
         "version": ADAPT_SECTION_VERSION,
-        "file": ADAPT_MODEL,
-        "input": INPUT_NAME,
-        "logits": LOGITS_NAME,
-        "updated": ADAPT_UPDATED_NAME,
-        "selected": ADAPT_SELECTED_NAME,
-        "reason": ADAPT_REASON_NAME,
-        "reasons": list(ADAPT_REASONS),
-        "loss": ADAPT_LOSS_NAME,
-        "counters": list(COUNTERS),
-        "watch": list(ADAPT_WATCH),
-        "known": list(ADAPT_KNOWN),
-        "state": entries,
-        "settings": list(ADAPT_SETTINGS),  # the slots of realm.settings
+        FILE_KEY: ADAPT_MODEL,
+        ADAPT_INPUT_KEY: INPUT_NAME,
+        ADAPT_LOGITS_KEY: LOGITS_NAME,
+        ADAPT_UPDATED_KEY: ADAPT_UPDATED_NAME,
+        ADAPT_SELECTED_KEY: ADAPT_SELECTED_NAME,
+        ADAPT_REASON_KEY: ADAPT_REASON_NAME,
+        ADAPT_REASONS_KEY: list(ADAPT_REASONS),
+        ADAPT_LOSS_KEY: ADAPT_LOSS_NAME,
+        ADAPT_COUNTERS_KEY: list(COUNTERS),
+        ADAPT_WATCH_KEY: list(ADAPT_WATCH),
+        ADAPT_KNOWN_KEY: list(ADAPT_KNOWN),
+        ADAPT_STATE_KEY: entries,
+        ADAPT_SETTINGS_KEY: list(ADAPT_SETTINGS),  # the slots of realm.settings
     }

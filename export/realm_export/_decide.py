@@ -17,7 +17,6 @@ from realm_runtime import RealmConfig
 
 from ._onnx_builder import GraphBuilder
 
-DECIDE_MODEL = "decide_model.onnx"
 DECIDE_OPSET = 18  # the portable graphs' opset: the adapt graph inlines this one
 
 

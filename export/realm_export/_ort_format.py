@@ -19,7 +19,7 @@ from pathlib import Path
 
 from realm_runtime.contract import ORT_OPERATORS_CONFIG
 
-from ._rewrite import UnsupportedModelError
+from ._errors import UnsupportedModelError
 
 # The converter's guidance for apps on the CPU execution provider ("Runtime" is for NNAPI and
 # CoreML, which take an unknown share of the nodes).

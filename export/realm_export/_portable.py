@@ -56,8 +56,10 @@ from realm_runtime.contract import (
     ANCHOR_NAME,
     ENTROPY_MARGIN_NAME,
     FINITE_NAME,
+    INPUT_NAME,
     KEPT_NAME,
     LAMBDA_NAME,
+    LOGITS_NAME,
     LOSS_NAME,
     LR_ALPHA_LAMBDA_NAME,
     LR_NAME,
@@ -73,9 +75,8 @@ from realm_runtime.contract import (
 )
 from realm_sdk import RealmConfig, eata_loss, entropy, robust_loss
 
-from ._graph import INPUT_NAME, LOGITS_NAME
+from ._errors import UnsupportedModelError
 from ._onnx_builder import GraphBuilder
-from ._rewrite import UnsupportedModelError
 from ._trace import count_ops, max_pool_translation, trace
 
 log = logging.getLogger(__name__)
@@ -331,7 +332,7 @@ def untranspose_weights(proto: onnx.ModelProto) -> int:
 
     A linear layer's forward uses ``W`` and its input gradient ``Wᵀ`` (or the other way
     round); the exporter writes ``Transpose(W)``, which ONNX Runtime folds into a second
-    copy of every weight at session start (vit_base: 344 MB more). ``Gemm``'s ``transB``
+    copy of every weight at session start (as much memory again). ``Gemm``'s ``transB``
     reads ``W`` in place; a ``MatMul`` with a higher-rank left operand becomes
     ``Reshape → Gemm → Reshape`` (the shapes are fixed per export).
 

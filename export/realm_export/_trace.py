@@ -5,15 +5,10 @@ adapted norm parameters as explicit inputs, the loss, and ``torch.autograd.grad`
 result is a graph of aten ops. Three kinds of node in it have no ONNX translation or
 translate into thousands of tiny nodes, so they are shaped here before or after the trace:
 
-* Norm layers (during the trace): GroupNorm, LayerNorm and BatchNorm run through
-  :class:`_GroupNorm`/:class:`_LayerNorm` and a frozen-statistics affine, whose backward is
-  the compact closed form (``dx = rstd · (g − mean g − x̂ · mean(g·x̂))``, ``dγ = Σ dy·x̂``,
-  ``dβ = Σ dy``) instead of aten's decomposed ``native_group_norm_backward`` (≈ 45 nodes a
-  layer). LayerNorm's forward is one ``native_layer_norm`` (ONNX ``LayerNormalization``);
-  GroupNorm's is written out (see :class:`_GroupNorm`).
-* Average pooling (during the trace): a depthwise convolution with a ones kernel times a
-  constant map of divisors, so its backward is a convolution too (ResNet-D shortcuts use
-  ``ceil_mode=True, count_include_pad=False``, whose backward has no ONNX form).
+* Norm layers and average pooling (during the trace): the compact forms of
+  :func:`._layers.traceable_layers` (GroupNorm, LayerNorm and BatchNorm with a closed-form
+  backward; average pooling as a ones-kernel depthwise convolution), so their backward is a
+  handful of ops instead of aten's decomposition, or one with no ONNX form.
 * After the trace: ``aten.convolution_backward`` (conv weights are frozen, so only the
   input gradient is asked for) becomes a transposed convolution with the same weight, and
   ``aten.max_pool2d_with_indices_backward`` a scatter-add of the gradient at the indices.
@@ -21,308 +16,25 @@ translate into thousands of tiny nodes, so they are shaped here before or after 
 
 from __future__ import annotations
 
-import contextlib
 import math
 import operator
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, fx
 from torch._decomp import core_aten_decompositions
-from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make_fx
+from torch.fx.experimental.proxy_tensor import make_fx
 
-from ._rewrite import UnsupportedModelError, _affine, _standardize
+from ._errors import UnsupportedModelError
+from ._layers import pair, traceable_layers, untraced
 
 aten = torch.ops.aten
 
 
-# --------------------------------------------------------------------- norms with compact backward
-
-
-def _affine_shape(x: Tensor) -> tuple[int, ...]:
-    return (1, x.shape[1]) + (1,) * (x.dim() - 2)  # per channel, over (N, C, *spatial)
-
-
-def _standardized_grad(g: Tensor, xhat: Tensor, rstd: Tensor, dims: Sequence[int]) -> Tensor:
-    """``∂L/∂x`` of ``x̂ = (x − mean) · rstd`` given ``g = ∂L/∂x̂``, statistics over ``dims``."""
-    mean_g = g.mean(dim=list(dims), keepdim=True)
-    mean_gx = (g * xhat).mean(dim=list(dims), keepdim=True)
-    return rstd * (g - mean_g - xhat * mean_gx)
-
-
-class _GroupNorm(torch.autograd.Function):
-    """``F.group_norm`` with a closed-form backward (SPEC §1 norms, traced compactly).
-
-    Neither direction materialises x̂ = (x − μ)·rstd: the forward scales the centred input by
-    one per-(sample, channel) factor rstd·γ, and the backward folds rstd into its
-    per-channel sums and coefficients. One pass over the activation fewer each way.
-    """
-
-    @staticmethod
-    def forward(  # type: ignore[override]
-        ctx: Any, x: Tensor, groups: int, weight: Tensor | None, bias: Tensor | None, eps: float
-    ) -> Tensor:
-        n, c = x.shape[0], x.shape[1]
-        xg = x.reshape(n, groups, -1)
-        # Written out, not LayerNormalization over (N, G, K): with only G rows, ORT 1.19.2's
-        # LayerNormalization took 0.88 ms on (1, 32, 25088) where these ops take ~0.25 ms
-        # (resnet50_gn step 66 vs 71 ms; on ORT 1.32, 64 vs 62.5 ms: measured, 2 threads).
-        centered_g = xg - xg.mean(dim=-1, keepdim=True)
-        rstd = torch.rsqrt((centered_g * centered_g).mean(dim=-1, keepdim=True) + eps)
-        centered = centered_g.reshape(x.shape)
-        scale = _per_channel(rstd, n, c)  # (N, C): rstd of each channel's group
-        if weight is not None:
-            scale = scale * weight
-        y = centered * scale.reshape(_coeff_shape(x))
-        if bias is not None:
-            y = y + bias.reshape(_affine_shape(x))
-        ctx.save_for_backward(centered, rstd, weight)
-        ctx.groups = groups
-        return y
-
-    @staticmethod
-    def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:
-        # Per-sample, per-channel sums first (two passes over dy), then everything per group
-        # on (N, C)-sized tensors: dx = a·dy − c·x̂ − b with a = rstd·γ, b = rstd·mean(g),
-        # c = rstd·mean(g·x̂), g = γ·dy, x̂ = (x − μ)·rstd. Torch's own group_norm_backward has
-        # the same shape; the decomposed one makes ~45 ONNX nodes and 11 passes a layer.
-        centered, rstd, weight = ctx.saved_tensors
-        shape = tuple(centered.shape)
-        n, c, groups = shape[0], shape[1], ctx.groups
-        k = centered.numel() // (n * groups)
-        spatial = list(range(2, len(shape)))
-        dy_c = dy * centered
-        s_dy = dy.sum(dim=spatial) if spatial else dy  # (N, C)
-        rstd_c = _per_channel(rstd, n, c)
-        s_dyx = (dy_c.sum(dim=spatial) if spatial else dy_c) * rstd_c  # Σ dy·x̂, (N, C)
-        dx = dw = db = None
-        if ctx.needs_input_grad[2]:
-            dw = s_dyx.sum(dim=0)
-        if ctx.needs_input_grad[3]:
-            db = s_dy.sum(dim=0)
-        if ctx.needs_input_grad[0]:
-            per_group = (n, groups, c // groups)
-            gamma = torch.ones(c, dtype=dy.dtype) if weight is None else weight
-            mean_g = (s_dy * gamma).reshape(per_group).sum(dim=-1, keepdim=True) / k
-            mean_gx = (s_dyx * gamma).reshape(per_group).sum(dim=-1, keepdim=True) / k
-            coeff = _coeff_shape(centered)
-            a = (rstd_c * gamma).reshape(coeff)
-            b = _per_channel(rstd * mean_g, n, c).reshape(coeff)
-            cc = (_per_channel(rstd * mean_gx, n, c) * rstd_c).reshape(coeff)  # x̂ = centred·rstd
-            dx = a * dy - cc * centered - b
-        return dx, None, dw, db, None
-
-
-def _per_channel(per_group: Tensor, n: int, c: int) -> Tensor:
-    """``(N, G, 1)`` group statistics → ``(N, C)``, each channel its group's value."""
-    groups = per_group.shape[1]
-    return per_group.expand(n, groups, c // groups).reshape(n, c)
-
-
-def _coeff_shape(x: Tensor) -> tuple[int, ...]:
-    return (x.shape[0], x.shape[1]) + (1,) * (x.dim() - 2)  # per (sample, channel)
-
-
-class _LayerNorm(torch.autograd.Function):
-    """``F.layer_norm`` (affine fused into the forward) with a closed-form backward."""
-
-    @staticmethod
-    def forward(  # type: ignore[override]
-        ctx: Any,
-        x: Tensor,
-        normalized_shape: list[int],
-        weight: Tensor | None,
-        bias: Tensor | None,
-        eps: float,
-    ) -> Tensor:
-        y, mean, rstd = aten.native_layer_norm(x, normalized_shape, weight, bias, eps)
-        ctx.save_for_backward(x, mean, rstd, weight)
-        ctx.dims = len(normalized_shape)
-        return y
-
-    @staticmethod
-    def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:
-        x, mean, rstd, weight = ctx.saved_tensors
-        norm_dims = list(range(x.dim() - ctx.dims, x.dim()))
-        lead = list(range(x.dim() - ctx.dims))
-        xhat = (x - mean) * rstd
-        dx = dw = db = None
-        if ctx.needs_input_grad[2]:
-            dw = (dy * xhat).sum(dim=lead)
-        if ctx.needs_input_grad[3]:
-            db = dy.sum(dim=lead)
-        if ctx.needs_input_grad[0]:
-            g = dy if weight is None else dy * weight
-            dx = _standardized_grad(g, xhat, rstd, norm_dims)
-        return dx, None, dw, db, None
-
-
-def _group_norm(
-    x: Tensor,
-    num_groups: int,
-    weight: Tensor | None = None,
-    bias: Tensor | None = None,
-    eps: float = 1e-5,
-) -> Tensor:
-    return _GroupNorm.apply(x, num_groups, weight, bias, eps)
-
-
-def _layer_norm(
-    x: Tensor,
-    normalized_shape: Sequence[int],
-    weight: Tensor | None = None,
-    bias: Tensor | None = None,
-    eps: float = 1e-5,
-) -> Tensor:
-    return _LayerNorm.apply(x, list(normalized_shape), weight, bias, eps)
-
-
-def _instance_norm(
-    x: Tensor,
-    running_mean: Tensor | None = None,
-    running_var: Tensor | None = None,
-    weight: Tensor | None = None,
-    bias: Tensor | None = None,
-    use_input_stats: bool = True,
-    momentum: float = 0.1,
-    eps: float = 1e-5,
-) -> Tensor:
-    if not use_input_stats:
-        return _batch_norm(x, running_mean, running_var, weight, bias, False, momentum, eps)
-    return _GroupNorm.apply(x, x.shape[1], weight, bias, eps)
-
-
-def _batch_norm(
-    x: Tensor,
-    running_mean: Tensor | None,
-    running_var: Tensor | None,
-    weight: Tensor | None = None,
-    bias: Tensor | None = None,
-    training: bool = False,
-    momentum: float = 0.1,
-    eps: float = 1e-5,
-) -> Tensor:
-    shape = _affine_shape(x)
-    if training or running_mean is None or running_var is None:
-        # Batch statistics, exactly as torch computes them here (timm's StdConv2d, a BatchNorm
-        # without running statistics): a GroupNorm over the batch, written out. Exported in
-        # inference mode, it would silently use running statistics instead.
-        return _affine(_standardize(x, [0, *range(2, x.dim())], eps), weight, bias)
-    # Frozen statistics (SPEC §1): y = x·s + t with s = γ/√(σ²+ε), t = β − μ·s — two
-    # big-tensor ops, and a tiny backward into γ and β.
-    inv = torch.rsqrt(running_var + eps)
-    scale = inv if weight is None else weight * inv
-    shift = -running_mean * scale
-    if bias is not None:
-        shift = shift + bias
-    return x * scale.reshape(shape) + shift.reshape(shape)
-
-
-# --------------------------------------------------------------------- average pooling
-
-
-def _pair(v: int | Sequence[int]) -> tuple[int, int]:
-    return (v, v) if isinstance(v, int) else (int(v[0]), int(v[-1]))
-
-
-def avg_pool2d(
-    x: Tensor,
-    kernel_size: int | Sequence[int],
-    stride: int | Sequence[int] | None = None,
-    padding: int | Sequence[int] = 0,
-    ceil_mode: bool = False,
-    count_include_pad: bool = True,
-    divisor_override: int | None = None,
-) -> Tensor:
-    """Average pooling as a depthwise ones-kernel convolution times a constant divisor map.
-
-    The divisor map (torch's own rule for padding, ``ceil_mode`` and ``count_include_pad``)
-    is computed once from a ones input outside the trace: ``avg_pool(1) / sum_pool(1)``.
-    """
-    k = _pair(kernel_size)
-    s = _pair(stride if stride else kernel_size)
-    p = _pair(padding)
-    c, h, w = (int(d) for d in x.shape[-3:])
-    with _constants():
-        ones = torch.ones(1, 1, h, w)
-        averaged = _REAL_AVG_POOL2D(ones, k, s, p, ceil_mode, count_include_pad, divisor_override)
-        out_h, out_w = averaged.shape[-2:]
-        # Pad right/bottom so that a plain convolution yields ceil_mode's extra windows.
-        extra_h = max(0, (out_h - 1) * s[0] + k[0] - (h + 2 * p[0]))
-        extra_w = max(0, (out_w - 1) * s[1] + k[1] - (w + 2 * p[1]))
-        pads = (p[1], p[1] + extra_w, p[0], p[0] + extra_h)
-        summed = F.conv2d(F.pad(ones, pads), torch.ones(1, 1, *k), stride=s)
-        scale = (averaged / summed).reshape(1, 1, out_h, out_w).contiguous()
-        kernel = torch.ones(c, 1, *k, dtype=x.dtype)
-    pooled = F.conv2d(F.pad(x, pads), kernel, stride=s, groups=c)
-    return pooled * scale
-
-
-_REAL_AVG_POOL2D = F.avg_pool2d  # torch's own, captured before any replacement
-
-
-@contextlib.contextmanager
-def _constants() -> Iterator[None]:
-    """Compute constants of the graph with neither make_fx nor the TorchScript tracer on."""
-    state = torch._C._get_tracing_state()
-    torch._C._set_tracing_state(None)
-    try:
-        with disable_proxy_modes_tracing():
-            yield
-    finally:
-        torch._C._set_tracing_state(state)
-
-
-@contextlib.contextmanager
-def traceable_layers() -> Iterator[None]:
-    """Within the block, norms and average pooling run as the compact forms above."""
-    saved = {
-        name: getattr(F, name)
-        for name in ("group_norm", "layer_norm", "instance_norm", "batch_norm", "avg_pool2d")
-    }
-    replacements = {
-        "group_norm": _group_norm,
-        "layer_norm": _layer_norm,
-        "instance_norm": _instance_norm,
-        "batch_norm": _batch_norm,
-        "avg_pool2d": avg_pool2d,
-    }
-    for name, fn in replacements.items():
-        setattr(F, name, fn)
-    patched_fast = _patch_timm_fast_norm()
-    try:
-        yield
-    finally:
-        for name, fn in saved.items():
-            setattr(F, name, fn)
-        for module, name, fn in patched_fast:
-            setattr(module, name, fn)
-
-
-def _patch_timm_fast_norm() -> list[tuple[Any, str, Any]]:
-    """Timm's LayerNorm2d/GroupNorm may call its own ``fast_*_norm``: route those here too."""
-    saved: list[tuple[Any, str, Any]] = []
-    try:
-        import timm.layers.fast_norm as fast
-        import timm.layers.norm as norm
-    except ImportError:
-        return saved
-    for module in (fast, norm):
-        for name, fn in (("fast_layer_norm", _layer_norm), ("fast_group_norm", _group_norm)):
-            if hasattr(module, name):
-                saved.append((module, name, getattr(module, name)))
-                setattr(module, name, fn)
-    return saved
-
-
-# --------------------------------------------------------------------- tracing and graph rewrites
-
-
 def _threshold_backward(grad: Tensor, value: Tensor, threshold: float) -> Tensor:
-    # ReLU's backward as a multiply by a mask: ORT's Where runs ~8x slower than
-    # Greater + Cast + Mul on a (1, 256, 56, 56) tensor (measured, 2 threads).
+    # ReLU's backward as a multiply by a mask: ORT's Where runs several times slower than
+    # Greater + Cast + Mul on a feature map.
     return grad * (value > threshold).to(grad.dtype)
 
 
@@ -355,7 +67,7 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
 
 
 def trace(fn: Callable[..., Any], args: Sequence[Tensor]) -> fx.GraphModule:
-    """``make_fx`` of ``fn`` on ``args`` (real tensors), with the layer forms above, rewritten.
+    """``make_fx`` of ``fn`` on ``args`` (real tensors), with the traceable layer forms, rewritten.
 
     Raises:
         UnsupportedModelError: an op that could not be traced or rewritten, with the reason.
@@ -508,15 +220,15 @@ def max_pool_translation(
     """ONNX for ``aten.max_pool2d_with_indices``: MaxPool's own (flat NCHW) indices.
 
     torch.onnx's translation converts them to torch's per-plane indices with a second,
-    1×1 MaxPool over the whole input every step (1.5 ms of resnet50_gn's stem); the only
+    1×1 MaxPool over the whole input every step (a sizeable share of a stem); the only
     consumer here is :func:`_max_pool_input_grad`, which takes them as they are.
     """
     from onnxscript import opset18 as op
 
-    k = _pair(kernel_size)
-    s = _pair(stride) if len(stride) else k
-    p = _pair(padding)
-    d = _pair(dilation)
+    k = pair(kernel_size)
+    s = pair(stride) if len(stride) else k
+    p = pair(padding)
+    d = pair(dilation)
     y, indices = op.MaxPool(
         x,
         ceil_mode=int(ceil_mode),
@@ -752,7 +464,7 @@ def _axis_matrix(
         else torch.eye(size).reshape(size, 1, 1, size)
     )
     basis = basis.expand(size, 1, int(in_hw[0]), int(in_hw[1])).contiguous()
-    with _constants():
+    with untraced():
         out = forward(basis.to(torch.float32), list(out_hw), *extra)
     columns = out[:, 0, :, 0] if axis == 0 else out[:, 0, 0, :]
     return columns.transpose(0, 1).contiguous()  # (out, in)

@@ -1,9 +1,13 @@
-"""Export validation: the ORT training artifacts against the PyTorch reference (realm_sdk)."""
+"""Export validation: exported graphs against the PyTorch reference (realm_sdk).
+
+The primitives both pipelines check with (the reference step, its own spread, the report and
+its tolerances, the validation inputs), and the portable graphs' check; the legacy training
+artifacts' run lives in :mod:`.legacy`.
+"""
 
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,18 +17,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from realm_runtime.contract import (
-    ALPHA_NAME,
-    CHECKPOINT,
-    EVAL_MODEL,
-    LAMBDA_NAME,
-    LOSS_NAME,
-    SAMPLE_WEIGHT_NAME,
-    TRAINING_MODEL,
-)
+from realm_runtime import onnxruntime_module
+from realm_runtime.contract import ALPHA_NAME, LAMBDA_NAME, LOSS_NAME, SAMPLE_WEIGHT_NAME
 from realm_sdk import RealmAdapter, RealmConfig, entropy, robust_loss
-
-from ._rewrite import UnsupportedModelError
 
 # Logits are held to atol + LOGITS_RTOL · max|logits|: float32 keeps ~7 digits, and a deep
 # network's rounding leaves ~1e-6 of the logits' scale (random-init BatchNorm nets reach
@@ -65,8 +60,8 @@ class ValidationReport:
     REALM's ``∂ρ/∂α`` is the sum of ``−(2/α²)·(P − 1)`` and a second term of nearly the same
     size (``P = b^{α/2}``): where the entropy is small they cancel to ~1e-4 of either, and
     float32 resolves the sum only to the terms' scale, ``Σ w·ρ · 2/(α·|α − 2|)``, i.e.
-    ``2·loss/(α·|α − 2|)`` (measured on a trained BatchNorm ResNet: torch float32 itself 2.4 %
-    from float64 on one sample, and ORT 6.7e-3 from torch relative to the gradient). So α's
+    ``2·loss/(α·|α − 2|)`` (on a trained BatchNorm ResNet, torch float32 itself lands percents
+    from float64 on one sample, and ORT further still from torch). So α's
     scale is at least that (``alpha`` set: a REALM export). Likewise ``∂(λ·ρ)/∂λ = ρ + λ·∂ρ/∂λ``
     with C = λ (the ImageNet preset; ``lam`` set): for small H both terms are ±H/2, and λ's
     scale is at least ``loss/λ`` (measured: 3.3e-3 relative to the gradient without it).
@@ -265,50 +260,49 @@ def reference_spread(
     return spread
 
 
-def training_graph_error(message: str, doing: str = "run the training graph") -> str:
-    """One sentence from onnxruntime-training's error while it builds, loads or runs a graph.
+def new_report(
+    config: RealmConfig, inputs: int, *, atol: float, grad_rtol: float
+) -> ValidationReport:
+    """An empty report for ``config``'s graph, over ``inputs`` validation inputs.
 
-    Args:
-        message: ORT's exception text (long, with C++ source locations).
-        doing: what was being done, for the fallback sentence.
+    It holds α0 and λ0 where ∂ρ/∂α and ∂(λρ)/∂λ are sums of cancelling terms (see
+    :class:`ValidationReport`).
     """
-    missing = re.search(r"has not been registered: (\w+) for node (\S+)", message)
-    if missing:
-        op, node = missing.groups()
-        return (
-            f"the ONNX op {op} (node {node}) has no gradient in onnxruntime-training 1.19.2, and "
-            "it lies between the adapted norm parameters and the loss: replace it in the model "
-            "(or freeze the norm layers before it with RealmConfig.frozen)"
-        )
-    kernel = re.search(
-        r"Could not find an implementation for (\w+)\(\d+\) node with name '([^']*)'", message
-    )
-    if kernel:
-        op, node = kernel.groups()
-        return (
-            f"onnxruntime-training 1.19.2 has no kernel for {op} (node {node}), which the "
-            "training graph of this model needs: its layer cannot adapt through the training "
-            "artifacts (the portable step graph may still adapt it)"
-        )
-    node = re.search(r"running (\w+) node\. Name:'([^']*)'", message)
-    status = re.search(r"Status Message: (?:\S+:\d+ \S+ )?(.*?)(?:\n|$)", message)
-    if node:
-        detail = status.group(1).strip()[:200] if status else ""
-        return (
-            f"onnxruntime-training 1.19.2 failed running the training graph at {node.group(1)} "
-            f"node {node.group(2)}: {detail}"
-        )
-    first = message.strip().splitlines()[0] if message.strip() else "unknown error"
-    return f"onnxruntime-training 1.19.2 could not {doing}: {first[-400:]}"
-
-
-def _cancelling_terms(config: RealmConfig) -> dict[str, float | None]:
-    """α0 and λ0 where ∂ρ/∂α and ∂(λρ)/∂λ are sums of cancelling terms (ValidationReport)."""
     realm = config.method == "realm"
-    return {
-        "alpha": config.alpha0 if realm else None,
-        "lam": config.lambda0 if realm and config.loss_scale == "lambda" else None,
-    }
+    return ValidationReport(
+        atol=atol,
+        grad_rtol=grad_rtol,
+        inputs=inputs,
+        alpha=config.alpha0 if realm else None,
+        lam=config.lambda0 if realm and config.loss_scale == "lambda" else None,
+    )
+
+
+def validation_batch(
+    shape: tuple[int, ...], count: int, *, seed: int, extra_batch: bool
+) -> list[np.ndarray]:
+    """Random validation inputs that differ in scale and offset, not just in noise.
+
+    Input k is ``s_k · N(0, 1) + m_k`` with (s, m) cycling through (1, 0), (0.5, 0.5),
+    (2, −0.5): a model whose trace baked in one branch of data-dependent control flow then
+    disagrees with torch on some input. With ``extra_batch``, one more input has batch size
+    ``shape[0] + 1`` to check the symbolic batch axis.
+    """
+    rng = np.random.default_rng(seed)
+    styles = ((1.0, 0.0), (0.5, 0.5), (2.0, -0.5))
+    shapes = [shape] * count + ([(shape[0] + 1, *shape[1:])] if extra_batch else [])
+    return [
+        (styles[k % 3][0] * rng.standard_normal(s) + styles[k % 3][1]).astype(np.float32)
+        for k, s in enumerate(shapes)
+    ]
+
+
+def quiet_session(path: Path) -> Any:
+    """A plain ``InferenceSession`` on ``path``, its warnings off (the figures speak)."""
+    ort = onnxruntime_module()
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), options)
 
 
 def sample_weights(batch: int) -> np.ndarray:
@@ -345,7 +339,7 @@ def torch_reference(
             names = [*adapter.trainable_names, ALPHA_NAME, LAMBDA_NAME]
         else:
             # Tent and EATA: the graph's L is H; EATA's detached weight exp(−(H − e0)) is part
-            # of the sample weight w that the runtime feeds (realm_export._graph.append_loss).
+            # of the sample weight w that the runtime feeds (realm_export.legacy.append_loss).
             per_sample = h
             wrt, names = params, list(adapter.trainable_names)
         loss = (per_sample * torch.from_numpy(weights)).sum()
@@ -386,66 +380,7 @@ def _sar_second_entropy(
     return h2 * kept / torch.clamp(kept.sum(), min=1.0) / torch.where(w > 0, w, 1.0)
 
 
-def validate_artifacts(
-    directory: Path,
-    model: nn.Module,
-    config: RealmConfig,
-    inputs: Sequence[np.ndarray],
-    *,
-    atol: float,
-    grad_rtol: float,
-) -> ValidationReport:
-    """Run the training graph on ``inputs`` and compare with :func:`torch_reference`.
-
-    Args:
-        directory: where ``training_model.onnx``, ``eval_model.onnx`` and ``checkpoint`` are.
-        model: the original torch model (not modified).
-        config: the export's configuration.
-        inputs: float32 arrays of the input shape.
-        atol: tolerance on logits and loss.
-        grad_rtol: relative tolerance on gradients.
-
-    Returns:
-        The report (check :attr:`ValidationReport.passed`).
-    """
-    from realm_runtime import training_api
-
-    api = training_api()
-    state = api.CheckpointState.load_checkpoint(str(directory / CHECKPOINT))
-    try:
-        module = api.Module(
-            str(directory / TRAINING_MODEL), state, str(directory / EVAL_MODEL), device="cpu"
-        )
-    except RuntimeError as exc:
-        raise UnsupportedModelError(training_graph_error(str(exc))) from exc
-    module.train()
-    report = ValidationReport(
-        atol=atol, grad_rtol=grad_rtol, inputs=len(inputs), **_cancelling_terms(config)
-    )
-    for x in inputs:
-        weights = sample_weights(x.shape[0])
-        module.lazy_reset_grad()
-        try:
-            loss_ort, logits_ort = module(x, weights)[:2]
-        except RuntimeError as exc:
-            raise UnsupportedModelError(training_graph_error(str(exc))) from exc
-        reference = torch_reference(model, config, torch.from_numpy(x), weights)
-        grads_t, names = reference[2], reference[3]
-        grads = {n: np.asarray(state.parameters[n].grad).reshape(grads_t[n].shape) for n in names}
-        _judge(
-            report,
-            (np.asarray(logits_ort), float(loss_ort), grads),
-            model,
-            config,
-            x,
-            weights,
-            reference,
-        )
-    del module
-    return report
-
-
-def _judge(
+def judge(
     report: ValidationReport,
     graph: tuple[np.ndarray, float, dict[str, np.ndarray]],
     model: nn.Module,
@@ -494,11 +429,12 @@ def validate_portable(
     SAR's graph is compared with its cut open (e0 above any entropy), so that every input
     exercises the gradient at the perturbed point; the cut itself is the parity suite's.
     """
-    from realm_runtime import onnxruntime_module
     from realm_runtime.contract import (
         ANCHOR_NAME,
         ENTROPY_MARGIN_NAME,
         FINITE_NAME,
+        INPUT_NAME,
+        LOGITS_NAME,
         LR_ALPHA_LAMBDA_NAME,
         LR_NAME,
         MOMENTUM_NAME,
@@ -509,21 +445,14 @@ def validate_portable(
         VELOCITY_NAME,
     )
 
-    from ._graph import INPUT_NAME, LOGITS_NAME
-
-    ort = onnxruntime_module()
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    step = ort.InferenceSession(str(directory / files["step_model"]), options)
-    forward = ort.InferenceSession(str(directory / files["forward_model"]), options)
+    step = quiet_session(directory / files["step_model"])
+    forward = quiet_session(directory / files["forward_model"])
     source = np.load(directory / files["source_params"])
     step_inputs = {i.name for i in step.get_inputs()}
     out_names = [o.name for o in step.get_outputs()]
     if config.method == "sar":
         config = config.with_overrides(entropy_margin=OPEN_CUT)
-    report = ValidationReport(
-        atol=atol, grad_rtol=grad_rtol, inputs=len(inputs), **_cancelling_terms(config)
-    )
+    report = new_report(config, len(inputs), atol=atol, grad_rtol=grad_rtol)
     for x in inputs:
         weights = sample_weights(1)
         if config.method == "eata":  # the graph applies EATA's weight itself
@@ -559,7 +488,7 @@ def validate_portable(
             for slot in layout
         }
         graph = (out[LOGITS_NAME], float(out[LOSS_NAME]), grads)
-        _judge(report, graph, model, config, x, weights, reference)
+        judge(report, graph, model, config, x, weights, reference)
         # The forward graph's logits, held to the same tolerance.
         report.logits_max_abs = max(
             report.logits_max_abs, float(np.abs(logits_fwd - logits_t).max())
@@ -567,3 +496,13 @@ def validate_portable(
         if not bool(out[FINITE_NAME]):
             report.loss_max_abs = float("inf")  # a finite step reported as non-finite
     return report
+
+
+def branch_hint(branches: Sequence[str]) -> str:
+    """Where the trace froze data-dependent control flow: the likely cause of a disagreement."""
+    if not branches:
+        return ""
+    return (
+        "\nThe trace turned tensors into Python booleans (data-dependent control "
+        "flow, frozen into one branch) at: " + ", ".join(branches[:5])
+    )

@@ -20,10 +20,26 @@ import numpy as np
 import torch
 from torch import nn
 
-from realm_runtime.contract import COUNTERS, PARAMS_NAME, SETTINGS_NAME, adapt_settings
+from realm_runtime.contract import (
+    ADAPT_INPUT_KEY,
+    ADAPT_LOGITS_KEY,
+    ADAPT_REASON_KEY,
+    ADAPT_REASONS_KEY,
+    ADAPT_STATE_KEY,
+    ADAPT_UPDATED_KEY,
+    COUNTERS,
+    COUNTERS_NAME,
+    FILE_KEY,
+    PARAMS_NAME,
+    SETTINGS_NAME,
+    STATE_INITIAL_KEY,
+    STATE_INPUT_KEY,
+    STATE_OUTPUT_KEY,
+    adapt_settings,
+)
 from realm_sdk import RealmAdapter, RealmConfig, decision_margin
 
-from ._validate import LOGITS_RTOL
+from ._validate import LOGITS_RTOL, quiet_session
 
 # The adapt graph's parameters after k steps, against the reference's: relative to how far the
 # reference moved them. The step graph's gradients pass within grad_rtol of torch's, or within
@@ -111,22 +127,18 @@ def validate_adapt(
         atol: tolerance on logits (plus ``LOGITS_RTOL`` of their scale).
         grad_rtol: the step graph's relative gradient tolerance.
     """
-    from realm_runtime import onnxruntime_module
-
-    ort = onnxruntime_module()
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(str(directory / section["file"]), options)
+    session = quiet_session(directory / section[FILE_KEY])
     names = [o.name for o in session.get_outputs()]
-    state = {s["input"]: np.load(directory / s["initial"]) for s in section["state"]}
-    outputs = {s["input"]: s["output"] for s in section["state"]}
+    entries = section[ADAPT_STATE_KEY]
+    state = {s[STATE_INPUT_KEY]: np.load(directory / s[STATE_INITIAL_KEY]) for s in entries}
+    outputs = {s[STATE_INPUT_KEY]: s[STATE_OUTPUT_KEY] for s in entries}
     state[SETTINGS_NAME] = adapt_settings(config)
     adapter = RealmAdapter(copy.deepcopy(model), config)
     source = state[PARAMS_NAME].copy()
     stream = [x for x in inputs for _ in range(2)]
     report = AdaptReport(steps=0, params_tol=UPDATE_RTOL_FACTOR * grad_rtol)
     for step, x in enumerate(stream):
-        feeds = {section["input"]: x, **state}
+        feeds = {section[ADAPT_INPUT_KEY]: x, **state}
         out = dict(zip(names, session.run(None, feeds), strict=True))
         reshaped = [n for n, o in outputs.items() if out[o].shape != state[n].shape]
         if reshaped:  # a client feeds each output back: its shape must stay the input's
@@ -140,8 +152,8 @@ def validate_adapt(
             state[name] = out[output]
         margin, _ = decision_margin(adapter, x)
         ref = adapter.adapt(torch.from_numpy(x))
-        reason = section["reasons"][int(out[section["reason"]])]
-        if (reason, bool(out[section["updated"]])) != (ref.reason, ref.updated):
+        reason = section[ADAPT_REASONS_KEY][int(out[section[ADAPT_REASON_KEY]])]
+        if (reason, bool(out[section[ADAPT_UPDATED_KEY]])) != (ref.reason, ref.updated):
             if margin < TIE_MARGIN:
                 report.near_tie = step
                 break
@@ -153,7 +165,7 @@ def validate_adapt(
         report.reasons[ref.reason] = report.reasons.get(ref.reason, 0) + 1
         want = ref.logits.detach().numpy()
         if np.isfinite(want).all():
-            got = out[section["logits"]]
+            got = out[section[ADAPT_LOGITS_KEY]]
             report.logits_max_abs = max(report.logits_max_abs, float(np.abs(got - want).max()))
             report.logits_tol = max(
                 report.logits_tol, atol + LOGITS_RTOL * float(np.abs(want).max())
@@ -164,7 +176,7 @@ def validate_adapt(
         report.params_max_rel = max(report.params_max_rel, error if moved > 1e-12 else 0.0)
     report.logits_tol = report.logits_tol or atol
     if report.mismatch is None and report.near_tie is None:
-        counters = dict(zip(COUNTERS, state["realm.counters"].tolist(), strict=True))
+        counters = dict(zip(COUNTERS, state[COUNTERS_NAME].tolist(), strict=True))
         expected = {c: getattr(adapter.state, c) for c in COUNTERS}
         if counters != expected:
             report.mismatch = f"counters {counters} against the reference's {expected}"

@@ -1,10 +1,10 @@
 """One weights file for the portable graphs: each large initializer stored once, as external data.
 
-The step graph and the forward graph carry the same frozen weights (vit_base: 51 tensors,
-346 MB, byte for byte the same in both). Embedded in each ``.onnx`` file, every session that
+The step graph and the forward graph carry the same frozen weights (byte for byte the same
+in both, hundreds of megabytes for a ViT-Base). Embedded in each ``.onnx`` file, every session that
 loads a graph holds its own copy, and reads the whole file while it loads. Here the large
 float32 initializers of both graphs go into one :data:`SHARED_WEIGHTS` file, written once, at
-4 KiB-aligned offsets, and each graph keeps only an ONNX external-data reference to them
+page-aligned offsets, and each graph keeps only an ONNX external-data reference to them
 (``location``/``offset``/``length``). Any ONNX loader given the graph's path still resolves
 them; ``RealmRuntime`` reads the file once and hands the same buffers to both sessions
 (``SessionOptions.add_initializer``), and the JavaScript clients pass its bytes as

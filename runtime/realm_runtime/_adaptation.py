@@ -21,8 +21,24 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from ._checkpoint import COUNTERS, StateArrays, WatchArrays, load_state, save_state
+from ._checkpoint import StateArrays, WatchArrays, load_state, save_state
 from ._config import RealmConfig
+from ._names import (
+    COUNTER_DRIFT_CLIPS,
+    COUNTER_RESETS_COLLAPSE,
+    COUNTER_RESETS_RECOVERY,
+    COUNTER_SAMPLES,
+    COUNTER_SKIPPED_DIVERSITY,
+    COUNTER_SKIPPED_ENTROPY,
+    COUNTER_SKIPPED_NONFINITE,
+    COUNTER_UPDATED_SAMPLES,
+    COUNTER_UPDATES,
+    COUNTERS,
+    REASON_DIVERSITY,
+    REASON_ENTROPY,
+    REASON_NONFINITE,
+    REASON_UPDATED,
+)
 
 ArrayT = TypeVar("ArrayT")  # torch.Tensor in the SDK, np.ndarray in the runtime
 ResultT = TypeVar("ResultT")  # each twin's AdaptResult
@@ -274,7 +290,7 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
         """SPEC §3 on one batch: predict, decide, step, guard; the counters and the reasons."""
         batch = x.shape[0]  # type: ignore[attr-defined]
         logits, forward = self._forward(x)
-        self._counters["samples"] += batch
+        self._counters[COUNTER_SAMPLES] += batch
         finite = self._finite(logits)
         if finite:
             self._watch.see(self._to_numpy(logits))
@@ -288,34 +304,34 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
         self, x: ArrayT, logits: ArrayT, forward: Any, finite: bool, batch: int
     ) -> ResultT:
         if not finite:
-            self._counters["skipped_nonfinite"] += batch
-            return self._result(logits, None, False, None, "nonfinite")
+            self._counters[COUNTER_SKIPPED_NONFINITE] += batch
+            return self._result(logits, None, False, None, REASON_NONFINITE)
 
         sel = self._select(logits, forward)
-        self._counters["skipped_entropy"] += sel.uncertain
-        self._counters["skipped_diversity"] += sel.similar
+        self._counters[COUNTER_SKIPPED_ENTROPY] += sel.uncertain
+        self._counters[COUNTER_SKIPPED_DIVERSITY] += sel.similar
         n_keep = int(sel.keep.sum())
         if n_keep == 0:
-            reason = "entropy" if sel.uncertain == batch else "diversity"
+            reason = REASON_ENTROPY if sel.uncertain == batch else REASON_DIVERSITY
             return self._result(logits, sel, False, None, reason)
 
         candidate = self._compute(x, forward, sel)
         kept = n_keep if candidate.kept is None else candidate.kept
         if kept == 0:  # SAR: every kept sample failed the cut again at the perturbed θ
-            self._counters["skipped_entropy"] += n_keep
-            return self._result(logits, sel, False, candidate.loss, "entropy")
+            self._counters[COUNTER_SKIPPED_ENTROPY] += n_keep
+            return self._result(logits, sel, False, candidate.loss, REASON_ENTROPY)
         if not candidate.finite:
-            self._counters["skipped_nonfinite"] += n_keep
-            return self._result(logits, sel, False, candidate.loss, "nonfinite")
+            self._counters[COUNTER_SKIPPED_NONFINITE] += n_keep
+            return self._result(logits, sel, False, candidate.loss, REASON_NONFINITE)
 
         self._accept(candidate, sel)
-        self._counters["updates"] += 1
-        self._counters["updated_samples"] += kept
-        self._counters["skipped_entropy"] += n_keep - kept
+        self._counters[COUNTER_UPDATES] += 1
+        self._counters[COUNTER_UPDATED_SAMPLES] += kept
+        self._counters[COUNTER_SKIPPED_ENTROPY] += n_keep - kept
         self._guard_update()
         if self.config.method == "sar":
             self._recover(candidate.loss)
-        return self._result(logits, sel, True, candidate.loss, "updated")
+        return self._result(logits, sel, True, candidate.loss, REASON_UPDATED)
 
     def _guard_update(self) -> None:
         """The hard drift bound, after an applied update (relax and anchor are the update's)."""
@@ -324,7 +340,7 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
             drift = self._relative_drift()
             if drift > guard.max_drift:
                 self._pull_toward_source(guard.max_drift / drift)
-                self._counters["drift_clips"] += 1
+                self._counters[COUNTER_DRIFT_CLIPS] += 1
 
     def _guard_collapse(self) -> None:
         """Back to the source when recent predictions fall onto few classes (a collapse).
@@ -339,7 +355,7 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
         spread = float(-(marginal * np.log(np.maximum(marginal, 1e-12))).sum())
         if spread < limit * np.log(self.config.num_classes) and self._relative_drift() > 0:
             self._reset_state()
-            self._counters["resets_collapse"] += 1
+            self._counters[COUNTER_RESETS_COLLAPSE] += 1
 
     def _relative_drift(self) -> float:
         """‖θ − θ0‖ / ‖θ0‖ over every adapted norm tensor (0 for a zero source)."""
@@ -356,7 +372,7 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
         self._loss_ema = ema
         if ema < self.config.recovery_loss:
             self._reset_state()
-            self._counters["resets_recovery"] += 1
+            self._counters[COUNTER_RESETS_RECOVERY] += 1
 
     # ------------------------------------------------------------------ hooks: the maths
 

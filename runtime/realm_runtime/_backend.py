@@ -1,9 +1,10 @@
-"""One interface, two executions of the step (SPEC §8): what ``RealmRuntime`` asks a backend.
+"""One interface, several executions of the step (SPEC §8): what ``RealmRuntime`` asks a backend.
 
 A backend owns the trainable tensors (norm parameters, α, λ) and their momentum buffers,
 wherever they live (an ONNX Runtime training checkpoint, host arrays, GPU memory), and runs
-the graphs. Everything that decides *whether* to step (S_div, EATA's entropy cut, counters,
-the EMA) stays in ``RealmRuntime`` and is the same for every backend.
+the graphs. The adapt graph (backend ``"onnx"``) decides *whether* to step inside the graph
+(SPEC §11); for the twins (``"onnx-steps"``, ``"ort-training"``) that decision (S_div, EATA's
+and SAR's cuts, counters, the EMA) stays in ``RealmRuntime``, the same for both.
 """
 
 from __future__ import annotations
@@ -11,9 +12,14 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ._config import RealmConfig
+    from ._manifest import Manifest
 
 BackendName = Literal["auto", "onnx", "onnx-steps", "ort-training"]
 BACKENDS: tuple[str, ...] = ("auto", "onnx", "onnx-steps", "ort-training")
@@ -32,6 +38,22 @@ def parse_device(device: object) -> tuple[str, int]:
         if index.isdigit():
             return "cuda", int(index)
     raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+
+
+GraphFormat = Literal["auto", "onnx", "ort"]
+
+
+@dataclass(frozen=True)
+class BackendRequest:
+    """What every backend is opened with: the artifacts, the step's settings, where to run."""
+
+    directory: Path  # the artifact directory the manifest's file names are relative to
+    manifest: Manifest  # parsed and checked against the files before any backend opens
+    config: RealmConfig  # the export's configuration with the caller's overrides applied
+    device: str  # "cpu", "cuda" or "cuda:N", as given to RealmRuntime
+    threads: int | None  # intra-op threads per session; None leaves ONNX Runtime's default
+    session_config: dict[str, str] | None = None  # the caller's session entries, on top of ours
+    graph_format: GraphFormat = "auto"  # which copies of the portable graphs to load
 
 
 @dataclass(frozen=True)

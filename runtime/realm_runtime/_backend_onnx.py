@@ -17,23 +17,36 @@ from typing import Any
 
 import numpy as np
 
-from ._backend import Candidate, StepBackend, parse_device
-from ._config import RealmConfig
-from ._manifest import LOSS_NAME, SAMPLE_WEIGHT_NAME, ArtifactError, Manifest
-from ._ort import SHARED_ARENA_ENTRY, onnxruntime_module, session_options, share_cpu_arena
-from ._portable_io import (
+from ._backend import BackendRequest, Candidate, StepBackend, parse_device
+from ._names import (
+    ADAPT_MODEL_KEY,
+    ADAPT_STATE_KEY,
+    BATCH_KEY,
+    ERROR_KEY,
+    FILE_KEY,
     FINITE_NAME,
+    FORWARD_MODEL_KEY,
     KEPT_NAME,
+    LAYOUT_KEY,
+    LOSS_NAME,
     NEW_PARAMS_NAME,
     NEW_VELOCITY_NAME,
+    ORT_FORMAT_KEY,
     PARAMS_NAME,
+    SAMPLE_WEIGHT_NAME,
     SETTINGS_NAME,
+    SOURCE_PARAMS_KEY,
+    STATE_INITIAL_KEY,
+    STATE_INPUT_KEY,
+    STATE_OUTPUT_KEY,
+    STEP_MODEL_KEY,
     VELOCITY_NAME,
-    TensorSlot,
-    adapt_settings,
-    step_settings,
+    WEIGHTS_KEY,
 )
+from ._ort import SHARED_ARENA_ENTRY, onnxruntime_module, session_options, share_cpu_arena
+from ._portable_io import TensorSlot, adapt_settings, step_settings
 from ._step import F32
+from ._untrusted import ArtifactError
 from ._weights import SharedWeights
 
 MIN_ORT = (1, 19)  # opset 18 and the IO-binding API as used here
@@ -41,20 +54,17 @@ _BIG = (PARAMS_NAME, VELOCITY_NAME)  # the state read as trainable tensors (tens
 _NOT_ADAPTATION = (*_BIG, SETTINGS_NAME)  # what graph_state() leaves to others
 
 # ONNX Runtime pre-packs every constant matrix-product operand into a second copy, once per
-# session. Where those weights come to more than this (vit_base: 343 MB; convnext_tiny: 102
-# MB), the sessions run lean: no pre-packing, no memory-pattern planner (a block per session
-# for every activation), and both sessions on one buffer of the weights (SharedWeights).
-# Measured in a runtime-only process (ORT 1.32, 2 threads, AMD EPYC Zen 5): vit_base peaks at
-# 549 MB instead of 1387, its step 236 instead of 216 ms; convnext_tiny at 308 MB instead of
-# 680, its step 77 instead of 70 ms. Below it, speed: vit_tiny (22 MB) would be 5-9 % slower,
-# resnet50_gn (8 MB, its classifier) ~2.5 %. A session_config entry for
-# "session.disable_prepacking" decides instead, either way.
+# session. Where those weights come to more than this, the sessions run lean: no pre-packing,
+# no memory-pattern planner (a block per session for every activation), and both sessions on
+# one buffer of the weights (SharedWeights): much less memory for a little speed, which is why
+# smaller models keep pre-packing (docs/BENCHMARKS.md, "How much memory does the runtime
+# need?"). A session_config entry for "session.disable_prepacking" decides instead, either way.
 LEAN_GEMM_BYTES = 64 << 20
 PREPACKING_ENTRY = "session.disable_prepacking"
 
 # ONNX Runtime's CUDA provider runs float32 Conv, MatMul and Gemm in TF32 by default on Ampere
-# and newer GPUs: on an H100 (onnxruntime-gpu 1.30) the logits were then 1.2-1.5e-3 from the
-# reference and parity failed on every case. The runtime promises the SDK's float32.
+# and newer GPUs, which puts the logits out of parity with the reference on every case
+# (docs/BENCHMARKS.md, "How fast on a GPU"). The runtime promises the SDK's float32.
 CUDA_FLOAT32 = {"use_tf32": "0"}
 
 
@@ -63,20 +73,13 @@ class PortableBackend(StepBackend):
 
     name = "onnx"
 
-    def __init__(
-        self,
-        directory: Path,
-        manifest: Manifest,
-        config: RealmConfig,
-        device: str,
-        threads: int | None,
-        session_config: dict[str, str] | None = None,
-        graph_format: str = "auto",
-        adapt_graph: bool = False,
-    ) -> None:
+    def __init__(self, request: BackendRequest, *, adapt_graph: bool = False) -> None:
+        directory, manifest, config = request.directory, request.manifest, request.config
+        device, threads, session_config = request.device, request.threads, request.session_config
+        graph_format = request.graph_format
         portable = manifest.portable
-        if not portable.get("step_model"):
-            reason = portable.get("error", "exported before the portable graph existed")
+        if not portable.get(STEP_MODEL_KEY):
+            reason = portable.get(ERROR_KEY, "exported before the portable graph existed")
             raise ArtifactError(
                 f"{directory}: these artifacts have no portable step graph ({reason}); use "
                 "backend='ort-training', or re-export with a current realm-tta"
@@ -93,8 +96,8 @@ class PortableBackend(StepBackend):
         self.graph_format = "ort" if files is not portable else "onnx"
         # The .ort graphs embed their weights; the .onnx graphs point to the shared file.
         weights = (
-            SharedWeights(directory, portable["weights"])
-            if self.graph_format == "onnx" and "weights" in portable
+            SharedWeights(directory, portable[WEIGHTS_KEY])
+            if self.graph_format == "onnx" and WEIGHTS_KEY in portable
             else None
         )
         entries = {SHARED_ARENA_ENTRY: "1", **(session_config or {})}
@@ -107,7 +110,7 @@ class PortableBackend(StepBackend):
         # pre-pack (and re-lay out convolution weights) read the file each and free what they
         # transform; given a shared buffer, they would keep it beside their own copies. On
         # CUDA the weights live on the GPU, so each session reads the file (host buffers
-        # handed to CUDA sessions were not tried on the lent H100).
+        # handed to CUDA sessions are untried).
         shared = self._lean and self._device_type == "cpu"
         self._weights = weights if shared else None
         self._entries, self._threads = entries, threads
@@ -117,24 +120,23 @@ class PortableBackend(StepBackend):
             providers.insert(0, ("CUDAExecutionProvider", cuda))
         self._providers = providers
         # The adapt graph holds the step inside it: the step graph's session is only the twin's.
-        self._step = (
-            None if adapt_graph else self._session(directory / files["step_model"], "step_model")
-        )
+        step_file = directory / files[STEP_MODEL_KEY]
+        self._step = None if adapt_graph else self._session(step_file, STEP_MODEL_KEY)
         # Made on first use, so an app that only adapts with the "train" schedule never pays
         # for the forward session's buffers (nor, with embedded weights, its weights).
         self._forward: Any = None
-        self._layout = [TensorSlot(**slot) for slot in portable["layout"]]
+        self._layout = [TensorSlot(**slot) for slot in portable[LAYOUT_KEY]]
         self.names = [slot.name for slot in self._layout]
         if self.names != list(manifest.trainable):
             raise ArtifactError(
                 f"{directory}: the portable layout's tensors differ from the manifest's trainable"
             )
         self._size = sum(slot.size for slot in self._layout)
-        self.max_batch = int(portable.get("batch", 1))
+        self.max_batch = int(portable.get(BATCH_KEY, 1))
         self._config = config
         self._directory = directory
         self._portable = portable
-        self._forward_file = files["forward_model"]
+        self._forward_file = files[FORWARD_MODEL_KEY]
         self._logits_name = manifest.logits_name
         self._input_name = manifest.input.name
         hyper = step_settings(config)
@@ -152,23 +154,24 @@ class PortableBackend(StepBackend):
         self._adapt: Any = None
         self._adapt_outputs: list[tuple[str, str | None]] = []  # (output, state it is next of)
         self._adapt_spec = manifest.adapt
-        source = _read_source(directory / portable["source_params"], self._size)
+        source = _read_source(directory / portable[SOURCE_PARAMS_KEY], self._size)
         # The initial value of every state tensor: θ0 and zero momentum, and with the adapt
         # graph the rest of its state as the export wrote it.
         self._initial: dict[str, np.ndarray] = {
             PARAMS_NAME: source,
             VELOCITY_NAME: np.zeros(self._size, dtype=F32),
         }
-        if manifest.adapt.get("file"):
-            ort_files = portable.get("ort_format", {})
+        if manifest.adapt.get(FILE_KEY):
+            ort_files = portable.get(ORT_FORMAT_KEY, {})
             self._adapt_file = (
-                ort_files.get("adapt_model", manifest.adapt["file"])
+                ort_files.get(ADAPT_MODEL_KEY, manifest.adapt[FILE_KEY])
                 if self.graph_format == "ort"
-                else manifest.adapt["file"]
+                else manifest.adapt[FILE_KEY]
             )
-            for entry in manifest.adapt["state"]:
-                if entry["input"] not in _BIG:
-                    self._initial[entry["input"]] = _read_initial(directory / entry["initial"])
+            for entry in manifest.adapt[ADAPT_STATE_KEY]:
+                name = entry[STATE_INPUT_KEY]
+                if name not in _BIG:
+                    self._initial[name] = _read_initial(directory / entry[STATE_INITIAL_KEY])
             if SETTINGS_NAME in self._initial:  # this configuration's, overrides included
                 self._initial[SETTINGS_NAME] = adapt_settings(config)
         self._state: dict[str, Any] = {  # every state tensor, where the session computes
@@ -189,7 +192,7 @@ class PortableBackend(StepBackend):
 
     def infer(self, x: np.ndarray) -> np.ndarray:
         if self._forward is None:
-            self._forward = self._session(self._directory / self._forward_file, "forward_model")
+            self._forward = self._session(self._directory / self._forward_file, FORWARD_MODEL_KEY)
         rows = []
         for i in range(x.shape[0]):  # the graphs are exported for batch 1
             binding = self._forward.io_binding()
@@ -282,8 +285,10 @@ class PortableBackend(StepBackend):
 
     def _adapt_session(self) -> Any:
         if self._adapt is None:
-            self._adapt = self._session(self._directory / self._adapt_file, "adapt_model")
-            back = {e["output"]: e["input"] for e in self._adapt_spec["state"]}
+            self._adapt = self._session(self._directory / self._adapt_file, ADAPT_MODEL_KEY)
+            back = {
+                e[STATE_OUTPUT_KEY]: e[STATE_INPUT_KEY] for e in self._adapt_spec[ADAPT_STATE_KEY]
+            }
             # Each output, and the state input it is the next value of (None: a result).
             self._adapt_outputs = [(o.name, back.get(o.name)) for o in self._adapt.get_outputs()]
         return self._adapt
@@ -309,7 +314,7 @@ class PortableBackend(StepBackend):
                 "export_inference_model on the onnx backend needs the onnx package "
                 "(pip install onnx): it rewrites forward_model.onnx with the adapted values"
             ) from exc
-        model = onnx.load(str(self._directory / self._portable["forward_model"]))
+        model = onnx.load(str(self._directory / self._portable[FORWARD_MODEL_KEY]))
         flat = numpy_helper.from_array(self._params.numpy(), PARAMS_NAME)
         kept = [i for i in model.graph.initializer if i.name != PARAMS_NAME]
         del model.graph.initializer[:]
@@ -378,7 +383,7 @@ def _graph_files(directory: Path, portable: dict[str, Any], graph_format: str) -
 
     ``"auto"`` takes the ORT-format graphs where the export wrote them (``--ort-format``).
     """
-    converted = portable.get("ort_format") or {}
+    converted = portable.get(ORT_FORMAT_KEY) or {}
     if graph_format == "onnx" or (graph_format == "auto" and not converted):
         return portable
     if not converted:

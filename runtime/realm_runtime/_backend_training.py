@@ -8,23 +8,15 @@ numpy (``_step``), because 1.19.2's SGD has no momentum and one learning rate.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import numpy as np
 
-from ._backend import Candidate, StepBackend, parse_device
-from ._config import RealmConfig
-from ._manifest import (
-    ALPHA_NAME,
-    CHECKPOINT,
-    EVAL_MODEL,
-    LAMBDA_NAME,
-    TRAINING_MODEL,
-    ArtifactError,
-    Manifest,
-)
+from ._backend import BackendRequest, Candidate, StepBackend, parse_device
+from ._manifest import Manifest
+from ._names import ALPHA_NAME, CHECKPOINT, EVAL_MODEL, LAMBDA_NAME, TRAINING_MODEL
 from ._ort import onnxruntime_module, session_options, training_api
 from ._step import F32, entropy, project_alpha, project_lambda, relax_and_anchor, sgd_momentum
+from ._untrusted import ArtifactError
 
 
 class TrainingBackend(StepBackend):
@@ -32,15 +24,9 @@ class TrainingBackend(StepBackend):
 
     name = "ort-training"
 
-    def __init__(
-        self,
-        directory: Path,
-        manifest: Manifest,
-        config: RealmConfig,
-        device: str,
-        threads: int | None,
-        session_config: dict[str, str] | None = None,
-    ) -> None:
+    def __init__(self, request: BackendRequest) -> None:
+        directory, manifest, config = request.directory, request.manifest, request.config
+        device, threads, session_config = request.device, request.threads, request.session_config
         if TRAINING_MODEL not in manifest.files:
             why = manifest.training.get("reason", "exported without onnxruntime-training")
             raise ArtifactError(

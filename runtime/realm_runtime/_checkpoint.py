@@ -25,33 +25,52 @@ from typing import Any
 import numpy as np
 
 from ._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmConfig
-from ._json import json_object
-from ._manifest import ALPHA_NAME, LAMBDA_NAME, read_bounded
-from ._portable_io import (
+from ._names import (
     ADAPT_KNOWN,
     ADAPT_WATCH,
+    ALPHA_NAME,
+    COUNTERS,
     COUNTERS_NAME,
     EMA_NAME,
+    FIGURE_ENTROPY_EMA,
+    FIGURE_LOSS_EMA,
+    FIGURE_UPDATE_RATE,
+    INTERVENTIONS,
+    KNOWN_EMA,
+    KNOWN_LOSS_EMA,
     KNOWN_NAME,
+    KNOWN_UPDATE_RATE,
+    KNOWN_WATCH,
+    LAMBDA_NAME,
+    LEGACY_ALPHA,
+    LEGACY_ALPHA_MOMENTUM,
+    LEGACY_COUNTERS_KEY,
+    LEGACY_EMA,
+    LEGACY_LAMBDA,
+    LEGACY_LAMBDA_MOMENTUM,
+    LEGACY_MARGINAL,
+    LEGACY_MOMENTUM_PREFIX,
+    LEGACY_PARAM_PREFIX,
+    LEGACY_SEEN_KEY,
+    LEGACY_WATCH_ARRAYS,
+    LEGACY_WATCH_PREFIX,
     MARGINAL_NAME,
     PARAMS_NAME,
+    READABLE_STATE_VERSIONS,
     SEEN_NAME,
     SETTINGS_NAME,
+    STATE_FORMAT,
+    STATE_HEADER_MEMBER,
+    STATE_VERSION,
     VELOCITY_NAME,
     WATCH_NAME,
-    adapt_settings,
 )
+from ._portable_io import adapt_settings
+from ._untrusted import json_object, read_bounded
 
-STATE_FORMAT = "realm-tta/adaptation-state"
-# 3: exactly the adapt graph's state tensors, under its input names (SPEC §11); 2: SAR's
-# loss EMA, the watch figures and the guardrail counters. Every older version stays readable:
-# a version-1 file restores with those at none and zero.
-STATE_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
-_HEADER_KEY = "__header__"
-# Bounds of a readable state file. The largest state of the models in docs/ (vit_base: norm
-# parameters and momentum) is under 1 MiB; 256 MiB leaves room for any model that adapts only
-# its norm layers while keeping a damaged or hostile file from costing unbounded memory.
+# Bounds of a readable state file: far above any model that adapts only its norm layers (the
+# largest state of the models in docs/ is a few hundredths of it), while keeping a damaged or
+# hostile file from costing unbounded memory.
 MAX_STATE_BYTES = 256 * 2**20
 MAX_MEMBERS = 100_000
 MAX_HEADER_BYTES = 16 * 2**20
@@ -73,9 +92,10 @@ def write_state(path: str | os.PathLike[str], arrays: dict[str, np.ndarray], hea
     path.parent.mkdir(parents=True, exist_ok=True)
     full_header = {"format": STATE_FORMAT, "version": STATE_VERSION, **header}
     members = {name: np.asarray(a, order="C") for name, a in arrays.items()}  # keeps 0-d
-    if _HEADER_KEY in members:
-        raise ValueError(f"array name {_HEADER_KEY!r} is reserved")
-    members[_HEADER_KEY] = np.frombuffer(json.dumps(full_header).encode("utf-8"), dtype=np.uint8)
+    if STATE_HEADER_MEMBER in members:
+        raise ValueError(f"array name {STATE_HEADER_MEMBER!r} is reserved")
+    header_bytes = json.dumps(full_header).encode("utf-8")
+    members[STATE_HEADER_MEMBER] = np.frombuffer(header_bytes, dtype=np.uint8)
     buffer = io.BytesIO()
     np.savez(buffer, **members)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -114,7 +134,7 @@ def read_state(
     raw = read_bounded(path, max_bytes)
     try:
         arrays = _read_members(raw, max_bytes)
-        header = _header(arrays.pop(_HEADER_KEY, None))
+        header = _header(arrays.pop(STATE_HEADER_MEMBER, None))
     except _Damaged as exc:
         raise ValueError(f"{path}: {exc}") from None
     except Exception as exc:
@@ -126,10 +146,10 @@ def read_state(
         ) from exc
     if header.get("format") != STATE_FORMAT:
         raise ValueError(f"{path}: format {header.get('format')!r}, expected {STATE_FORMAT!r}")
-    if header.get("version") not in READABLE_VERSIONS:
+    if header.get("version") not in READABLE_STATE_VERSIONS:
         raise ValueError(
             f"{path}: state format version {header.get('version')!r} is not supported "
-            f"(this library reads versions {', '.join(map(str, READABLE_VERSIONS))})"
+            f"(this library reads versions {', '.join(map(str, READABLE_STATE_VERSIONS))})"
         )
     return arrays, header
 
@@ -166,9 +186,9 @@ def _read_members(raw: bytes, max_bytes: int) -> dict[str, np.ndarray]:
 
 def _header(raw: np.ndarray | None) -> dict[str, Any]:
     if raw is None:
-        raise _Damaged(f"no {_HEADER_KEY} member: not a realm-tta state file")
+        raise _Damaged(f"no {STATE_HEADER_MEMBER} member: not a realm-tta state file")
     if raw.dtype != np.uint8 or raw.ndim != 1 or raw.size > MAX_HEADER_BYTES:
-        raise _Damaged(f"its {_HEADER_KEY} member is not a 1-D uint8 array of JSON bytes")
+        raise _Damaged(f"its {STATE_HEADER_MEMBER} member is not a 1-D uint8 array of JSON bytes")
     return json_object(raw.tobytes(), "its header", _Damaged)
 
 
@@ -184,22 +204,6 @@ def _fsync_dir(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-# The counters every adaptation state carries (samples, except `updates`: optimizer steps).
-COUNTERS: tuple[str, ...] = (
-    "samples",
-    "updates",
-    "updated_samples",
-    "skipped_diversity",
-    "skipped_entropy",
-    "skipped_nonfinite",
-    "resets_recovery",
-    "resets_collapse",
-    "drift_clips",
-)
-# Counters a version-1 state file does not have: they start at zero when it is restored.
-_COUNTERS_SINCE_2 = ("resets_recovery", "resets_collapse", "drift_clips")
 
 
 def state_header(
@@ -287,9 +291,9 @@ def check_state_header(
         )
     if header.get("version", 0) >= 3:
         return {}  # the counters are an array of the file (realm.counters)
-    counters = header.get("counters", {})
+    counters = header.get(LEGACY_COUNTERS_KEY, {})
     if header.get("version") == 1 and isinstance(counters, dict):
-        counters = {**dict.fromkeys(_COUNTERS_SINCE_2, 0), **counters}
+        counters = {**dict.fromkeys(INTERVENTIONS, 0), **counters}
     if not isinstance(counters, dict) or set(counters) != set(COUNTERS):
         got = sorted(map(str, counters)) if isinstance(counters, dict) else type(counters).__name__
         raise ValueError(f"{path}: counters {got} != {sorted(COUNTERS)}")
@@ -340,9 +344,6 @@ class WatchArrays:
     loss_ema: np.ndarray | None  # 0-d SAR's loss EMA
 
 
-_WATCH_ARRAYS = ("update_rate", "entropy_ema", "marginal", "loss_ema")
-
-
 @dataclass(frozen=True)
 class StateArrays:
     """One adaptation state as numpy arrays: a state file's content, for either twin.
@@ -361,9 +362,6 @@ class StateArrays:
     ema: np.ndarray | None  # (num_classes,) EMA of past predictions; None before an update
     counters: dict[str, int]  # COUNTERS -> count
     watch: WatchArrays | None = None  # the shared watch figures (None: none yet)
-
-
-_SCALARS = ("alpha", "lam", "alpha_momentum", "lam_momentum")
 
 
 def save_state(
@@ -397,13 +395,16 @@ def graph_tensors(state: StateArrays, config: RealmConfig) -> dict[str, np.ndarr
         return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
     watch = state.watch or WatchArrays(0, None, None, None, None)
-    figures = {"update_rate": watch.update_rate, "entropy_ema": watch.entropy_ema}
-    figures["loss_ema"] = watch.loss_ema
+    figures = {
+        FIGURE_UPDATE_RATE: watch.update_rate,
+        FIGURE_ENTROPY_EMA: watch.entropy_ema,
+        FIGURE_LOSS_EMA: watch.loss_ema,
+    }
     known = {
-        "ema": state.ema is not None,
-        "update_rate": watch.update_rate is not None,
-        "watch": watch.entropy_ema is not None,
-        "loss_ema": watch.loss_ema is not None,
+        KNOWN_EMA: state.ema is not None,
+        KNOWN_UPDATE_RATE: watch.update_rate is not None,
+        KNOWN_WATCH: watch.entropy_ema is not None,
+        KNOWN_LOSS_EMA: watch.loss_ema is not None,
     }
     zeros = np.zeros(c, np.float32)
     return {
@@ -462,15 +463,18 @@ def load_state(
         a = state_array(arrays, key, shape, path)
         return a if dtype is None else a.astype(dtype)
 
-    scalars = {key: take(key, ()) for key in _SCALARS}
-    check_alpha_lambda(float(scalars["alpha"]), float(scalars["lam"]), path)
+    alpha, lam = take(LEGACY_ALPHA, ()), take(LEGACY_LAMBDA, ())
+    check_alpha_lambda(float(alpha), float(lam), path)
     return StateArrays(
-        params={n: take(f"param/{n}", s) for n, s in shapes.items()},
-        momentum={n: take(f"momentum/{n}", s) for n, s in shapes.items()},
-        ema=take("ema", (config.num_classes,)) if "ema" in arrays else None,
+        params={n: take(LEGACY_PARAM_PREFIX + n, s) for n, s in shapes.items()},
+        momentum={n: take(LEGACY_MOMENTUM_PREFIX + n, s) for n, s in shapes.items()},
+        alpha=alpha,
+        lam=lam,
+        alpha_momentum=take(LEGACY_ALPHA_MOMENTUM, ()),
+        lam_momentum=take(LEGACY_LAMBDA_MOMENTUM, ()),
+        ema=take(LEGACY_EMA, (config.num_classes,)) if LEGACY_EMA in arrays else None,
         counters=counters,
         watch=_watch(arrays, header, config.num_classes, path),
-        **scalars,
     )
 
 
@@ -537,14 +541,14 @@ def _from_graph_tensors(
         lam=lam,
         alpha_momentum=alpha_momentum,
         lam_momentum=lam_momentum,
-        ema=ema if known["ema"] else None,
+        ema=ema if known[KNOWN_EMA] else None,
         counters=dict(zip(COUNTERS, counts, strict=True)),
         watch=WatchArrays(
             seen=seen,
-            update_rate=scalar("update_rate", "update_rate"),
-            entropy_ema=scalar("entropy_ema", "watch"),
-            marginal=marginal.astype(np.float32) if known["watch"] else None,
-            loss_ema=scalar("loss_ema", "loss_ema"),
+            update_rate=scalar(FIGURE_UPDATE_RATE, KNOWN_UPDATE_RATE),
+            entropy_ema=scalar(FIGURE_ENTROPY_EMA, KNOWN_WATCH),
+            marginal=marginal.astype(np.float32) if known[KNOWN_WATCH] else None,
+            loss_ema=scalar(FIGURE_LOSS_EMA, KNOWN_LOSS_EMA),
         ),
     )
 
@@ -569,16 +573,22 @@ def _watch(
     path: str | os.PathLike[str],
 ) -> WatchArrays | None:
     # Host figures, float64 in both twins: read as saved (float32), never cast on the way.
-    seen = header.get("watch_seen")
+    seen = header.get(LEGACY_SEEN_KEY)
     if seen is None:  # a version-1 file, or one saved before any sample
         return None
     if type(seen) is not int or seen < 0:
-        raise ValueError(f"{path}: header field 'watch_seen' is not a count")
-    shapes = {"marginal": (num_classes,)}
+        raise ValueError(f"{path}: header field {LEGACY_SEEN_KEY!r} is not a count")
+    shapes = {LEGACY_MARGINAL: (num_classes,)}
     found = {
-        key: state_array(arrays, f"watch/{key}", shapes.get(key, ()), path)
-        if f"watch/{key}" in arrays
+        key: state_array(arrays, LEGACY_WATCH_PREFIX + key, shapes.get(key, ()), path)
+        if LEGACY_WATCH_PREFIX + key in arrays
         else None
-        for key in _WATCH_ARRAYS
+        for key in LEGACY_WATCH_ARRAYS
     }
-    return WatchArrays(seen=seen, **found)
+    return WatchArrays(
+        seen=seen,
+        update_rate=found[FIGURE_UPDATE_RATE],
+        entropy_ema=found[FIGURE_ENTROPY_EMA],
+        marginal=found[LEGACY_MARGINAL],
+        loss_ema=found[FIGURE_LOSS_EMA],
+    )

@@ -8,7 +8,7 @@ own bytes with that field's value written as 64 zeros. A reader finds the value,
 the bytes it read, and hashes: any change to any byte of the file (a value, a key, white
 space, the digest itself) is refused, and through the SHA-256 list of every other file, any
 change to any byte of the directory. The rule works on bytes, not on parsed JSON, so that
-JavaScript (examples/web/manifest.js) checks it exactly as Python does, without having to
+JavaScript (clients/js/manifest.js) checks it exactly as Python does, without having to
 reproduce Python's float formatting. It catches corruption and careless edits; whoever can
 write the directory can also re-seal it, which is what signatures are for (``realm.sig``).
 """
@@ -23,32 +23,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._json import json_object
+from ._names import (
+    ADAPT_KEY,
+    ARTIFACT_FORMAT,
+    ARTIFACT_VERSION,
+    BATCH_KEY,
+    DECIDE_MODEL_KEY,
+    DIGEST_KEY,
+    FORWARD_MODEL_KEY,
+    LAYOUT_KEY,
+    MANIFEST_NAME,
+    MANIFEST_REQUIRED,
+    MAX_MANIFEST_BYTES,
+    ORT_FORMAT_KEY,
+    PORTABLE_KEY,
+    SIZE_KEY,
+    SOURCE_PARAMS_KEY,
+    STEP_MODEL_KEY,
+)
+from ._signing import check_signature
+from ._untrusted import ArtifactError, json_object, read_bounded
 
-MANIFEST_NAME = "realm.json"
-ARTIFACT_FORMAT = "realm-tta/artifacts"
-ARTIFACT_VERSION = 2  # 2: the manifest seals itself (manifest_sha256)
-DIGEST_KEY = "manifest_sha256"
 _UNSEALED = "0" * 64
-# A manifest is a few kB (a few hundred kB for the largest layouts): reading more than this
-# is a wrong file, not a manifest, and must not cost unbounded memory.
-MAX_MANIFEST_BYTES = 16 * 2**20
-
-# Files of an artifact directory, by role (names relative to the directory).
-TRAINING_MODEL = "training_model.onnx"
-EVAL_MODEL = "eval_model.onnx"
-CHECKPOINT = "checkpoint"
-INFERENCE_MODEL = "inference_model.onnx"
-
-# Names the loss graph adds to the model (SPEC §2): trainable scalars and the extra input.
-ALPHA_NAME = "realm.alpha"
-LAMBDA_NAME = "realm.lambda"
-SAMPLE_WEIGHT_NAME = "realm.sample_weight"
-LOSS_NAME = "realm.loss"
-
-
-class ArtifactError(ValueError):
-    """An artifact directory is missing, tampered with, truncated or incompatible."""
 
 
 @dataclass(frozen=True)
@@ -96,9 +92,9 @@ class Manifest:
             "preprocessing": self.preprocessing,
             "validation": self.validation,
             "model": self.model,
-            "portable": self.portable,
+            PORTABLE_KEY: self.portable,
             "training": self.training,
-            "adapt": self.adapt,
+            ADAPT_KEY: self.adapt,
             DIGEST_KEY: _UNSEALED,
         }
         return seal(json.dumps(data, indent=2, sort_keys=False).encode("utf-8"))
@@ -112,8 +108,7 @@ class Manifest:
                 of the wrong type.
         """
         check_format(data, source)
-        required = ("input", "logits_name", "num_classes", "config", "trainable", "files")
-        missing = [k for k in required if k not in data]
+        missing = [k for k in MANIFEST_REQUIRED if k not in data]
         if missing:
             raise ArtifactError(f"{source}: missing fields {missing}")
         kinds: dict[str, type] = {
@@ -127,9 +122,9 @@ class Manifest:
             "preprocessing": dict,
             "validation": dict,
             "model": dict,
-            "portable": dict,
+            PORTABLE_KEY: dict,
             "training": dict,
-            "adapt": dict,
+            ADAPT_KEY: dict,
         }
         for key, kind in kinds.items():
             if key in data and (not isinstance(data[key], kind) or isinstance(data[key], bool)):
@@ -164,7 +159,7 @@ class Manifest:
                 f"{source}: input must name a tensor of shape (batch, dims...), "
                 f"got {data['input']!r}"
             )
-        _check_portable(data.get("portable", {}), source)
+        _check_portable(data.get(PORTABLE_KEY, {}), source)
         return cls(
             format=data["format"],
             version=data["version"],
@@ -178,9 +173,9 @@ class Manifest:
             preprocessing=dict(data.get("preprocessing", {})),
             validation=dict(data.get("validation", {})),
             model=dict(data.get("model", {})),
-            portable=dict(data.get("portable", {})),
+            portable=dict(data.get(PORTABLE_KEY, {})),
             training=dict(data.get("training", {})),
-            adapt=dict(data.get("adapt", {})),
+            adapt=dict(data.get(ADAPT_KEY, {})),
             digest=str(data.get(DIGEST_KEY, "")),
         )
 
@@ -245,16 +240,16 @@ def _is_size(value: object) -> bool:
 
 def _check_portable(portable: dict[str, Any], source: str) -> None:
     """The portable section's fields, where it describes a graph (not its ``error``)."""
-    if "step_model" not in portable:
+    if STEP_MODEL_KEY not in portable:
         return
-    where = f"{source}: portable"
-    for key in ("step_model", "forward_model", "source_params"):
+    where = f"{source}: {PORTABLE_KEY}"
+    for key in (STEP_MODEL_KEY, FORWARD_MODEL_KEY, SOURCE_PARAMS_KEY):
         if not isinstance(portable.get(key), str):
             raise ArtifactError(f"{where}.{key} must be a file name")
-    for key in ("size", "batch"):
+    for key in (SIZE_KEY, BATCH_KEY):
         if not _is_size(portable.get(key)):
             raise ArtifactError(f"{where}.{key} must be a positive integer")
-    layout = portable.get("layout")
+    layout = portable.get(LAYOUT_KEY)
     if not isinstance(layout, list) or not all(
         isinstance(slot, dict)
         and isinstance(slot.get("name"), str)
@@ -265,7 +260,7 @@ def _check_portable(portable: dict[str, Any], source: str) -> None:
         for slot in layout
     ):
         raise ArtifactError(f"{where}.layout must list {{name, offset, shape}} per tensor")
-    for key in ("decide_model", "ort_format"):
+    for key in (DECIDE_MODEL_KEY, ORT_FORMAT_KEY):
         if key in portable and not isinstance(portable[key], str | dict):
             raise ArtifactError(f"{where}.{key} has the wrong type")
 
@@ -275,7 +270,7 @@ def _is_hex(text: str) -> bool:
 
 
 def sha256_of(path: str | os.PathLike[str]) -> str:
-    """SHA-256 hex digest of a file (read in 1 MiB chunks)."""
+    """SHA-256 hex digest of a file, read in chunks (never whole into memory)."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
@@ -305,8 +300,6 @@ def load_manifest(
             broken seal, a missing or bad signature, a missing file, or a file whose checksum
             differs (tampered or truncated).
     """
-    from ._signing import check_signature  # it imports this module
-
     directory = Path(directory)
     if not directory.is_dir():
         raise ArtifactError(f"artifact directory not found: {directory}")
@@ -338,21 +331,6 @@ def parse_manifest(
     if directory is not None:
         verify_files(directory, manifest)
     return manifest
-
-
-def read_bounded(
-    path: str | os.PathLike[str], limit: int, error: type[Exception] = ValueError
-) -> bytes:
-    """A file's bytes, refusing (with ``error``) one larger than ``limit`` before reading it."""
-    path = Path(path)
-    try:
-        size = path.stat().st_size
-        if size > limit:
-            raise error(f"{path}: {size} bytes, more than the {limit} this file can hold")
-        with path.open("rb") as handle:
-            return handle.read(limit)  # a file that grew since the stat is cut, never read whole
-    except OSError as exc:
-        raise error(f"{path}: cannot be read: {exc}") from exc
 
 
 def verify_files(directory: str | os.PathLike[str], manifest: Manifest) -> None:

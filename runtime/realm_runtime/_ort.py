@@ -98,22 +98,18 @@ def training_api() -> ModuleType:
 # returns, waiting for more work. A runtime holds two sessions (forward and step graph, or
 # ORT-training's train and eval sessions) that run one after the other, and it lives in an app
 # that has other work for the cores: the spinning workers of one session then take the cores
-# from the next. Measured (resnet50_gn 224 px, 2 threads, ORT 1.19.2, AMD EPYC Zen 5): the
-# infer-first schedule with every sample updating, forward + step, took 145-161 ms a sample
-# with spinning after Run and 93-94 ms without (the two graphs alone: 27 + 64 ms); two sessions
-# run in turn took 90-104 ms a call each instead of 63-65; one session alone, unchanged
-# (docs/BENCHMARKS.md).
+# from the next, and two sessions run in turn each lose a third or more of their speed (one
+# session alone is unchanged: docs/BENCHMARKS.md, "ONNX Runtime's workers spinning after a
+# call").
 # Workers still spin inside a Run, where the next parallel section follows within microseconds.
 DEFAULT_SESSION_CONFIG: dict[str, str] = {"session.force_spinning_stop": "1"}
 
 
 # The onnx backend's sessions allocate from one CPU arena registered in ONNX Runtime's process
 # environment, not from an arena each: the forward and the step session (and several
-# runtimes) reuse the same blocks. vit_base, 224 px, `auto` schedule, runtime-only process
-# (ORT 1.19.2, 2 threads): peak RSS 1885 MB with an arena per session, 1571 MB shared;
-# resnet50_gn's step graph unchanged in speed (63.8-65.8 ms against 65.3-68.6, three
-# alternating processes). The arena outlives the runtimes: its blocks are reused, not
-# returned to the operating system, until the process ends.
+# runtimes) reuse the same blocks, which lowers the peak at no cost in speed (docs/BENCHMARKS.md,
+# "How much memory does the runtime need?"). The arena outlives the runtimes: its blocks are
+# reused, not returned to the operating system, until the process ends.
 SHARED_ARENA_ENTRY = "session.use_env_allocators"
 _arena_lock = threading.Lock()
 _arena_registered = False

@@ -13,31 +13,55 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from ._adaptation import AdaptationState, OnlineAdaptation, Watch
-from ._backend import BACKENDS, BackendName, Candidate, StepBackend, parse_device
+from ._backend import (
+    BACKENDS,
+    BackendName,
+    BackendRequest,
+    Candidate,
+    GraphFormat,
+    StepBackend,
+    parse_device,
+)
 from ._checkpoint import StateArrays
 from ._config import RealmConfig
 from ._inputs import check_input_shape, input_dtype_error, input_nonfinite_error, input_type_error
-from ._manifest import (
+from ._manifest import Manifest, load_manifest
+from ._names import (
+    ADAPT_COUNTERS_KEY,
+    ADAPT_KNOWN_KEY,
+    ADAPT_LOGITS_KEY,
+    ADAPT_LOSS_KEY,
+    ADAPT_REASON_KEY,
+    ADAPT_REASONS_KEY,
+    ADAPT_SELECTED_KEY,
+    ADAPT_SETTINGS_KEY,
+    ADAPT_UPDATED_KEY,
+    ADAPT_WATCH_KEY,
     ALPHA_NAME,
-    LAMBDA_NAME,
-    MANIFEST_NAME,
-    ArtifactError,
-    Manifest,
-    load_manifest,
-)
-from ._ort import DEFAULT_SESSION_CONFIG
-from ._portable_io import (
     COUNTERS_NAME,
     EMA_NAME,
+    ERROR_KEY,
+    FIGURE_ENTROPY_EMA,
+    FIGURE_LOSS_EMA,
+    FIGURE_UPDATE_RATE,
+    FILE_KEY,
+    KNOWN_EMA,
+    KNOWN_LOSS_EMA,
     KNOWN_NAME,
+    KNOWN_UPDATE_RATE,
+    KNOWN_WATCH,
+    LAMBDA_NAME,
+    MANIFEST_NAME,
     MARGINAL_NAME,
     SEEN_NAME,
+    STEP_MODEL_KEY,
     WATCH_NAME,
 )
+from ._ort import DEFAULT_SESSION_CONFIG
 from ._step import F32, Selection, ema_update, select, softmax
+from ._untrusted import ArtifactError
 
 Schedule = Literal["infer-first", "train"]
-GraphFormat = Literal["auto", "onnx", "ort"]
 # Fields baked into the exported graph or its trainable set: not overridable at run time.
 _GRAPH_FIELDS = frozenset(
     {
@@ -63,7 +87,7 @@ class AdaptResult:
     selected: np.ndarray  # (B,) bool: samples that passed the entropy and S_div filters
     updated: bool  # whether the parameters changed
     loss: float | None  # loss of the selected samples, when a step was computed
-    reason: str  # "updated", "diversity", "entropy" or "nonfinite"
+    reason: str  # why it did or did not update: one of contract.ADAPT_REASONS
 
 
 class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
@@ -109,16 +133,16 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
         session_config: ONNX Runtime session configuration entries for the backend's
             sessions, on top of :attr:`DEFAULT_SESSION_CONFIG` (an entry named in both takes
             this value). The onnx backend itself switches ONNX Runtime's pre-packing (and its
-            memory-pattern planner) off where more than 64 MiB of the shared weights feed
-            matrix products (the manifest's ``portable.weights.gemm_bytes``: vit_base,
-            convnext_tiny), as pre-packing would hold a second copy of them per session;
+            memory-pattern planner) off where the shared weights that feed matrix products
+            (the manifest's ``portable.weights.gemm_bytes``) pass ``LEAN_GEMM_BYTES``
+            (vit_base, convnext_tiny), as pre-packing would hold a second copy of them per session;
             ``{"session.disable_prepacking": "0"}`` keeps it on, ``"1"`` turns it off for
             any model (docs/BENCHMARKS.md has the memory and speed of each).
         graph_format: which files the onnx backend loads: ``"onnx"``, ``"ort"`` (the
             ORT-format copies of ``realm export --ort-format``, made for ONNX Runtime's mobile
             and minimal builds), or ``"auto"`` (default): ``"ort"`` where the export wrote
             them. Same step either way; on x86 the ``.ort`` graphs (converted for ARM) run
-            resnet50_gn's step 8–9 % slower than the ``.onnx`` ones (README).
+            a little slower than the ``.onnx`` ones (docs/BENCHMARKS.md).
         trusted_keys: Ed25519 public keys (``.pub`` files, their base64 text, 32 raw bytes)
             of whoever may sign artifacts: unsigned artifacts, another key or a bad signature
             are refused before any graph is read. None (default): a signature is not
@@ -182,13 +206,15 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
         try:
             self._backend: StepBackend = open_backend(
                 backend,
-                self.directory,
-                self.manifest,
-                self.config,
-                device,
-                threads,
-                session_config,
-                graph_format,
+                BackendRequest(
+                    self.directory,
+                    self.manifest,
+                    self.config,
+                    device,
+                    threads,
+                    session_config,
+                    graph_format,
+                ),
             )
         except (KeyError, TypeError, IndexError, AttributeError) as exc:
             # The manifest passed its checks but a field the backend reads does not fit (a
@@ -393,23 +419,23 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
         portable, adapt = self.manifest.portable, self.manifest.adapt
         baked = self.manifest.config
         changed = sorted(k for k, v in overrides.items() if baked.get(k) != v)
-        has_graph = bool(portable.get("step_model") and adapt.get("file"))
+        has_graph = bool(portable.get(STEP_MODEL_KEY) and adapt.get(FILE_KEY))
         # Graphs exported before their settings were state hold them as constants.
-        fixed = changed if "settings" not in adapt else []
+        fixed = changed if ADAPT_SETTINGS_KEY not in adapt else []
         if backend == "auto":
             if has_graph and not fixed and schedule is None:
                 return "onnx"
-            return "onnx-steps" if portable.get("step_model") else "ort-training"
+            return "onnx-steps" if portable.get(STEP_MODEL_KEY) else "ort-training"
         if backend != "onnx":
             return backend
-        if not portable.get("step_model"):
-            why = portable.get("error", "exported without it")
+        if not portable.get(STEP_MODEL_KEY):
+            why = portable.get(ERROR_KEY, "exported without it")
             raise ArtifactError(
                 f"{self.directory}: these artifacts have no portable step graph ({why}), so no "
                 "adapt graph: use backend='ort-training', or re-export with a current realm-tta"
             )
         if not has_graph:
-            why = adapt.get("error", "exported before it existed")
+            why = adapt.get(ERROR_KEY, "exported before it existed")
             raise ArtifactError(
                 f"{self.directory}: backend='onnx' runs the one adapt graph, and these "
                 f"artifacts have none ({why}); use backend='onnx-steps', or re-export"
@@ -443,8 +469,8 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
         self._check_step_batch(x)
         out = self._backend.adapt(x)  # type: ignore[attr-defined]
         spec = self.manifest.adapt
-        logits = np.asarray(out[spec["logits"]], dtype=F32)
-        selected = bool(out[spec["selected"]])
+        logits = np.asarray(out[spec[ADAPT_LOGITS_KEY]], dtype=F32)
+        selected = bool(out[spec[ADAPT_SELECTED_KEY]])
         with np.errstate(all="ignore"):  # non-finite logits: NaN probabilities
             probs = softmax(logits)
         return AdaptResult(
@@ -452,9 +478,9 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
             probs,
             logits.argmax(axis=1),
             np.array([selected]),
-            bool(out[spec["updated"]]),
-            float(out[spec["loss"]]) if selected else None,
-            spec["reasons"][int(out[spec["reason"]])],
+            bool(out[spec[ADAPT_UPDATED_KEY]]),
+            float(out[spec[ADAPT_LOSS_KEY]]) if selected else None,
+            spec[ADAPT_REASONS_KEY][int(out[spec[ADAPT_REASON_KEY]])],
         )
 
     def _graph_state(self) -> dict[str, np.ndarray]:
@@ -462,38 +488,42 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
         spec, c = self.manifest.adapt, self.config.num_classes
         w = self._watch
         flags = {
-            "ema": self._ema is not None,
-            "update_rate": w.update_rate is not None,
-            "watch": w.marginal is not None,
-            "loss_ema": self._loss_ema is not None,
+            KNOWN_EMA: self._ema is not None,
+            KNOWN_UPDATE_RATE: w.update_rate is not None,
+            KNOWN_WATCH: w.marginal is not None,
+            KNOWN_LOSS_EMA: self._loss_ema is not None,
         }
-        figures = {"update_rate": w.update_rate, "entropy_ema": w.entropy_ema}
-        figures["loss_ema"] = self._loss_ema
+        figures = {
+            FIGURE_UPDATE_RATE: w.update_rate,
+            FIGURE_ENTROPY_EMA: w.entropy_ema,
+            FIGURE_LOSS_EMA: self._loss_ema,
+        }
         zeros = np.zeros(c, F32)
+        counters = [self._counters[k] for k in spec[ADAPT_COUNTERS_KEY]]
         return {
             EMA_NAME: zeros if self._ema is None else self._ema.astype(F32),
             MARGINAL_NAME: zeros if w.marginal is None else w.marginal.astype(F32),
-            WATCH_NAME: np.array([figures[k] or 0.0 for k in spec["watch"]], F32),
-            KNOWN_NAME: np.array([flags[k] for k in spec["known"]], np.bool_),
+            WATCH_NAME: np.array([figures[k] or 0.0 for k in spec[ADAPT_WATCH_KEY]], F32),
+            KNOWN_NAME: np.array([flags[k] for k in spec[ADAPT_KNOWN_KEY]], np.bool_),
             SEEN_NAME: np.array(w.seen, np.int64),
-            COUNTERS_NAME: np.array([self._counters[k] for k in spec["counters"]], np.int64),
+            COUNTERS_NAME: np.array(counters, np.int64),
         }
 
     def _take_graph_state(self, out: dict[str, np.ndarray]) -> None:
         """The twin's host values from the adapt graph's state, by input name."""
         spec = self.manifest.adapt
-        known = dict(zip(spec["known"], out[KNOWN_NAME].tolist(), strict=True))
-        watch = dict(zip(spec["watch"], out[WATCH_NAME].tolist(), strict=True))
-        self._ema = out[EMA_NAME].astype(F32) if known["ema"] else None
+        known = dict(zip(spec[ADAPT_KNOWN_KEY], out[KNOWN_NAME].tolist(), strict=True))
+        watch = dict(zip(spec[ADAPT_WATCH_KEY], out[WATCH_NAME].tolist(), strict=True))
+        self._ema = out[EMA_NAME].astype(F32) if known[KNOWN_EMA] else None
         self._watch = Watch(
             seen=int(out[SEEN_NAME]),
-            update_rate=watch["update_rate"] if known["update_rate"] else None,
-            entropy_ema=watch["entropy_ema"] if known["watch"] else None,
-            marginal=out[MARGINAL_NAME].astype(np.float64) if known["watch"] else None,
+            update_rate=watch[FIGURE_UPDATE_RATE] if known[KNOWN_UPDATE_RATE] else None,
+            entropy_ema=watch[FIGURE_ENTROPY_EMA] if known[KNOWN_WATCH] else None,
+            marginal=out[MARGINAL_NAME].astype(np.float64) if known[KNOWN_WATCH] else None,
         )
-        self._loss_ema = watch["loss_ema"] if known["loss_ema"] else None
+        self._loss_ema = watch[FIGURE_LOSS_EMA] if known[KNOWN_LOSS_EMA] else None
         counters = out[COUNTERS_NAME].tolist()
-        self._counters = dict(zip(spec["counters"], counters, strict=True))
+        self._counters = dict(zip(spec[ADAPT_COUNTERS_KEY], counters, strict=True))
 
     # ------------------------------------------------------------------ helpers
 
@@ -507,16 +537,7 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
             )
 
 
-def open_backend(
-    backend: BackendName,
-    directory: Path,
-    manifest: Manifest,
-    config: RealmConfig,
-    device: str,
-    threads: int | None,
-    session_config: dict[str, str] | None = None,
-    graph_format: GraphFormat = "auto",
-) -> StepBackend:
+def open_backend(backend: BackendName, request: BackendRequest) -> StepBackend:
     """The backend that runs ``backend`` (``"onnx"`` and ``"onnx-steps"``: the portable one).
 
     Each backend's module is imported only when chosen, so the onnx backend never touches
@@ -525,21 +546,12 @@ def open_backend(
     if backend in ("onnx", "onnx-steps"):
         from ._backend_onnx import PortableBackend
 
-        return PortableBackend(
-            directory,
-            manifest,
-            config,
-            device,
-            threads,
-            session_config,
-            graph_format,
-            adapt_graph=backend == "onnx",
-        )
-    if graph_format == "ort":
+        return PortableBackend(request, adapt_graph=backend == "onnx")
+    if request.graph_format == "ort":
         raise ValueError(
             "graph_format='ort' runs the portable graphs' ORT-format copies: it needs the onnx "
             "backend, not ort-training"
         )
     from ._backend_training import TrainingBackend
 
-    return TrainingBackend(directory, manifest, config, device, threads, session_config)
+    return TrainingBackend(request)

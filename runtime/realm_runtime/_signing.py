@@ -22,19 +22,21 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._json import json_object
-from ._manifest import MANIFEST_NAME, ArtifactError, read_bounded
+from ._names import (
+    MANIFEST_NAME,
+    MAX_SIGNATURE_BYTES,
+    SIGNATURE_ALGORITHM,
+    SIGNATURE_FORMAT,
+    SIGNATURE_NAME,
+    SIGNATURE_VERSION,
+)
+from ._untrusted import ArtifactError, json_object, read_bounded
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import (
         Ed25519PrivateKey,
         Ed25519PublicKey,
     )
-
-SIGNATURE_NAME = "realm.sig"
-SIGNATURE_FORMAT = "realm-tta/signature"
-SIGNATURE_VERSION = 1
-MAX_SIGNATURE_BYTES = 64 * 1024
 
 
 def _ed25519() -> Any:
@@ -139,7 +141,7 @@ def sign_manifest(directory: str | os.PathLike[str], key: object) -> Path:
     record = {
         "format": SIGNATURE_FORMAT,
         "version": SIGNATURE_VERSION,
-        "algorithm": "Ed25519",
+        "algorithm": SIGNATURE_ALGORITHM,
         "signed": MANIFEST_NAME,
         "public_key": public_key_text(private.public_key()),
         "signature": base64.b64encode(private.sign(manifest)).decode("ascii"),
@@ -209,6 +211,8 @@ def _read_record(path: Path) -> dict[str, Any]:
             f"{path}: format {record.get('format')!r} version {record.get('version')!r}, "
             f"expected {SIGNATURE_FORMAT!r} version {SIGNATURE_VERSION}"
         )
-    if record.get("algorithm") != "Ed25519" or record.get("signed") != MANIFEST_NAME:
-        raise ArtifactError(f"{path}: an Ed25519 signature of {MANIFEST_NAME} was expected")
+    if record.get("algorithm") != SIGNATURE_ALGORITHM or record.get("signed") != MANIFEST_NAME:
+        raise ArtifactError(
+            f"{path}: an {SIGNATURE_ALGORITHM} signature of {MANIFEST_NAME} was expected"
+        )
     return record

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmConfig
-from ._manifest import ALPHA_NAME, LAMBDA_NAME
+from ._names import ALPHA_NAME, LAMBDA_NAME
 
 F32 = np.float32
 

@@ -1,7 +1,7 @@
 """The portable graphs' shared weights file, read once for both sessions where that pays.
 
 ``realm export`` stores the step and forward graphs' large initializers once, in
-:data:`~realm_runtime._portable_io.SHARED_WEIGHTS`, as ONNX external data; the manifest's
+:data:`~realm_runtime._names.SHARED_WEIGHTS`, as ONNX external data; the manifest's
 ``portable.weights`` section lists, per graph, each tensor's name, offset and shape. Loaded
 by path, each ONNX Runtime session reads that file for itself: it keeps what it does not
 transform, and frees what it pre-packs or re-lays out. Where the sessions do not pre-pack
@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from ._manifest import ArtifactError
+from ._names import FILE_KEY
+from ._untrusted import ArtifactError
 
 _F32 = np.dtype("<f4")
 
@@ -38,9 +39,9 @@ class SharedWeights:
         where = f"{directory}: portable.weights"
         if not isinstance(section, dict) or not isinstance(section.get("graphs"), dict):
             raise ArtifactError(f"{where} must be an object with a 'graphs' table")
-        name = section.get("file")
+        name = section.get(FILE_KEY)
         if not isinstance(name, str) or Path(name).name != name:
-            raise ArtifactError(f"{where}.file must be a file name, got {name!r}")
+            raise ArtifactError(f"{where}.{FILE_KEY} must be a file name, got {name!r}")
         gemm = section.get("gemm_bytes", 0)
         if not isinstance(gemm, int) or isinstance(gemm, bool) or gemm < 0:
             raise ArtifactError(f"{where}.gemm_bytes must be a byte count, got {gemm!r}")

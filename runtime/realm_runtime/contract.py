@@ -1,116 +1,251 @@
 """The contract between the packages: artifact names, graph I/O names, formats, state files.
 
-What a writer of artifacts (``realm_export``) or of state files (``realm_sdk``) must agree on
-with the runtime lives in the runtime's private modules, next to the code that reads it; this
-module is their one public face, so the packages above import names from here and never from
-``realm_runtime._…``. Torch-free, like the rest of the package: another language's binding
-reads the same names from the manifest. The twins (``realm_sdk.RealmAdapter`` and
+Every name a writer of artifacts (``realm_export``) or of state files (``realm_sdk``) must
+agree on with the runtime is defined once, in the runtime's leaf module ``_names``; this
+module is their one public face, with the functions that read and write what they name, so
+the packages above import from here and never from ``realm_runtime._…``. Torch-free, like
+the rest of the package. Other languages read the same names from :func:`contract_json`
+(``clients/js/contract.json``; ``contract.js`` is :func:`contract_module`), both written by
+``python dev/write_contract.py``. The twins (``realm_sdk.RealmAdapter`` and
 ``RealmRuntime``) also share their step's bookkeeping (:class:`OnlineAdaptation`) and their
 input checks' rules and wording from here.
 
     >>> from realm_runtime.contract import STEP_MODEL, PARAMS_NAME, StateArrays, save_state
 """
 
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from . import _names
 from ._adaptation import AdaptationState, OnlineAdaptation
-from ._checkpoint import (
-    COUNTERS,
-    STATE_FORMAT,
-    STATE_VERSION,
-    StateArrays,
-    load_state,
-    read_state,
-    save_state,
-    write_state,
-)
+from ._checkpoint import StateArrays, load_state, read_state, save_state, write_state
 from ._inputs import check_input_shape, input_dtype_error, input_nonfinite_error, input_type_error
-from ._manifest import (
-    ALPHA_NAME,
-    ARTIFACT_FORMAT,
-    ARTIFACT_VERSION,
-    CHECKPOINT,
-    DIGEST_KEY,
-    EVAL_MODEL,
-    INFERENCE_MODEL,
-    LAMBDA_NAME,
-    LOSS_NAME,
-    MANIFEST_NAME,
-    SAMPLE_WEIGHT_NAME,
-    TRAINING_MODEL,
-    InputSpec,
-    Manifest,
-    parse_manifest,
-    seal,
-    sha256_of,
-)
-from ._portable_io import (
+from ._manifest import InputSpec, Manifest, parse_manifest, seal, sha256_of
+from ._names import (
+    ADAPT_COUNTERS_KEY,
+    ADAPT_INPUT_KEY,
+    ADAPT_KEY,
     ADAPT_KNOWN,
+    ADAPT_KNOWN_KEY,
+    ADAPT_LOGITS_KEY,
+    ADAPT_LOSS_KEY,
     ADAPT_LOSS_NAME,
     ADAPT_MODEL,
+    ADAPT_MODEL_KEY,
+    ADAPT_REASON_KEY,
     ADAPT_REASON_NAME,
     ADAPT_REASONS,
+    ADAPT_REASONS_KEY,
     ADAPT_SECTION_VERSION,
+    ADAPT_SELECTED_KEY,
     ADAPT_SELECTED_NAME,
     ADAPT_SETTINGS,
+    ADAPT_SETTINGS_KEY,
+    ADAPT_STATE_KEY,
+    ADAPT_UPDATED_KEY,
     ADAPT_UPDATED_NAME,
     ADAPT_WATCH,
+    ADAPT_WATCH_KEY,
+    ALPHA_NAME,
     ANCHOR_NAME,
+    ARTIFACT_FORMAT,
+    ARTIFACT_VERSION,
+    BATCH_KEY,
+    CHECKPOINT,
     COLLAPSE_LIMIT_NAME,
+    COUNTER_DRIFT_CLIPS,
+    COUNTER_RESETS_COLLAPSE,
+    COUNTER_RESETS_RECOVERY,
+    COUNTER_SAMPLES,
+    COUNTER_SKIPPED_DIVERSITY,
+    COUNTER_SKIPPED_ENTROPY,
+    COUNTER_SKIPPED_NONFINITE,
+    COUNTER_UPDATED_SAMPLES,
+    COUNTER_UPDATES,
+    COUNTERS,
     COUNTERS_NAME,
+    DECIDE_MODEL,
+    DECIDE_MODEL_KEY,
+    DIGEST_KEY,
     DIVERSITY_MARGIN_NAME,
     EMA_BETA_NAME,
     EMA_NAME,
     EMA_NEW_NAME,
     ENTROPY_MARGIN_NAME,
     EPISODIC_NAME,
+    ERROR_KEY,
+    EVAL_MODEL,
+    FIGURE_ENTROPY_EMA,
+    FIGURE_LOSS_EMA,
+    FIGURE_UPDATE_RATE,
+    FILE_KEY,
     FINITE_NAME,
     FORWARD_MODEL,
+    FORWARD_MODEL_KEY,
+    INFERENCE_MODEL,
+    INPUT_NAME,
+    INTERVENTIONS,
     KEPT_NAME,
+    KNOWN_EMA,
+    KNOWN_LOSS_EMA,
     KNOWN_NAME,
+    KNOWN_UPDATE_RATE,
+    KNOWN_WATCH,
+    LAMBDA_NAME,
+    LAYOUT_KEY,
     LAYOUT_VERSION,
+    LEGACY_ALPHA,
+    LEGACY_ALPHA_MOMENTUM,
+    LEGACY_COUNTERS_KEY,
+    LEGACY_EMA,
+    LEGACY_LAMBDA,
+    LEGACY_LAMBDA_MOMENTUM,
+    LEGACY_MARGINAL,
+    LEGACY_MOMENTUM_PREFIX,
+    LEGACY_PARAM_PREFIX,
+    LEGACY_SEEN_KEY,
+    LEGACY_WATCH_ARRAYS,
+    LEGACY_WATCH_PREFIX,
+    LOGITS_NAME,
+    LOSS_NAME,
     LR_ALPHA_LAMBDA_NAME,
     LR_NAME,
+    MANIFEST_NAME,
+    MANIFEST_REQUIRED,
     MARGINAL_NAME,
     MAX_DRIFT_NAME,
+    MAX_MANIFEST_BYTES,
+    MAX_SIGNATURE_BYTES,
     MOMENTUM_NAME,
     NEW_PARAMS_NAME,
     NEW_VELOCITY_NAME,
+    NEXT_SUFFIX,
+    ORT_FORMAT_KEY,
     ORT_OPERATORS_CONFIG,
     PARAMS_NAME,
+    PORTABLE_KEY,
+    READABLE_STATE_VERSIONS,
+    REASON_DIVERSITY,
+    REASON_ENTROPY,
+    REASON_NONFINITE,
+    REASON_UPDATED,
     RECOVERY_LOSS_NAME,
     RELAX_NAME,
     SAM_RHO_NAME,
+    SAMPLE_WEIGHT_NAME,
     SEEN_NAME,
     SETTINGS_NAME,
     SHARED_WEIGHTS,
+    SIGNATURE_ALGORITHM,
+    SIGNATURE_FORMAT,
+    SIGNATURE_NAME,
+    SIGNATURE_VERSION,
+    SIZE_KEY,
     SOURCE_PARAMS,
+    SOURCE_PARAMS_KEY,
+    STATE_FORMAT,
+    STATE_HEADER_MEMBER,
+    STATE_INITIAL_KEY,
+    STATE_INPUT_KEY,
+    STATE_OUTPUT_KEY,
+    STATE_VERSION,
     STEP_MODEL,
+    STEP_MODEL_KEY,
+    TRAINING_MODEL,
     VELOCITY_NAME,
     WATCH_NAME,
-    TensorSlot,
-    adapt_settings,
-    next_name,
-    step_settings,
+    WEIGHTS_KEY,
 )
+from ._portable_io import TensorSlot, adapt_settings, next_name, step_settings
+
+
+def contract_values() -> dict[str, Any]:
+    """Every name of the contract by its Python name, in definition order (tuples as lists)."""
+    return {
+        key: list(value) if isinstance(value, tuple) else value
+        for key, value in vars(_names).items()
+        if key.isupper()
+    }
+
+
+def contract_json() -> str:
+    """The contract's names as JSON text, for a client in any language.
+
+    One object keyed by the Python names (``clients/js/contract.json``).
+    """
+    return json.dumps(contract_values(), indent=2, ensure_ascii=False) + "\n"
+
+
+def contract_module() -> str:
+    """The contract's names as an ES module (``clients/js/contract.js``).
+
+    One ``export const`` per name, so that JavaScript imports each by name (and a type
+    checker catches a misspelt one); lists are frozen. An ES module rather than a JSON
+    import: Node 20 still warns that JSON modules are experimental.
+    """
+    lines = [
+        "// @ts-check",
+        "// The contract's names, defined in realm_runtime/_names.py (where each is described).",
+        "// Generated with contract.json by `python dev/write_contract.py`: do not edit.",
+        "",
+    ]
+    for key, value in contract_values().items():
+        text = json.dumps(value, ensure_ascii=False)
+        lines.append(
+            f"export const {key} = Object.freeze({text});"
+            if isinstance(value, list)
+            else f"export const {key} = {text};"
+        )
+    return "\n".join(lines) + "\n"
+
 
 __all__ = [
+    "ADAPT_COUNTERS_KEY",
+    "ADAPT_INPUT_KEY",
+    "ADAPT_KEY",
     "ADAPT_KNOWN",
+    "ADAPT_KNOWN_KEY",
+    "ADAPT_LOGITS_KEY",
+    "ADAPT_LOSS_KEY",
     "ADAPT_LOSS_NAME",
     "ADAPT_MODEL",
+    "ADAPT_MODEL_KEY",
     "ADAPT_REASONS",
+    "ADAPT_REASONS_KEY",
+    "ADAPT_REASON_KEY",
     "ADAPT_REASON_NAME",
     "ADAPT_SECTION_VERSION",
+    "ADAPT_SELECTED_KEY",
     "ADAPT_SELECTED_NAME",
     "ADAPT_SETTINGS",
+    "ADAPT_SETTINGS_KEY",
+    "ADAPT_STATE_KEY",
+    "ADAPT_UPDATED_KEY",
     "ADAPT_UPDATED_NAME",
     "ADAPT_WATCH",
+    "ADAPT_WATCH_KEY",
     "ALPHA_NAME",
     "ANCHOR_NAME",
     "ARTIFACT_FORMAT",
     "ARTIFACT_VERSION",
+    "BATCH_KEY",
     "CHECKPOINT",
     "COLLAPSE_LIMIT_NAME",
     "COUNTERS",
     "COUNTERS_NAME",
+    "COUNTER_DRIFT_CLIPS",
+    "COUNTER_RESETS_COLLAPSE",
+    "COUNTER_RESETS_RECOVERY",
+    "COUNTER_SAMPLES",
+    "COUNTER_SKIPPED_DIVERSITY",
+    "COUNTER_SKIPPED_ENTROPY",
+    "COUNTER_SKIPPED_NONFINITE",
+    "COUNTER_UPDATED_SAMPLES",
+    "COUNTER_UPDATES",
+    "DECIDE_MODEL",
+    "DECIDE_MODEL_KEY",
     "DIGEST_KEY",
     "DIVERSITY_MARGIN_NAME",
     "EMA_BETA_NAME",
@@ -118,25 +253,62 @@ __all__ = [
     "EMA_NEW_NAME",
     "ENTROPY_MARGIN_NAME",
     "EPISODIC_NAME",
+    "ERROR_KEY",
     "EVAL_MODEL",
+    "FIGURE_ENTROPY_EMA",
+    "FIGURE_LOSS_EMA",
+    "FIGURE_UPDATE_RATE",
+    "FILE_KEY",
     "FINITE_NAME",
     "FORWARD_MODEL",
+    "FORWARD_MODEL_KEY",
     "INFERENCE_MODEL",
+    "INPUT_NAME",
+    "INTERVENTIONS",
     "KEPT_NAME",
+    "KNOWN_EMA",
+    "KNOWN_LOSS_EMA",
     "KNOWN_NAME",
+    "KNOWN_UPDATE_RATE",
+    "KNOWN_WATCH",
     "LAMBDA_NAME",
+    "LAYOUT_KEY",
     "LAYOUT_VERSION",
+    "LEGACY_ALPHA",
+    "LEGACY_ALPHA_MOMENTUM",
+    "LEGACY_COUNTERS_KEY",
+    "LEGACY_EMA",
+    "LEGACY_LAMBDA",
+    "LEGACY_LAMBDA_MOMENTUM",
+    "LEGACY_MARGINAL",
+    "LEGACY_MOMENTUM_PREFIX",
+    "LEGACY_PARAM_PREFIX",
+    "LEGACY_SEEN_KEY",
+    "LEGACY_WATCH_ARRAYS",
+    "LEGACY_WATCH_PREFIX",
+    "LOGITS_NAME",
     "LOSS_NAME",
     "LR_ALPHA_LAMBDA_NAME",
     "LR_NAME",
     "MANIFEST_NAME",
+    "MANIFEST_REQUIRED",
     "MARGINAL_NAME",
     "MAX_DRIFT_NAME",
+    "MAX_MANIFEST_BYTES",
+    "MAX_SIGNATURE_BYTES",
     "MOMENTUM_NAME",
     "NEW_PARAMS_NAME",
     "NEW_VELOCITY_NAME",
+    "NEXT_SUFFIX",
+    "ORT_FORMAT_KEY",
     "ORT_OPERATORS_CONFIG",
     "PARAMS_NAME",
+    "PORTABLE_KEY",
+    "READABLE_STATE_VERSIONS",
+    "REASON_DIVERSITY",
+    "REASON_ENTROPY",
+    "REASON_NONFINITE",
+    "REASON_UPDATED",
     "RECOVERY_LOSS_NAME",
     "RELAX_NAME",
     "SAMPLE_WEIGHT_NAME",
@@ -144,13 +316,25 @@ __all__ = [
     "SEEN_NAME",
     "SETTINGS_NAME",
     "SHARED_WEIGHTS",
+    "SIGNATURE_ALGORITHM",
+    "SIGNATURE_FORMAT",
+    "SIGNATURE_NAME",
+    "SIGNATURE_VERSION",
+    "SIZE_KEY",
     "SOURCE_PARAMS",
+    "SOURCE_PARAMS_KEY",
     "STATE_FORMAT",
+    "STATE_HEADER_MEMBER",
+    "STATE_INITIAL_KEY",
+    "STATE_INPUT_KEY",
+    "STATE_OUTPUT_KEY",
     "STATE_VERSION",
     "STEP_MODEL",
+    "STEP_MODEL_KEY",
     "TRAINING_MODEL",
     "VELOCITY_NAME",
     "WATCH_NAME",
+    "WEIGHTS_KEY",
     "AdaptationState",
     "InputSpec",
     "Manifest",
@@ -159,6 +343,9 @@ __all__ = [
     "TensorSlot",
     "adapt_settings",
     "check_input_shape",
+    "contract_json",
+    "contract_module",
+    "contract_values",
     "input_dtype_error",
     "input_nonfinite_error",
     "input_type_error",

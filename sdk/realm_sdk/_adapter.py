@@ -29,7 +29,7 @@ class AdaptResult:
     selected: Tensor  # (B,) bool: samples that passed the entropy and S_div filters
     updated: bool  # whether the parameters changed
     loss: float | None  # loss of the selected samples, when a step was computed
-    reason: str  # "updated", "diversity", "entropy" or "nonfinite"
+    reason: str  # why it did or did not update: one of contract.ADAPT_REASONS
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """``python -m realm_tools``: the ``realm`` command."""
 
-from ._cli import main
+from .cli import main
 
 raise SystemExit(main())

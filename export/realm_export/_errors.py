@@ -1,0 +1,7 @@
+"""The export's refusal: what the model holds that no artifact of this package can represent."""
+
+from __future__ import annotations
+
+
+class UnsupportedModelError(ValueError):
+    """The model contains something the on-device training graph cannot represent."""

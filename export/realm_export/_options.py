@@ -1,0 +1,127 @@
+"""``ExportOptions``: everything that decides what an export writes, checked on construction."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from realm_sdk import RealmConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportOptions:
+    """What :func:`~realm_export.export_realm_artifacts` writes, and how hard it checks it.
+
+    The defaults export a timm classifier at the input size it declares, with the SDK's
+    default settings, validated; vary one field with ``dataclasses.replace``:
+
+        >>> options = ExportOptions(config=RealmConfig.preset("cifar", num_classes=10),
+        ...                         input_shape=(1, 3, 32, 32))
+        >>> export_realm_artifacts(model, "artifacts/", options)
+        >>> export_realm_artifacts(model, "mobile/", dataclasses.replace(options, ort_format=True))
+
+    Raises:
+        ValueError: a value of the wrong type or out of range, or two fields that contradict
+            each other, each in one sentence that says what to pass instead.
+    """
+
+    # What is adapted, at what size.
+    config: RealmConfig | None = None  # method, preset, α0/λ0; None: RealmConfig(num_classes=C)
+    input_shape: tuple[int, ...] | None = None  # (batch, C, ...); None: the model's input_size
+    # Which artifacts: the portable pipeline (the product), then the legacy one.
+    portable: bool = True  # step/forward graphs in standard ONNX ops: any onnxruntime ≥ 1.19
+    web: bool = True  # decide_model.onnx for the JavaScript clients (ignored without portable)
+    ort_format: bool = False  # .ort graphs + operator config, for mobile builds (needs portable)
+    training: bool | None = None  # legacy ORT-training files: None where installed, True a must
+    dynamic_batch: bool = True  # a symbolic batch axis (B > 1 at run time) where a graph has one
+    standalone_inference: bool = False  # inference_model.onnx with its weights inside it
+    # Validation against the PyTorch reference, before anything is moved into place.
+    validate: bool = True  # compare every graph with realm_sdk on random inputs
+    atol: float = 1e-4  # absolute tolerance on logits and loss
+    grad_rtol: float = 1e-3  # tolerance on gradients, relative to each tensor's scale
+    validation_inputs: int = 3  # random inputs per check (scales 1, 0.5, 2)
+    seed: int = 0  # of the traced example and the validation inputs: same seed, same files
+    # The manifest.
+    preprocessing: Mapping[str, Any] | None = None  # mean/std/size; None: timm's pretrained_cfg
+    model_info: Mapping[str, Any] | None = None  # name, weights, ...: kept as given
+    signing_key: object | None = None  # Ed25519 key (PEM path, PEM bytes, key): signs realm.json
+    # The directory.
+    overwrite: bool = False  # replace an existing non-empty output directory
+
+    def __post_init__(self) -> None:
+        errors = [*self._type_errors(), *self._range_errors(), *self._contradictions()]
+        if errors:
+            raise ValueError("invalid ExportOptions: " + "; ".join(errors))
+        if self.input_shape is not None:  # a list from a command line compares and hashes too
+            object.__setattr__(self, "input_shape", tuple(self.input_shape))
+
+    def _type_errors(self) -> list[str]:
+        errors = []
+        if self.config is not None and not isinstance(self.config, RealmConfig):
+            errors.append(
+                f"config must be a RealmConfig (e.g. RealmConfig.preset('cifar', "
+                f"num_classes=10)) or None, got {type(self.config).__name__}"
+            )
+        flags = ("portable", "web", "ort_format", "dynamic_batch", "standalone_inference")
+        for name in (*flags, "validate", "overwrite"):
+            if not isinstance(getattr(self, name), bool):
+                errors.append(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if not (self.training is None or isinstance(self.training, bool)):
+            errors.append(
+                f"training must be None (where installed), True or False, got {self.training!r}"
+            )
+        for name in ("preprocessing", "model_info"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Mapping):
+                errors.append(f"{name} must be a dict or None, got {type(value).__name__}")
+        return errors
+
+    def _range_errors(self) -> list[str]:
+        errors = []
+        shape = self.input_shape
+        if shape is not None and (
+            isinstance(shape, str)
+            or not hasattr(shape, "__len__")
+            or len(shape) < 2
+            or not all(_positive_int(d) for d in shape)
+        ):
+            errors.append(
+                "input_shape must be positive integers (batch, C, ...), e.g. (1, 3, 224, 224), "
+                f"or None for the model's own input_size; got {shape!r}"
+            )
+        for name in ("atol", "grad_rtol"):
+            value = getattr(self, name)
+            if not _finite(value) or value <= 0:
+                default = ExportOptions.__dataclass_fields__[name].default
+                errors.append(
+                    f"{name} must be a finite number > 0 (default {default}), got {value!r}"
+                )
+        if not _positive_int(self.validation_inputs):
+            errors.append(
+                f"validation_inputs must be an integer ≥ 1 (validate=False skips validation), "
+                f"got {self.validation_inputs!r}"
+            )
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            errors.append(f"seed must be an integer ≥ 0, got {self.seed!r}")
+        return errors
+
+    def _contradictions(self) -> list[str]:
+        errors = []
+        if self.ort_format is True and self.portable is False:
+            errors.append("ort_format=True converts the portable graphs: it needs portable=True")
+        if self.portable is False and self.training is False:
+            errors.append(
+                "nothing to export: portable=False and training=False; keep portable=True "
+                "(the product) or ask for the legacy training artifacts with training=True"
+            )
+        return errors
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

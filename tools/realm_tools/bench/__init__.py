@@ -1,0 +1,83 @@
+"""The benchmarks: speed and memory, the adapt graph's cost, and accuracy under shift.
+
+- speed (``realm bench speed``): per-sample predict/adapt latency and peak memory, the torch
+  reference beside each ``RealmRuntime`` backend taking turns on one stream
+  (:func:`bench_model`, :func:`take_turns`), over the physical floor of FLOPs / peak
+  (:func:`count_flops`, :func:`machine_peak`); :class:`ExternalRuntime` times the runtime in
+  another interpreter;
+- the adapt graph (``realm bench adapt``): its cost per sample at several update rates
+  (:func:`bench_adapt`);
+- quality (``realm bench quality``): online accuracy on corrupted streams, episodic
+  (:func:`bench_quality`) or long-running (:func:`bench_streams`), through
+  :func:`run_online`.
+
+    >>> from realm_tools.bench import bench_model, format_speed
+    >>> print(format_speed(bench_model("digits", samples=5, warmup=2)))
+"""
+
+from ._adapt import AdaptCost, bench_adapt, format_adapt_costs
+from ._continual import (
+    STREAM_METHODS,
+    StreamRun,
+    bench_streams,
+    method_config,
+    plot_streams,
+    run_stream,
+    streams_from_json,
+    streams_tables,
+    streams_to_json,
+)
+from ._evaluate import OnlineResult, run_online
+from ._external import ExternalRuntime, ExternalSide
+from ._flops import MachinePeak, count_flops, machine_peak
+from ._quality import METHODS as QUALITY_METHODS  # the quality table's rows, not RealmConfig's
+from ._quality import (
+    QualityRun,
+    bench_quality,
+    plot_quality,
+    quality_table,
+    runs_from_json,
+    runs_to_json,
+)
+from ._speed import MethodRow, SpeedRow, bench_model, format_speed, plot_speed, rows_to_json
+from ._timing import TURN_BLOCKS, block_ratios, forced_overrides, take_turns, timed_side
+
+__all__ = [
+    "QUALITY_METHODS",
+    "STREAM_METHODS",
+    "TURN_BLOCKS",
+    "AdaptCost",
+    "ExternalRuntime",
+    "ExternalSide",
+    "MachinePeak",
+    "MethodRow",
+    "OnlineResult",
+    "QualityRun",
+    "SpeedRow",
+    "StreamRun",
+    "bench_adapt",
+    "bench_model",
+    "bench_quality",
+    "bench_streams",
+    "block_ratios",
+    "count_flops",
+    "forced_overrides",
+    "format_adapt_costs",
+    "format_speed",
+    "machine_peak",
+    "method_config",
+    "plot_quality",
+    "plot_speed",
+    "plot_streams",
+    "quality_table",
+    "rows_to_json",
+    "run_online",
+    "run_stream",
+    "runs_from_json",
+    "runs_to_json",
+    "streams_from_json",
+    "streams_tables",
+    "streams_to_json",
+    "take_turns",
+    "timed_side",
+]

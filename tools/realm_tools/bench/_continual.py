@@ -1,0 +1,551 @@
+"""The long-running benchmark: every method on the streams of ``build_stream``, no reset.
+
+Rows: no adaptation, Tent, EATA, SAR, REALM as its paper runs it, and REALM with its default
+guardrails (``RealmConfig``'s), all through the PyTorch reference at batch size 1. Per run:
+accuracy over the stream (labelled samples), accuracy per pass or segment, clean accuracy after
+the stream where the data has a clean split, the interventions by reason, and traces of the
+windowed accuracy, α, λ, the drift from the source and the update rate, for the plots.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from realm_runtime import Guardrails, RealmConfig
+from realm_runtime.contract import INTERVENTIONS
+from realm_sdk import RealmAdapter
+
+from ..data import JUNK, NO_LABEL, ShiftDataset, Stream, StreamSettings, build_stream
+from ._quality import _clean_accuracy, _torch_predict
+
+STREAM_METHODS: tuple[str, ...] = ("none", "tent", "eata", "sar", "realm", "realm-guarded")
+STREAM_LABELS = {
+    "none": "no-adapt",
+    "tent": "Tent",
+    "eata": "EATA",
+    "sar": "SAR",
+    "realm": "REALM",
+    "realm-guarded": "REALM + guardrails",
+}
+TRACE_POINTS = 400  # samples of each trace: enough for a plot, small in the JSON
+EVENTS = INTERVENTIONS
+
+
+@dataclass
+class StreamRun:
+    """One method on one stream."""
+
+    setting: str
+    method: str
+    seed: int
+    samples: int  # length of the stream
+    accuracy: float | None  # % correct over the labelled samples (None: no labels)
+    segments: list[tuple[str, float]]  # (segment or pass, % correct) in stream order
+    clean_after: float | None  # % correct on the clean split after the stream
+    updates: int  # optimizer steps
+    events: dict[str, int]  # interventions by reason (EVENTS)
+    reset_at: list[int] = field(default_factory=list)  # samples after which a reset happened
+    trace_at: list[int] = field(default_factory=list)  # sample index of each trace point
+    trace: dict[str, list[float]] = field(default_factory=dict)  # accuracy, alpha, lam, ...
+
+
+def method_config(method: str, preset: str, num_classes: int) -> RealmConfig:
+    """The configuration of one row: the paper's, and REALM's defaults for the guarded row."""
+    if method == "realm-guarded":
+        return RealmConfig.preset(preset, num_classes=num_classes)  # type: ignore[arg-type]
+    return RealmConfig.preset(
+        preset,  # type: ignore[arg-type]
+        num_classes=num_classes,
+        method=method,  # type: ignore[arg-type]
+        guardrails=Guardrails.off(),
+    )
+
+
+def run_stream(
+    method: str,
+    source: nn.Module,
+    stream: Stream,
+    *,
+    preset: str,
+    num_classes: int,
+    clean: tuple[Any, np.ndarray] | None,
+    progress: Callable[[int, int], None] | None = None,
+) -> StreamRun:
+    """One method through one stream, sample by sample, on a private copy of ``source``.
+
+    ``progress(done, total)`` is called every 64 samples and at the end.
+    """
+    model = copy.deepcopy(source).eval()
+    adapter = (
+        None
+        if method == "none"
+        else RealmAdapter(model, method_config(method, preset, num_classes))
+    )
+    n = len(stream)
+    every = max(1, n // TRACE_POINTS)
+    correct = np.zeros(n, dtype=bool)
+    trace: dict[str, list[float]] = {k: [] for k in ("alpha", "lam", "drift", "update_rate")}
+    trace_at: list[int] = []
+    reset_at: list[int] = []
+    resets = 0
+    for i in range(n):
+        x = torch.from_numpy(stream.sample(i))
+        if adapter is None:
+            with torch.no_grad():
+                top1 = int(model(x).argmax(1)[0])
+        else:
+            top1 = int(adapter.adapt(x).top1[0])
+        correct[i] = top1 == stream.labels[i]
+        if adapter is not None and ((i + 1) % every == 0 or i + 1 == n):
+            st = adapter.state  # a snapshot costs a pass over θ: taken at trace points only
+            trace_at.append(i)
+            trace["alpha"].append(float(st.alpha or 0.0))
+            trace["lam"].append(float(st.lam or 0.0))
+            trace["drift"].append(st.drift)
+            trace["update_rate"].append(float(st.update_rate or 0.0))
+            if st.resets_recovery + st.resets_collapse != resets:
+                reset_at.append(i)  # at trace resolution
+                resets = st.resets_recovery + st.resets_collapse
+        if progress is not None and ((i + 1) % 64 == 0 or i + 1 == n):
+            progress(i + 1, n)
+    labelled = stream.labels != NO_LABEL
+    at = trace_at if adapter is not None else sorted({*range(every - 1, n, every), n - 1})
+    window = _windowed(correct, labelled, at)
+    segment = stream.segment_of()
+    segments = []
+    for k, (_, name) in enumerate(stream.segments):
+        mask = (segment == k) & labelled
+        if mask.any():
+            segments.append((name, float(correct[mask].mean() * 100)))
+    state = adapter.state if adapter is not None else None
+    return StreamRun(
+        setting=stream.setting,
+        method=method,
+        seed=-1,
+        samples=n,
+        accuracy=float(correct[labelled].mean() * 100) if labelled.any() else None,
+        segments=segments,
+        clean_after=_clean_accuracy(_torch_predict(model), clean),
+        updates=state.updates if state is not None else 0,
+        events={k: getattr(state, k) if state is not None else 0 for k in EVENTS},
+        reset_at=reset_at,
+        trace_at=at,
+        trace={**(trace if adapter is not None else {}), "accuracy": window},
+    )
+
+
+def _windowed(correct: np.ndarray, labelled: np.ndarray, at: Sequence[int]) -> list[float]:
+    """% correct over the last 500 labelled samples, at each trace point."""
+    hits = np.cumsum(correct & labelled)
+    seen = np.cumsum(labelled)
+    out = []
+    for i in at:
+        j = max(0, np.searchsorted(seen, seen[i] - 500, side="right"))
+        count = seen[i] - (seen[j - 1] if j > 0 else 0)
+        got = hits[i] - (hits[j - 1] if j > 0 else 0)
+        out.append(float(got / count * 100) if count else float("nan"))
+    return out
+
+
+def bench_streams(
+    dataset: ShiftDataset,
+    source: nn.Module,
+    *,
+    settings: Sequence[str],
+    seeds: Sequence[int],
+    corruptions: Sequence[str],
+    methods: Sequence[str] = STREAM_METHODS,
+    preset: str = "cifar",
+    stream_settings: StreamSettings | None = None,
+    on_run: Callable[[str, int], Callable[[int], None] | None] | None = None,
+    jobs: int = 1,
+) -> list[StreamRun]:
+    """Every method × setting × seed; ``episodic``: each corruption from the source, averaged.
+
+    Args:
+        dataset: the shifted test set; its clean split measures forgetting.
+        source: the source model; every run adapts a private copy.
+        settings: names of :data:`SETTINGS`.
+        seeds: one stream per seed and setting.
+        corruptions: the domains, in pass-1 order.
+        methods: rows, names of :data:`STREAM_METHODS`.
+        preset: the hyper-parameters' preset (``"cifar"`` or ``"imagenet"``).
+        stream_settings: lengths, passes and severities of the streams.
+        on_run: ``on_run(label, samples)`` opens a run's progress callback (or None).
+        jobs: worker processes (one torch thread each); 1 runs in this process. The runs
+            are independent: the figures are those of one process at one torch thread.
+
+    Returns:
+        One :class:`StreamRun` per combination, in settings × seeds × methods order.
+    """
+    unknown = [m for m in methods if m not in STREAM_METHODS]
+    if unknown:
+        raise ValueError(f"unknown methods {unknown}; known: {STREAM_METHODS}")
+    if jobs < 1:
+        raise ValueError(f"jobs must be ≥ 1, got {jobs}")
+    clean = dataset.clean()
+    junk = [s for s in settings if s in JUNK]
+    if junk and clean is None:  # before hours of other runs, not after
+        raise ValueError(
+            f"{', '.join(junk)} need clean images of {dataset.name} (to draw frames from and "
+            "to measure forgetting after), and this copy of the data set has none: leave "
+            "the junk settings out"
+        )
+    shape = stream_settings or StreamSettings()
+    job = _Job(dataset, source, clean, tuple(corruptions), preset, shape)
+    cells = [
+        _Cell(setting, seed, method, part)
+        for setting in settings
+        for seed in seeds
+        for method in methods
+        for part in (corruptions if setting == "episodic" else (None,))
+    ]
+    if jobs == 1:
+        done = [job.run(c, _progress(on_run, c)) for c in cells]
+    else:
+        done = _run_pool(job, cells, jobs, on_run)
+    runs: list[StreamRun] = []
+    for setting in settings:
+        for seed in seeds:
+            for method in methods:
+                mine = [
+                    r
+                    for c, r in zip(cells, done, strict=True)
+                    if (c.setting, c.seed, c.method) == (setting, seed, method)
+                ]
+                runs.append(_episodic(mine, corruptions) if setting == "episodic" else mine[0])
+    return runs
+
+
+@dataclass(frozen=True)
+class _Cell:
+    """One run of the benchmark: a method on one seed's stream (episodic: one corruption)."""
+
+    setting: str
+    seed: int
+    method: str
+    part: str | None  # episodic: the corruption; None for the one-stream settings
+
+    @property
+    def label(self) -> str:
+        middle = f"{self.setting}/{self.part}" if self.part else self.setting
+        return f"{middle}/s{self.seed}/{self.method}"
+
+    @property
+    def weight(self) -> float:
+        """Rough relative cost, to start the longest runs first in a pool."""
+        length = {"long": 14.0, "continual": 4.0}.get(self.setting, 1.0)
+        return length * {"none": 0.3, "sar": 2.0}.get(self.method, 1.0)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What every run of one benchmark shares (sent once to each worker process)."""
+
+    dataset: ShiftDataset
+    source: nn.Module
+    clean: tuple[Any, np.ndarray] | None  # the clean split, built once (forgetting)
+    corruptions: tuple[str, ...]
+    preset: str
+    shape: StreamSettings
+
+    def run(self, cell: _Cell, progress: Callable[[int, int], None] | None) -> StreamRun:
+        if cell.part is not None:
+            x, y = self.dataset.stream(
+                cell.part, self.shape.severity, seed=cell.seed, limit=self.shape.limit
+            )
+            rows = np.stack([np.zeros(len(y)), np.arange(len(y))], 1).astype(np.int64)
+            stream = Stream("episodic", (x,), rows, np.asarray(y), ((0, cell.part),))
+        else:
+            stream = build_stream(
+                self.dataset,
+                cell.setting,
+                seed=cell.seed,
+                corruptions=self.corruptions,
+                settings=self.shape,
+            )
+        run = run_stream(
+            cell.method,
+            self.source,
+            stream,
+            preset=self.preset,
+            num_classes=self.dataset.num_classes,
+            clean=self.clean,
+            progress=progress,
+        )
+        run.seed = cell.seed
+        return run
+
+
+def _progress(
+    on_run: Callable[[str, int], Callable[[int], None] | None] | None, cell: _Cell
+) -> Callable[[int, int], None] | None:
+    """A progress callback that opens its bar on the first report (the length is known then)."""
+    if on_run is None:
+        return None
+    bar: list[Callable[[int], None] | None] = []
+
+    def update(done: int, total: int) -> None:
+        if not bar:
+            bar.append(on_run(cell.label, total))
+        if bar[0] is not None:
+            bar[0](done)
+
+    return update
+
+
+_WORKER: dict[str, Any] = {}  # the job and the progress queue of a pool's worker process
+
+
+def _init_worker(job: _Job, queue: Any) -> None:
+    torch.set_num_threads(1)
+    _WORKER.update(job=job, queue=queue)
+
+
+def _work(index: int, cell: _Cell) -> StreamRun:
+    job: _Job = _WORKER["job"]
+    queue = _WORKER["queue"]
+    return job.run(cell, lambda done, total: queue.put((index, done, total)))
+
+
+def _run_pool(
+    job: _Job,
+    cells: list[_Cell],
+    jobs: int,
+    on_run: Callable[[str, int], Callable[[int], None] | None] | None,
+) -> list[StreamRun]:
+    """The cells on ``jobs`` spawned processes, longest first; progress through a queue."""
+    import multiprocessing
+    import queue as queue_module
+    from concurrent.futures import ProcessPoolExecutor, wait
+
+    context = multiprocessing.get_context("spawn")  # no fork of a process with torch threads
+    bars = {i: _progress(on_run, c) for i, c in enumerate(cells)}
+    order = sorted(range(len(cells)), key=lambda i: -cells[i].weight)
+    results: dict[int, StreamRun] = {}
+    with context.Manager() as manager:
+        reports = manager.Queue()
+
+        def drain() -> None:
+            while True:
+                try:
+                    i, done, total = reports.get_nowait()
+                except queue_module.Empty:
+                    return
+                bar = bars[i]
+                if bar is not None:
+                    bar(done, total)
+
+        with ProcessPoolExecutor(
+            jobs, mp_context=context, initializer=_init_worker, initargs=(job, reports)
+        ) as pool:
+            futures = {pool.submit(_work, i, cells[i]): i for i in order}
+            pending = set(futures)
+            while pending:
+                finished, pending = wait(pending, timeout=0.5)
+                for future in finished:
+                    results[futures[future]] = future.result()  # a worker's error is raised here
+                drain()
+        drain()
+    return [results[i] for i in range(len(cells))]
+
+
+def _episodic(parts: list[StreamRun], corruptions: Sequence[str]) -> StreamRun:
+    """The paper's protocol as one row: each corruption from the source, then the mean."""
+    first = parts[0]
+    cleans = [r.clean_after for r in parts if r.clean_after is not None]
+    return StreamRun(
+        setting="episodic",
+        method=first.method,
+        seed=first.seed,
+        samples=sum(r.samples for r in parts),
+        accuracy=float(np.mean([r.accuracy for r in parts if r.accuracy is not None])),
+        segments=[(name, r.accuracy or 0.0) for name, r in zip(corruptions, parts, strict=True)],
+        clean_after=float(np.mean(cleans)) if cleans else None,
+        updates=sum(r.updates for r in parts),
+        events={k: sum(r.events[k] for r in parts) for k in EVENTS},
+    )
+
+
+def _cell(values: list[float]) -> str:
+    if not values:
+        return "–"
+    a = np.array(values)
+    return f"{a.mean():.1f}" + (f" ± {a.std():.1f}" if len(a) > 1 else "")
+
+
+def streams_tables(runs: Sequence[StreamRun]) -> str:
+    """Markdown: accuracy per setting, clean accuracy after each, and continual per pass."""
+    settings = list(dict.fromkeys(r.setting for r in runs))
+    methods = [m for m in STREAM_METHODS if any(r.method == m for r in runs)]
+    scored = [s for s in settings if s not in JUNK]
+    out: list[str] = []
+    if scored:  # junk streams alone have no labels to score
+        out += ["### Online accuracy (%), mean ± std over seeds", ""]
+        out += ["| method | " + " | ".join(scored) + " |", "|---" * (len(scored) + 1) + "|"]
+        for m in methods:
+            cells = [
+                _cell([r.accuracy for r in runs if r.method == m and r.setting == s and r.accuracy])
+                for s in scored
+            ]
+            out.append(f"| {STREAM_LABELS[m]} | " + " | ".join(cells) + " |")
+    if any(r.clean_after is not None for r in runs):
+        out += (
+            ["", "### Clean accuracy (%) after each stream", ""]
+            if out
+            else [
+                "### Clean accuracy (%) after each stream",
+                "",
+            ]
+        )
+        out += ["| method | " + " | ".join(settings) + " |", "|---" * (len(settings) + 1) + "|"]
+        for m in methods:
+            cells = [
+                _cell(
+                    [
+                        r.clean_after
+                        for r in runs
+                        if r.method == m and r.setting == s and r.clean_after is not None
+                    ]
+                )
+                for s in settings
+            ]
+            out.append(f"| {STREAM_LABELS[m]} | " + " | ".join(cells) + " |")
+    losses = _where_realm_loses(runs, settings)
+    if losses:
+        out += ["", "### Where REALM loses (mean over seeds)", "", *losses]
+    continual = [r for r in runs if r.setting == "continual"]
+    if continual:
+        passes = _passes(continual[0])
+        out += ["", "### Continual: accuracy (%) per pass", ""]
+        head = [f"pass {k + 1}" for k in range(len(passes))]
+        out += ["| method | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
+        for m in methods:
+            mine = [_passes(r) for r in continual if r.method == m]
+            cells = [_cell([p[k] for p in mine]) for k in range(len(passes))]
+            out.append(f"| {STREAM_LABELS[m]} | " + " | ".join(cells) + " |")
+    out += ["", "### Interventions (mean count per stream)", ""]
+    out += ["| method | setting | " + " | ".join(EVENTS) + " |", "|---" * (len(EVENTS) + 2) + "|"]
+    for m in methods:
+        for s in settings:
+            mine = [r for r in runs if r.method == m and r.setting == s]
+            if mine and any(sum(r.events.values()) for r in mine):
+                counts = [f"{np.mean([r.events[e] for r in mine]):.1f}" for e in EVENTS]
+                out.append(f"| {STREAM_LABELS[m]} | {s} | " + " | ".join(counts) + " |")
+    return "\n".join(out)
+
+
+def _where_realm_loses(runs: Sequence[StreamRun], settings: Sequence[str]) -> list[str]:
+    """One line per setting and figure where a REALM row is below EATA's or SAR's mean."""
+
+    def mean(method: str, setting: str, figure: str) -> float | None:
+        values = [
+            getattr(r, figure)
+            for r in runs
+            if r.method == method and r.setting == setting and getattr(r, figure) is not None
+        ]
+        return float(np.mean(values)) if values else None
+
+    lines = []
+    for setting in settings:
+        for figure, what in (("accuracy", "online accuracy"), ("clean_after", "clean after")):
+            for realm in ("realm", "realm-guarded"):
+                mine = mean(realm, setting, figure)
+                if mine is None:
+                    continue
+                for rival in ("eata", "sar"):
+                    theirs = mean(rival, setting, figure)
+                    if theirs is not None and round(theirs, 1) > round(mine, 1):
+                        lines.append(
+                            f"- {setting}, {what}: {STREAM_LABELS[realm]} {mine:.1f} < "
+                            f"{STREAM_LABELS[rival]} {theirs:.1f}"
+                        )
+    return lines
+
+
+def _passes(run: StreamRun) -> list[float]:
+    """Accuracy per pass of a continual run: its segments grouped by repetition."""
+    names = [name for name, _ in run.segments]
+    per_pass = len(dict.fromkeys(names))
+    values = [acc for _, acc in run.segments]
+    return [float(np.mean(values[k : k + per_pass])) for k in range(0, len(values), per_pass)]
+
+
+def plot_streams(runs: Sequence[StreamRun], out_dir: str | Path) -> list[Path]:
+    """PNG per setting: windowed accuracy, α and λ, drift and update rate, resets marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = dict(zip(STREAM_METHODS, palette, strict=False))  # six rows, ten colours
+    for setting in dict.fromkeys(r.setting for r in runs if r.trace):
+        mine = [r for r in runs if r.setting == setting]
+        seed = min(r.seed for r in mine)  # one seed drawn; the tables have all of them
+        fig, axes = plt.subplots(1, 4, figsize=(20, 3.8))
+        for r in (r for r in mine if r.seed == seed):
+            color = colors[r.method]
+            label = STREAM_LABELS[r.method]
+            axes[0].plot(r.trace_at, r.trace["accuracy"], color=color, label=label, lw=1)
+            if r.method.startswith("realm") and r.trace.get("lam"):
+                style = "-" if r.method == "realm" else "--"
+                axes[1].plot(r.trace_at, r.trace["lam"], style, color=color, label=f"λ {label}")
+                axes[1].plot(r.trace_at, r.trace["alpha"], style, color=color, alpha=0.5)
+            if r.trace.get("drift"):
+                axes[2].plot(r.trace_at, r.trace["drift"], color=color, label=label, lw=1)
+            if r.trace.get("update_rate"):
+                axes[3].plot(r.trace_at, r.trace["update_rate"], color=color, label=label, lw=1)
+            for ax in (axes[0], axes[3]):
+                for at in r.reset_at:
+                    ax.axvline(at, color=color, alpha=0.25, lw=0.8)
+        bound = Guardrails().max_drift
+        if bound is not None and any(r.method == "realm-guarded" for r in mine):
+            axes[2].axhline(bound, color="grey", ls=":", lw=1, label="drift bound (defaults)")
+        axes[0].set_title(f"{setting}: accuracy over the last 500 samples (%)")
+        axes[1].set_title("REALM's λ (bright) and α (faded)")
+        axes[2].set_title("drift ‖θ − θ0‖ / ‖θ0‖ (clipped at the bound)")
+        axes[3].set_title("update rate (EMA over ~100 samples)")
+        for ax in axes:
+            ax.set_xlabel(f"samples (seed {seed}); vertical lines: resets")
+            ax.grid(alpha=0.3)
+        for ax in axes[:3]:
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = out / f"stream_{setting}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def streams_from_json(text: str) -> list[StreamRun]:
+    """Inverse of :func:`streams_to_json` (to re-plot or re-tabulate a saved run)."""
+    runs = []
+    for r in json.loads(text)["runs"]:
+        r["segments"] = [tuple(s) for s in r["segments"]]
+        runs.append(StreamRun(**r))
+    return runs
+
+
+def streams_to_json(runs: Sequence[StreamRun], settings: dict[str, Any]) -> str:
+    """Every figure of every run, with the settings that produced them."""
+
+    def compact(run: StreamRun) -> dict[str, Any]:
+        data = asdict(run)
+        data["trace"] = {k: [float(f"{v:.5g}") for v in vs] for k, vs in run.trace.items()}
+        return data
+
+    return json.dumps({"settings": settings, "runs": [compact(r) for r in runs]})

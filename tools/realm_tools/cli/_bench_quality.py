@@ -1,0 +1,344 @@
+"""``realm bench quality``: online accuracy on corrupted streams, episodic or long-running."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..data import SETTINGS as SETTINGS_CHOICES
+from ._common import progress_factory, run_header
+
+if TYPE_CHECKING:  # torch stays an import of the commands that need it
+    from torch import nn
+
+    from ..data import ShiftDataset
+
+# `realm bench quality --quick`, a smoke run for CI (also the tests' recipe).
+QUICK_EPOCHS = 6  # epochs of the digits source model: enough for behaviour, quick to train
+QUICK_LIMIT = 150  # samples per stream
+# The episodic table's rows (realm-runtime: REALM through the exported artifacts).
+QUALITY_DEFAULT_METHODS = ("none", "tent", "eata", "realm", "realm-runtime")
+
+
+def add_quality_parser(bench: Any) -> None:
+    """Register ``quality`` on the ``bench`` sub-parser set."""
+    quality = bench.add_parser(
+        "quality", help="online accuracy on corrupted streams (digits, CIFAR-10-C, ImageNet-C)"
+    )
+    quality.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"2 corruptions, 1 seed, {QUICK_LIMIT} samples; on the digits a "
+        f"{QUICK_EPOCHS}-epoch source model (a smoke run for CI)",
+    )
+    quality.add_argument(
+        "--dataset",
+        choices=("digits", "cifar10c", "imagenetc"),
+        default="digits",
+        help="the built-in digits task, or real data from --data-root",
+    )
+    quality.add_argument(
+        "--data-root",
+        default=None,
+        help="CIFAR-10-C: folder of <corruption>.npy + labels.npy; "
+        "ImageNet-C: folder of <corruption>/<severity>/<wnid>/*.JPEG",
+    )
+    quality.add_argument(
+        "--model", default=None, help="timm name of the source model (imagenetc: resnet50_gn)"
+    )
+    quality.add_argument("--weights", default=None, help="state_dict file of the source model")
+    quality.add_argument(
+        "--random-init",
+        action="store_true",
+        help="real data without --weights: a random model (pipeline check; accuracy meaningless)",
+    )
+    quality.add_argument(
+        "--classes",
+        default=None,
+        help="imagenetc: file of wnids in class-index order (default: sorted folders found)",
+    )
+    quality.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help=f"training epochs of the digits source model (default 30; --quick: {QUICK_EPOCHS})",
+    )
+    quality.add_argument(
+        "--corruptions",
+        nargs="+",
+        default=None,
+        help="default: all of them (digits), the paper's 15 that are present (real data)",
+    )
+    quality.add_argument("--severity", type=int, default=5, choices=range(1, 6))
+    quality.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    quality.add_argument(
+        "--methods",
+        nargs="+",
+        default=None,
+        help=f"default: {' '.join(QUALITY_DEFAULT_METHODS)}; with --settings: "
+        "none tent eata sar realm realm-guarded",
+    )
+    quality.add_argument(
+        "--settings",
+        nargs="+",
+        default=None,
+        choices=(*SETTINGS_CHOICES, "all"),
+        help="long-running streams instead of the episodic table: continual, mixed, "
+        "gradual, correlated, long, junk-* (or all, with episodic); writes streams.md",
+    )
+    quality.add_argument("--passes", type=int, default=4, help="--settings continual: passes")
+    quality.add_argument(
+        "--horizon", type=int, default=100_000, help="--settings long: at least this many samples"
+    )
+    quality.add_argument(
+        "--junk-length", type=int, default=3000, help="--settings junk-*: samples per stream"
+    )
+    quality.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="--settings: worker processes, one torch thread each (e.g. the core count)",
+    )
+    quality.add_argument(
+        "--preset",
+        choices=("cifar", "imagenet"),
+        default=None,
+        help="default: imagenet for imagenetc, cifar otherwise",
+    )
+    quality.add_argument("--limit", type=int, default=None, help="samples per stream")
+    quality.add_argument("--cache-dir", default=".cache")
+    quality.add_argument("--out", default="docs/quality", help="output folder")
+    quality.add_argument("--no-progress", action="store_true")
+    quality.set_defaults(func=run_quality_command)
+
+
+def _quality_data(
+    args: argparse.Namespace,
+) -> tuple[ShiftDataset | None, nn.Module | None] | str:
+    """The dataset and source model of ``bench quality`` (None, None: digits), or an error."""
+    if args.dataset == "digits":
+        if args.data_root or args.model or args.weights or args.random_init or args.classes:
+            return (
+                "--data-root, --model, --weights, --random-init and --classes are for "
+                "--dataset cifar10c or imagenetc"
+            )
+        return None, None
+    from ..data import load_cifar10c, load_imagenetc
+    from ..models import source_model
+
+    if args.epochs is not None:
+        return "--epochs trains the digits source model: give --weights for real data"
+    if not args.data_root:
+        return f"--dataset {args.dataset} needs --data-root (the unpacked data folder)"
+    model = args.model or ("resnet50_gn" if args.dataset == "imagenetc" else None)
+    if model is None:
+        return (
+            "--dataset cifar10c needs --model: the timm architecture of the --weights "
+            "(the paper's ResNet-26-GN is not a timm model; see docs/BENCHMARKS.md)"
+        )
+    if args.weights is None and not args.random_init:
+        return (
+            f"--dataset {args.dataset} needs --weights (a state_dict file of the source "
+            "model); --random-init runs a randomly initialised model instead (a smoke test)"
+        )
+    if args.weights is not None and args.random_init:
+        return "give either --weights or --random-init, not both"
+    try:
+        if args.dataset == "cifar10c":
+            if args.classes:
+                return "--classes is for --dataset imagenetc"
+            dataset = load_cifar10c(args.data_root)
+        else:
+            classes = None
+            if args.classes:
+                classes = Path(args.classes).read_text().split()
+            dataset = load_imagenetc(args.data_root, classes=classes)
+        if args.random_init:
+            print(
+                "WARNING: --random-init: the source model is randomly initialised, so its "
+                "accuracies are meaningless (this checks that the pipeline runs)",
+                file=sys.stderr,
+            )
+        source = source_model(model, num_classes=dataset.num_classes, weights=args.weights)
+    except (OSError, ValueError) as exc:
+        return str(exc)
+    return dataset, source
+
+
+def run_quality_command(args: argparse.Namespace) -> int:
+    """Run ``realm bench quality`` with parsed arguments; returns the exit code."""
+    from ..bench import QUALITY_METHODS, bench_quality, plot_quality, quality_table, runs_to_json
+
+    for flag in ("epochs", "limit"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            print(f"--{flag} must be ≥ 1, got {getattr(args, flag)}", file=sys.stderr)
+            return 2
+    data = _quality_data(args)
+    if isinstance(data, str):
+        print(data, file=sys.stderr)
+        return 2
+    dataset, source = data
+    if args.settings:
+        return _bench_streams(args, dataset, source)
+    if args.methods is None:
+        args.methods = list(QUALITY_DEFAULT_METHODS)
+    if dataset is None:  # the built-in digits task
+        from ..data import CORRUPTIONS
+
+        known, default = ["clean", *sorted(CORRUPTIONS)], sorted(CORRUPTIONS)
+        quick = ["gaussian_noise", "defocus_blur"]
+    else:
+        known, default = list(dataset.corruptions), list(dataset.default_corruptions)
+        quick = default[:2]
+    preset = args.preset or ("imagenet" if args.dataset == "imagenetc" else "cifar")
+    # --quick: a smoke run; on the digits with a briefly trained source model (own cache file).
+    epochs = args.epochs or (QUICK_EPOCHS if args.quick else 30)
+    if args.quick:
+        corruptions, seeds, limit = args.corruptions or quick, [0], args.limit or QUICK_LIMIT
+    else:
+        corruptions = args.corruptions or default
+        seeds, limit = args.seeds, args.limit
+    unknown = [c for c in corruptions if c not in known]
+    bad_methods = [m for m in args.methods if m not in QUALITY_METHODS]
+    if unknown or bad_methods:
+        print(
+            f"unknown corruptions {unknown} / methods {bad_methods}; known: "
+            f"{known} / {list(QUALITY_METHODS)}",
+            file=sys.stderr,
+        )
+        return 2
+    runs = bench_quality(
+        corruptions=corruptions,
+        severity=args.severity,
+        seeds=seeds,
+        methods=args.methods,
+        preset=preset,
+        limit=limit,
+        cache_dir=args.cache_dir,
+        on_run=None if args.no_progress else progress_factory(),
+        source=source,
+        dataset=dataset,
+        epochs=epochs,
+    )
+    table = quality_table(runs)
+    print(table)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    settings: dict[str, object] = {
+        "dataset": args.dataset,
+        "corruptions": corruptions,
+        "severity": args.severity,
+        "seeds": list(seeds),
+        "methods": list(args.methods),
+        "preset": preset,
+        "limit": limit,
+        "batch_size": 1,
+    }
+    if dataset is None:
+        settings["source_epochs"] = epochs
+    else:
+        settings.update(
+            data_root=str(args.data_root),
+            model=args.model or "resnet50_gn",
+            weights=args.weights,
+            random_init=args.random_init,
+        )
+    (out / "quality.json").write_text(runs_to_json(runs, settings))
+    (out / "quality.md").write_text(
+        run_header("Quality: online accuracy (%)", sys.argv) + table + "\n"
+    )
+    plots = plot_quality(runs, out)
+    print(
+        f"written: {out / 'quality.md'}, {out / 'quality.json'}, "
+        + ", ".join(str(p) for p in plots)
+    )
+    return 0
+
+
+def _bench_streams(
+    args: argparse.Namespace, dataset: ShiftDataset | None, source: nn.Module | None
+) -> int:
+    """``bench quality --settings …``: the long-running streams, every row of the table."""
+    from dataclasses import asdict
+
+    from ..bench import (
+        STREAM_METHODS,
+        bench_streams,
+        plot_streams,
+        streams_tables,
+        streams_to_json,
+    )
+    from ..data import SETTINGS, DigitsShift, StreamSettings, load_digits
+    from ..models import train_digits_model
+
+    settings = list(SETTINGS) if "all" in args.settings else list(args.settings)
+    methods = args.methods or list(STREAM_METHODS)
+    bad = [m for m in methods if m not in STREAM_METHODS]
+    if bad:
+        print(
+            f"unknown methods {bad} with --settings; known: {list(STREAM_METHODS)}", file=sys.stderr
+        )
+        return 2
+    if dataset is None:
+        digits = load_digits()
+        dataset = DigitsShift(digits)
+        source = train_digits_model(digits, epochs=args.epochs or 30, cache_dir=args.cache_dir)
+    assert source is not None
+    if "all" in args.settings and dataset.clean() is None:
+        print(f"{dataset.name} has no clean split: the junk streams are left out")
+        settings = [s for s in settings if not s.startswith("junk-")]
+    corruptions = args.corruptions or list(dataset.default_corruptions)
+    unknown = [c for c in corruptions if c not in dataset.corruptions]
+    if unknown:
+        print(f"unknown corruptions {unknown}; known: {list(dataset.corruptions)}", file=sys.stderr)
+        return 2
+    stream_settings = StreamSettings(
+        severity=args.severity,
+        passes=args.passes,
+        horizon=args.horizon,
+        junk_length=args.junk_length,
+        limit=args.limit,
+    )
+    preset = args.preset or ("imagenet" if args.dataset == "imagenetc" else "cifar")
+    try:
+        runs = bench_streams(
+            dataset,
+            source,
+            settings=settings,
+            seeds=args.seeds,
+            corruptions=corruptions,
+            methods=methods,
+            preset=preset,
+            stream_settings=stream_settings,
+            on_run=None if args.no_progress else progress_factory(),
+            jobs=args.jobs,
+        )
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    tables = streams_tables(runs)
+    print(tables)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    record = {
+        "dataset": args.dataset,
+        "settings": settings,
+        "corruptions": corruptions,
+        "seeds": list(args.seeds),
+        "methods": methods,
+        "preset": preset,
+        "streams": asdict(stream_settings),
+        "batch_size": 1,
+        "jobs": args.jobs,
+    }
+    (out / "streams.json").write_text(streams_to_json(runs, record))
+    (out / "streams.md").write_text(
+        run_header("Long-running streams: accuracy, forgetting, interventions", sys.argv)
+        + tables
+        + "\n"
+    )
+    plots = plot_streams(runs, out)
+    print(f"written: {out / 'streams.md'}, {out / 'streams.json'}, {len(plots)} plots")
+    return 0

@@ -1,0 +1,217 @@
+"""``realm export``: flags, files and output over ``realm_export.export_realm_artifacts``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # torch stays an import of the export itself
+    from torch import nn
+
+
+def add_export_parser(sub: Any) -> None:
+    """Register the ``export`` sub-command on an argparse sub-parser set."""
+    p = sub.add_parser(
+        "export",
+        help="export a model as validated on-device artifacts",
+        description="Export a torch/timm classifier as on-device artifacts whose loss is "
+        "REALM's: the portable step graph (any onnxruntime >= 1.19) and, where "
+        "onnxruntime-training 1.19.2 is installed, its training artifacts, each validated "
+        "against the PyTorch reference before anything is written.",
+    )
+    p.add_argument(
+        "--model",
+        required=True,
+        help="timm:<name> (random init unless --weights), digits (the built-in demo model, "
+        "trained and cached), or path/to/file.py:factory (a function returning an nn.Module)",
+    )
+    p.add_argument("--out", required=True, help="artifact directory to create")
+    p.add_argument(
+        "--num-classes",
+        type=int,
+        default=None,
+        help="classes of the classifier (default: 10 for digits, else 1000)",
+    )
+    p.add_argument("--preset", choices=("cifar", "imagenet"), default="cifar")
+    p.add_argument("--method", choices=("realm", "tent", "eata"), default="realm")
+    p.add_argument(
+        "--input-shape",
+        default=None,
+        help="B,C,H,W of the export, e.g. 1,3,224,224 (default: the model's own)",
+    )
+    p.add_argument(
+        "--weights",
+        default=None,
+        help="local state dict (.pt/.pth, loaded with weights_only) or .safetensors",
+    )
+    p.add_argument("--atol", type=float, default=1e-4, help="tolerance on logits and loss")
+    p.add_argument("--grad-rtol", type=float, default=1e-3, help="relative tolerance on grads")
+    p.add_argument("--static-batch", action="store_true", help="fix the batch axis")
+    p.add_argument(
+        "--standalone-inference",
+        action="store_true",
+        help="inference_model.onnx with its weights inside, to copy apart from the directory "
+        "(default: its weights are in weights.bin with the other graphs')",
+    )
+    p.add_argument(
+        "--no-web",
+        action="store_true",
+        help="skip the JavaScript clients' decision graph (examples/web, examples/node)",
+    )
+    p.add_argument(
+        "--no-portable",
+        action="store_true",
+        help="skip the portable step graph (step_model.onnx: any onnxruntime ≥ 1.19)",
+    )
+    training = p.add_mutually_exclusive_group()
+    training.add_argument(
+        "--training",
+        dest="training",
+        action="store_const",
+        const=True,
+        default=None,
+        help="require the legacy onnxruntime-training 1.19.2 artifacts: their failure fails the "
+        "export (default: written where they can be, skipped with the reason otherwise)",
+    )
+    training.add_argument(
+        "--no-training",
+        dest="training",
+        action="store_const",
+        const=False,
+        help="skip the legacy onnxruntime-training artifacts",
+    )
+    p.add_argument(
+        "--ort-format",
+        action="store_true",
+        help="also write the portable graphs in ORT format (step_model.ort, forward_model.ort) "
+        "and required_operators.config, for ONNX Runtime's mobile and reduced-size builds",
+    )
+    p.add_argument(
+        "--sign",
+        metavar="KEY",
+        default=None,
+        help="sign the manifest with this Ed25519 private key (realm.sig; `realm keygen`)",
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    p.add_argument("--cache-dir", default=".cache", help="where the digits model is cached")
+    p.set_defaults(func=run_export)
+
+
+def _default_shape(model: nn.Module, spec: str) -> tuple[int, ...]:
+    if spec == "digits":
+        return (1, 1, 32, 32)
+    cfg = getattr(model, "pretrained_cfg", None)
+    if isinstance(cfg, dict) and cfg.get("input_size"):
+        return (1, *(int(d) for d in cfg["input_size"]))
+    raise ValueError("the model declares no input size: pass --input-shape B,C,H,W")
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """Run ``realm export`` with parsed arguments; returns the exit code."""
+    from realm_export import (
+        ExportOptions,
+        UnsupportedModelError,
+        ValidationError,
+        export_realm_artifacts,
+    )
+    from realm_runtime import RealmConfig
+
+    from ..models import load_weights, model_from_spec
+
+    num_classes = args.num_classes or (10 if args.model == "digits" else 1000)
+    try:
+        model, info = model_from_spec(args.model, num_classes, args.cache_dir)
+        if args.weights:
+            load_weights(model, args.weights)
+            info["weights"] = str(Path(args.weights).resolve())
+        if args.input_shape:
+            try:
+                shape = tuple(int(v) for v in args.input_shape.split(","))
+            except ValueError:
+                raise ValueError(f"--input-shape {args.input_shape!r}: expected B,C,H,W") from None
+        else:
+            shape = _default_shape(model, args.model)
+        config = RealmConfig.preset(args.preset, num_classes=num_classes, method=args.method)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"realm export: {exc}", file=sys.stderr)
+        return 2
+
+    start = time.perf_counter()
+
+    def progress(stage: str) -> None:
+        print(f"[{time.perf_counter() - start:6.1f} s] {stage} …", file=sys.stderr, flush=True)
+
+    print(
+        f"exporting {args.model} ({type(model).__name__}), input {shape}, "
+        f"{args.preset} preset, method {args.method}",
+        flush=True,
+    )
+    try:
+        result = export_realm_artifacts(
+            model,
+            args.out,
+            ExportOptions(
+                config=config,
+                input_shape=shape,
+                atol=args.atol,
+                grad_rtol=args.grad_rtol,
+                dynamic_batch=not args.static_batch,
+                standalone_inference=args.standalone_inference,
+                web=not args.no_web,
+                portable=not args.no_portable,
+                training=args.training,
+                ort_format=args.ort_format,
+                signing_key=args.sign,
+                overwrite=args.overwrite,
+                model_info=info,
+            ),
+            progress=progress,
+        )
+    except ValidationError as exc:
+        print(f"realm export: validation FAILED, nothing written.\n{exc}", file=sys.stderr)
+        return 1
+    except ImportError as exc:
+        print(f"realm export: {exc}", file=sys.stderr)
+        return 2
+    except FileExistsError:
+        print(f"realm export: {args.out} exists; add --overwrite to replace it", file=sys.stderr)
+        return 1
+    except (UnsupportedModelError, FileNotFoundError, ValueError) as exc:
+        print(f"realm export: {exc}", file=sys.stderr)
+        return 1
+    n_norm = len(result.trainable) - (2 if config.learns_alpha_lambda else 0)
+    print(
+        f"wrote {result.directory} in {result.seconds:.1f} s: {n_norm} norm tensors"
+        f"{' + α, λ' if config.learns_alpha_lambda else ''} trainable"
+    )
+    for role, path in result.files.items():
+        size = path.stat().st_size
+        print(f"  {role:<18} {path.name:<26} {size / 1e6:9.2f} MB")
+    if result.validation is not None:
+        print("validation against the PyTorch reference (training artifacts):")
+        print(result.validation.table())
+    if result.portable_validation is not None and result.portable_error is None:
+        print("validation against the PyTorch reference (portable step graph):")
+        print(result.portable_validation.table())
+    adapt = result.manifest.adapt
+    for figures, what in zip(
+        adapt.get("validation", []), ("", ", entropy cut opened"), strict=False
+    ):
+        print(f"validation against the PyTorch reference (adapt graph{what}):")
+        print(f"  {figures['summary']}")
+    if "error" in adapt:
+        print(f"no adapt graph: {adapt['error']}")
+    if result.ort_format_validation is not None:
+        print("validation against the PyTorch reference (ORT-format graphs):")
+        print(result.ort_format_validation.table())
+    if result.portable_error is not None:
+        print(
+            f"no portable step graph (RealmRuntime will use backend 'ort-training'): "
+            f"{result.portable_error}"
+        )
+    if result.training_error is not None:
+        print(f"legacy training artifacts {result.training_error}")
+    return 0

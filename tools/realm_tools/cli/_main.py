@@ -1,0 +1,74 @@
+"""The ``realm`` command line: one sub-command per module of this package, assembled here."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from ._bench_adapt import add_adapt_parser
+from ._bench_quality import add_quality_parser
+from ._bench_speed import add_speed_parser
+from ._coverage import add_coverage_parser
+from ._demo import add_demo_parser
+from ._export import add_export_parser
+from ._keygen import add_keygen_parser
+from ._parity import add_parity_parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``realm`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="realm",
+        description=(
+            "realm-tta: REALM test-time adaptation. Export a model to on-device artifacts, "
+            "run the demo, check parity with the reference, benchmark, map which models export, "
+            "make signing keys."
+        ),
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_demo_parser(sub)
+    add_keygen_parser(sub)
+    bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
+    add_speed_parser(bench)
+    add_quality_parser(bench)
+    add_adapt_parser(bench)
+    add_parity_parser(sub)
+    for command, add in (("export", add_export_parser), ("coverage", add_coverage_parser)):
+        if not _export_missing(sub, command):
+            add(sub)
+    return parser
+
+
+def _export_missing(sub: Any, command: str) -> bool:
+    """Without the export extra (onnx, onnxscript, ONNX Runtime), ``command`` says so."""
+    try:
+        import realm_export  # noqa: F401
+    except ImportError as exc:
+        missing = str(exc)
+
+        def _no_export(_args: argparse.Namespace) -> int:
+            print(
+                f"realm {command} needs the export extra ({missing}): "
+                "pip install 'realm-tta[export]'",
+                file=sys.stderr,
+            )
+            return 2
+
+        sub.add_parser(command, help="(needs the export extra)").set_defaults(func=_no_export)
+        return True
+    return False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``realm`` command."""
+    args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command line, for reports
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    return int(args.func(args))

@@ -1,0 +1,36 @@
+"""Model coverage (``realm coverage``): which timm architectures export, validate and adapt.
+
+Each architecture of :data:`COVERAGE_MODELS` is built with random weights, exported, validated
+against the PyTorch reference and adapted through ``RealmRuntime``, each in a fresh worker
+process under a timeout (:func:`run_coverage`; the worker runs :func:`measure_model`). A
+refused export is a finding: its :class:`CoverageRow` holds why.
+
+    >>> from realm_tools.coverage import format_coverage, run_coverage
+    >>> print(format_coverage(run_coverage(["resnet18", "mobilenetv3_small_100"])))
+"""
+
+from ._run import (
+    COVERAGE_MODELS,
+    WARMUP,
+    CoverageRow,
+    coverage_environment,
+    coverage_summary,
+    coverage_to_json,
+    format_coverage,
+    measure_model,
+    merge_rows,
+    run_coverage,
+)
+
+__all__ = [
+    "COVERAGE_MODELS",
+    "WARMUP",
+    "CoverageRow",
+    "coverage_environment",
+    "coverage_summary",
+    "coverage_to_json",
+    "format_coverage",
+    "measure_model",
+    "merge_rows",
+    "run_coverage",
+]

@@ -1,0 +1,66 @@
+"""The data the tools adapt on: the digits task, its corruptions, real shift sets, streams.
+
+numpy only (Pillow for JPEG files, scikit-learn for the digits, both imported where used):
+nothing here imports torch.
+
+- the built-in digits task (:func:`load_digits`, :class:`DigitsShift`) and the
+  ImageNet-C-style :data:`CORRUPTIONS` that shift it;
+- CIFAR-10-C and ImageNet-C from disk (:func:`load_cifar10c`, :func:`load_imagenetc`), read
+  as online streams through the :class:`ShiftDataset` interface the benchmarks run on;
+- long-running test streams (:func:`build_stream`, :data:`SETTINGS`): continual, mixed,
+  gradual, correlated, long and junk.
+
+    >>> from realm_tools.data import load_digits
+    >>> images, labels = load_digits().stream("fog", 5, seed=0)
+"""
+
+from ._corruptions import CORRUPTIONS, corrupt, resize_bilinear
+from ._digits import (
+    IMAGE_SIZE,
+    NUM_CLASSES,
+    DigitsData,
+    DigitsShift,
+    digits_preprocessing,
+    load_digits,
+)
+from ._realdata import (
+    CIFAR10_MEAN,
+    CIFAR10_STD,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    Cifar10C,
+    ImageNetC,
+    LazyImages,
+    ShiftDataset,
+    load_cifar10c,
+    load_imagenetc,
+)
+from ._streams import JUNK, NO_LABEL, SETTINGS, Stream, StreamSettings, build_stream
+
+__all__ = [
+    "CIFAR10_MEAN",
+    "CIFAR10_STD",
+    "CORRUPTIONS",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "IMAGE_SIZE",
+    "JUNK",
+    "NO_LABEL",
+    "NUM_CLASSES",
+    "SETTINGS",
+    "Cifar10C",
+    "DigitsData",
+    "DigitsShift",
+    "ImageNetC",
+    "LazyImages",
+    "ShiftDataset",
+    "Stream",
+    "StreamSettings",
+    "build_stream",
+    "corrupt",
+    "digits_preprocessing",
+    "load_cifar10c",
+    "load_digits",
+    "load_imagenetc",
+    "resize_bilinear",
+]

@@ -1,0 +1,281 @@
+"""The end-to-end demo job: source model on digits, shifted streams, no-adapt vs. adaptation."""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from realm_runtime import RealmConfig
+from realm_sdk import RealmAdapter
+
+from ..bench import run_online
+from ..data import IMAGE_SIZE, NUM_CLASSES, DigitsData, digits_preprocessing, load_digits
+from ..models import train_digits_model
+
+if TYPE_CHECKING:  # the export extra is optional for the SDK
+    from realm_export import ExportInfo
+
+DEFAULT_CORRUPTIONS = ("gaussian_noise", "impulse_noise", "defocus_blur", "motion_blur", "fog")
+METHOD_ORDER = ("tent", "eata", "realm")
+
+
+@dataclass(frozen=True)
+class DemoRow:
+    """One corruption's figures: accuracy (%) per method and REALM's end state."""
+
+    corruption: str
+    source: float  # no-adapt accuracy, %
+    accuracy: dict[str, float]  # method -> online accuracy over the stream, %
+    updates: dict[str, int]  # method -> optimizer steps applied
+    alpha: float  # REALM's α at the end of the stream
+    lam: float  # REALM's λ at the end of the stream
+    ms_per_sample: float  # REALM adapt() wall time per sample
+
+
+def run_demo(
+    *,
+    corruptions: Sequence[str] = DEFAULT_CORRUPTIONS,
+    severity: int = 5,
+    seed: int = 0,
+    preset: str = "cifar",
+    cache_dir: str | os.PathLike[str] | None = ".cache",
+    on_stream: Callable[[str, int], Callable[[int], None]] | None = None,
+) -> tuple[float, list[DemoRow]]:
+    """Train (or load) the digits source model and adapt it on shifted streams, batch size 1.
+
+    Args:
+        corruptions: corruption names to stream.
+        severity: 1–5.
+        seed: stream order and corruption noise.
+        preset: ``"cifar"`` or ``"imagenet"`` hyper-parameters.
+        cache_dir: where the source weights are cached.
+        on_stream: ``(label, total) -> progress(done)`` for each stream (progress bars).
+
+    Returns:
+        ``(clean accuracy %, rows)``.
+    """
+    data = load_digits()
+    source = train_digits_model(data, cache_dir=cache_dir)
+    clean_x, clean_y = data.stream("clean", severity, seed=seed)
+    clean = run_online(source, clean_x, clean_y).accuracy * 100
+    rows = []
+    for corruption in corruptions:
+        x, y = data.stream(corruption, severity, seed=seed)
+        base = run_online(source, x, y).accuracy * 100
+        acc: dict[str, float] = {}
+        updates: dict[str, int] = {}
+        alpha = lam = float("nan")
+        ms = float("nan")
+        for method in METHOD_ORDER:
+            cfg = RealmConfig.preset(preset, num_classes=NUM_CLASSES, method=method)  # type: ignore[arg-type]
+            adapter = RealmAdapter(copy.deepcopy(source), cfg)
+            progress = on_stream(f"{corruption}/{method}", len(x)) if on_stream else None
+            start = time.perf_counter()
+            result = run_online(adapter, x, y, progress=progress)
+            elapsed = time.perf_counter() - start
+            acc[method] = result.accuracy * 100
+            updates[method] = result.updates
+            if method == "realm":
+                st = adapter.state
+                alpha, lam = float(st.alpha or 0.0), float(st.lam or 0.0)
+                ms = elapsed / len(x) * 1e3
+        rows.append(DemoRow(corruption, base, acc, updates, alpha, lam, ms))
+    return clean, rows
+
+
+def format_demo(clean: float, rows: Sequence[DemoRow], *, severity: int, samples: int) -> str:
+    """The demo's results as a plain-text table."""
+    head = f"{'corruption':<16}{'no-adapt':>9}" + "".join(f"{m:>8}" for m in METHOD_ORDER)
+    head += f"{'REALM upd':>11}{'α':>7}{'λ':>7}{'ms/sample':>11}"
+    lines = [
+        f"digits GN CNN, clean accuracy {clean:.1f}%; severity {severity}, batch 1, "
+        f"{samples} samples per stream",
+        head,
+        "-" * len(head),
+    ]
+    for r in rows:
+        line = f"{r.corruption:<16}{r.source:>9.1f}"
+        line += "".join(f"{r.accuracy[m]:>8.1f}" for m in METHOD_ORDER)
+        line += f"{r.updates['realm']:>11d}{r.alpha:>7.3f}{r.lam:>7.3f}{r.ms_per_sample:>11.2f}"
+        lines.append(line)
+    n = max(len(rows), 1)
+    avg = f"{'average':<16}{sum(r.source for r in rows) / n:>9.1f}"
+    avg += "".join(f"{sum(r.accuracy[m] for r in rows) / n:>8.1f}" for m in METHOD_ORDER)
+    lines.append("-" * len(head))
+    lines.append(avg)
+    torch_threads = torch.get_num_threads()
+    lines.append(f"(torch {torch.__version__}, {torch_threads} threads)")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class RuntimeDemo:
+    """The export → runtime leg of the demo, on one shifted stream."""
+
+    artifacts: str  # the exported artifact directory
+    stream_file: str  # the stream saved for examples/edge_app.py
+    corruption: str  # the stream's corruption (severity as in the demo)
+    source: float  # no-adapt accuracy, %
+    sdk: float  # REALM accuracy through the PyTorch reference, %
+    runtime: float  # REALM accuracy through RealmRuntime, %
+    runtime_updates: int  # RealmRuntime's optimizer steps
+    sdk_updates: int  # the reference's optimizer steps
+    export_seconds: float  # export + validation wall time
+    ms_median: float  # RealmRuntime adapt() latency per sample, median
+    ms_p90: float  # ... 90th percentile
+    sdk_ms_median: float  # RealmAdapter.adapt() latency per sample, median
+
+
+def export_digits_artifacts(
+    source: nn.Module,
+    data: DigitsData | None,
+    directory: str | os.PathLike[str],
+    config: RealmConfig,
+    **options: Any,
+) -> ExportInfo:
+    """Export the digits model, its preprocessing in the manifest: the one digits export.
+
+    The demo, the web page's site builder and the test suite's fixtures all export through
+    this, so their artifacts differ only in the configuration and ``options``.
+
+    Args:
+        source: the digits model (trained, or any model of the task's input).
+        data: the digits task, whose mean/std go into the manifest (None: :func:`load_digits`).
+        directory: the artifact directory (replaced if it exists).
+        config: the adaptation settings of the export.
+        **options: further :class:`realm_export.ExportOptions` fields
+            (``ort_format``, ``signing_key``, ``web``, ...).
+
+    Returns:
+        What :func:`realm_export.export_realm_artifacts` wrote.
+    """
+    from realm_export import ExportOptions, export_realm_artifacts
+
+    return export_realm_artifacts(
+        source,
+        directory,
+        ExportOptions(
+            config=config,
+            input_shape=(1, 1, IMAGE_SIZE, IMAGE_SIZE),
+            overwrite=True,
+            model_info={"name": "digits", "source": "realm_tools.train_digits_model"},
+            # also for a model that does not come from train_digits_model
+            preprocessing=digits_preprocessing(data if data is not None else load_digits()),
+            **options,
+        ),
+    )
+
+
+def write_stream_folder(folder: Path, images: Any, labels: Any) -> None:
+    """Write a stream as the Node app reads it.
+
+    ``00000.npy``, ``00001.npy``, … (float32, one sample each, in stream order) and
+    ``labels.json`` (file name → class).
+    """
+    import json
+
+    import numpy as np
+
+    folder.mkdir(parents=True, exist_ok=True)
+    names = {}
+    for i, (x, label) in enumerate(zip(images, labels, strict=True)):
+        name = f"{i:05d}.npy"
+        np.save(folder / name, np.ascontiguousarray(x, dtype=np.float32))
+        names[name] = int(label)
+    (folder / "labels.json").write_text(json.dumps(names), encoding="utf-8")
+
+
+def run_runtime_demo(
+    *,
+    corruption: str = "gaussian_noise",
+    severity: int = 5,
+    seed: int = 0,
+    preset: str = "cifar",
+    out_dir: str | os.PathLike[str] = "artifacts",
+    cache_dir: str | os.PathLike[str] | None = ".cache",
+    threads: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> RuntimeDemo:
+    """Export the digits source model and adapt it with the torch-free runtime.
+
+    Writes ``<out_dir>/digits`` (the artifacts), ``<out_dir>/digits_stream.npz`` (the
+    shifted stream with labels, for ``examples/edge_app.py``) and the same stream as
+    ``<out_dir>/digits_stream/`` (one ``.npy`` a sample and ``labels.json``, for
+    ``examples/node/edge-app.mjs``), runs the stream through
+    :class:`realm_runtime.RealmRuntime` and through :class:`RealmAdapter`, and times both.
+    """
+    import numpy as np
+
+    from realm_runtime import RealmRuntime
+
+    data = load_digits()
+    source = train_digits_model(data, cache_dir=cache_dir)
+    cfg = RealmConfig.preset(preset, num_classes=NUM_CLASSES)  # type: ignore[arg-type]
+    out = Path(out_dir)
+    artifacts = out / "digits"
+    info = export_digits_artifacts(source, data, artifacts, cfg)
+    x, y = data.stream(corruption, severity, seed=seed)
+    stream_file = out / "digits_stream.npz"
+    np.savez(stream_file, images=x, labels=y, corruption=corruption, severity=severity)
+    write_stream_folder(out / "digits_stream", x, y)
+
+    base = run_online(source, x, y).accuracy * 100
+    rt = RealmRuntime(artifacts, threads=threads)
+    preds = np.empty(len(x), dtype=np.int64)
+    times = np.empty(len(x))
+    for i in range(len(x)):
+        start = time.perf_counter()
+        preds[i] = rt.adapt(x[i : i + 1]).top1[0]
+        times[i] = time.perf_counter() - start
+        if progress is not None:
+            progress(i + 1)
+    adapter = RealmAdapter(copy.deepcopy(source), cfg)
+    sdk_times = np.empty(len(x))
+    sdk_preds = np.empty(len(x), dtype=np.int64)
+    for i in range(len(x)):
+        xi = torch.from_numpy(x[i : i + 1])
+        start = time.perf_counter()
+        sdk_preds[i] = int(adapter.adapt(xi).top1[0])
+        sdk_times[i] = time.perf_counter() - start
+    return RuntimeDemo(
+        artifacts=str(artifacts),
+        stream_file=str(stream_file),
+        corruption=corruption,
+        source=base,
+        sdk=float((sdk_preds == y).mean() * 100),
+        runtime=float((preds == y).mean() * 100),
+        runtime_updates=rt.state.updates,
+        sdk_updates=adapter.state.updates,
+        export_seconds=info.seconds,
+        ms_median=float(np.median(times[10:]) * 1e3),  # after a 10-sample warm-up
+        ms_p90=float(np.percentile(times[10:], 90) * 1e3),
+        sdk_ms_median=float(np.median(sdk_times[10:]) * 1e3),
+    )
+
+
+def format_runtime_demo(r: RuntimeDemo, *, severity: int) -> str:
+    """The export → runtime leg as text."""
+    return "\n".join(
+        [
+            f"exported the source model to {r.artifacts}/ in {r.export_seconds:.1f} s "
+            "(validated against the PyTorch reference)",
+            f"{r.corruption}, severity {severity}, batch 1, torch-free RealmRuntime:",
+            f"  no-adapt {r.source:.1f}%   REALM (torch SDK) {r.sdk:.1f}% ({r.sdk_updates} updates)"
+            f"   REALM (RealmRuntime) {r.runtime:.1f}% ({r.runtime_updates} updates)",
+            f"  RealmRuntime adapt: {r.ms_median:.2f} ms/sample median, {r.ms_p90:.2f} ms p90 "
+            f"(torch SDK: {r.sdk_ms_median:.2f} ms median)",
+            f"the stream is saved in {r.stream_file}; run the edge app on it (no torch needed):",
+            f"  python examples/edge_app.py --artifacts {r.artifacts} --stream {r.stream_file}",
+            "or the Node.js edge app on the same stream, one .npy a sample (make web-deps first):",
+            f"  node examples/node/edge-app.mjs --artifacts {r.artifacts} "
+            f"--stream {Path(r.stream_file).with_suffix('')}",
+        ]
+    )

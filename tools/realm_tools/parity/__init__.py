@@ -1,0 +1,65 @@
+"""Parity (SPEC §5): RealmRuntime (ONNX Runtime) against RealmAdapter (torch), step by step.
+
+Each case is exported once and run on each runtime backend: ``onnx``, the one adapt graph
+(SPEC §11: decision, step and guardrails in one ONNX model), ``onnx-steps``, the numpy twin
+over the portable step graph traced from torch's autograd (SPEC §8), and ``ort-training``,
+whose gradients come from ONNX Runtime's own gradient builder (independent of torch).
+They get the same source weights, configuration and input stream as the SDK; after every
+step the logits, the S_div decisions, every trainable parameter, α, λ, the EMA, the
+momentum buffers and the counters are compared.
+
+Near-ties. float32 kernels differ between CPUs (AVX2, AVX-512) and between the two sides
+by ~1e-7 relative, so a sample whose |cos(p, m)| (or, for EATA, entropy) lies within that
+error of its threshold may go either way. Before each step the harness measures, on the
+SDK side, how far every decision lies from its threshold. A decision closer than
+:data:`TIE_MARGIN` is a near-tie: if the two sides decide it differently, the runtime is
+given the SDK's resulting state (save → restore, both branches being correct) and the
+step is counted in ``near_ties_resynced``, not as a mismatch. Every other decision must
+agree, and the report carries the smallest margin among them and the largest |cos|
+difference measured between the sides, so the rule's margin is checked against the float
+error it guards against.
+
+Overflow ties. The streams hold samples of 3e38 to exercise the non-finite guard. Such an
+input overflows float32 inside any network, but whether the overflow ends in NaN or in a
+finite value (x / √inf = 0) depends on each kernel's order of operations: torch's and ONNX
+Runtime 1.19.2's LayerNorm give NaN there, ONNX Runtime 1.32's gives 0, so a ConvNeXt adapts
+on it on one side and is refused on the other. A step whose input reaches
+:data:`OVERFLOW_INPUT` and that one side alone found non-finite is resynced like a near-tie
+and counted in ``overflow_resynced``. When both sides found a step non-finite, neither
+updates and their S_div selections (computed from NaN or overflowed logits) are not compared.
+
+    >>> from realm_tools.parity import CASES, format_reports, run_case
+    >>> print(format_reports(run_case(CASES[0])))
+"""
+
+from ._suite import (
+    BACKENDS,
+    CASES,
+    OVERFLOW_INPUT,
+    TIE_MARGIN,
+    TOLERANCES,
+    ParityCase,
+    ParityReport,
+    build_case,
+    format_reports,
+    judge_step,
+    make_stream,
+    reports_to_json,
+    run_case,
+)
+
+__all__ = [
+    "BACKENDS",
+    "CASES",
+    "OVERFLOW_INPUT",
+    "TIE_MARGIN",
+    "TOLERANCES",
+    "ParityCase",
+    "ParityReport",
+    "build_case",
+    "format_reports",
+    "judge_step",
+    "make_stream",
+    "reports_to_json",
+    "run_case",
+]

@@ -1,0 +1,21 @@
+"""Programs the tools start in a process of their own: ``python -m realm_tools.workers.<name>``.
+
+Neither this package's ``__init__`` nor ``realm_tools``' imports anything, so a worker imports
+only what it names itself. ``runtime_server`` and ``runtime_rss`` need numpy, onnxruntime and
+``realm_runtime`` alone: they run in interpreters without torch (e.g. ``.venv-runtime``).
+
+- ``runtime_server``: ``RealmRuntime`` objects timed on request, one JSON line each way
+  (the other side of :class:`realm_tools.bench.ExternalRuntime`);
+- ``runtime_rss``: a stream through ``RealmRuntime`` with torch unimportable; its peak RSS;
+- ``torch_rss``: the same stream through the torch reference alone; its peak RSS;
+- ``coverage``: one model of ``realm coverage``, its row as one JSON line.
+
+The constants name each worker's module, for the ``python -m`` command lines that start them.
+"""
+
+RUNTIME_SERVER = f"{__name__}.runtime_server"
+RUNTIME_RSS = f"{__name__}.runtime_rss"
+TORCH_RSS = f"{__name__}.torch_rss"
+COVERAGE = f"{__name__}.coverage"
+
+__all__ = ["COVERAGE", "RUNTIME_RSS", "RUNTIME_SERVER", "TORCH_RSS"]
