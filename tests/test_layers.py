@@ -10,7 +10,9 @@ Three rules:
 2. no module outside a package — another package, a test, an example, a dev script — imports
    that package's private modules (``realm_x._y``): what one package gives another is public;
 3. within a package no module reaches itself again through its imports (issue 28): no import
-   loop, deferred imports included, so that every module can be read after the ones it uses.
+   loop, deferred imports included, so that every module can be read after the ones it uses;
+4. a subpackage's private modules are its own too: ``realm_tools.cli`` reaches
+   ``realm_tools.data`` through its public names, never ``realm_tools.data._digits``.
 """
 
 from __future__ import annotations
@@ -79,6 +81,19 @@ def _internal_imports(path: Path, package: str) -> set[str]:
             names = {f"{module}.{a.name}" for a in node.names}
             found |= names if node.module is None and node.level else names | {module}
     return found
+
+
+def _foreign_private(path: Path, package: str) -> list[str]:
+    """Private modules of another (sub)package of ``package`` that a file imports."""
+    here = _module_name(path, package).split(".")
+    folder = here if path.name == "__init__.py" else here[:-1]
+    wrong = []
+    for module in sorted(_internal_imports(path, package)):
+        parts = module.split(".")
+        private = [i for i, part in enumerate(parts[1:], 1) if _private(part)]
+        if private and folder[: private[0]] != parts[: private[0]]:
+            wrong.append(module)
+    return wrong
 
 
 def _import_loops(package: str) -> list[list[str]]:
@@ -197,6 +212,16 @@ def test_the_walker_sees_nested_and_private_imports(tmp_path):
     ]
     assert [m for m in modules if _private_reach(m, None)] == modules[3:5]
     assert not _private_reach("realm_runtime._checkpoint", "realm_runtime")  # its own
+
+
+@pytest.mark.parametrize("package", LAYERS)
+def test_a_subpackage_is_reached_through_its_public_names(package):
+    wrong = {
+        str(p.relative_to(ROOT)): found
+        for p in _modules(package)
+        if (found := _foreign_private(p, package))
+    }
+    assert not wrong, wrong
 
 
 @pytest.mark.parametrize("package", LAYERS)

@@ -57,7 +57,7 @@ from ._plan import Built, Plan, Progress, Stages, Traced
 from ._torchscript import check_trainable_names, check_versions, model_to_onnx
 from ._validate import ValidationError, ValidationReport, branch_hint
 from ._write_portable import write_portable
-from .legacy._artifacts import TrainingOutcome, training_wanted, write_training_artifacts
+from .legacy import TrainingOutcome, training_wanted, write_training_artifacts
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from realm_sdk import RealmConfig
 
 from ._options import ExportOptions
 from ._validate import ValidationReport, validation_batch
-from .legacy._artifacts import TrainingOutcome
+from .legacy import TrainingOutcome
 
 Progress = Callable[[str], None]
 

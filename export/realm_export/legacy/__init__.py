@@ -12,7 +12,16 @@ or a layer has no gradient or kernel in it, the export goes on without them and 
 (``ExportInfo.training_error``, the manifest's ``training`` section, the log).
 """
 
+from ._artifacts import TrainingOutcome, training_wanted, write_training_artifacts
 from ._loss import append_loss
 from ._validate import validate_artifacts
 
-__all__ = ["append_loss", "validate_artifacts"]
+# The first three are what the portable pipeline calls; the last two, the pieces a user of
+# the training API may want on a graph of their own.
+__all__ = [
+    "TrainingOutcome",
+    "append_loss",
+    "training_wanted",
+    "validate_artifacts",
+    "write_training_artifacts",
+]
