@@ -1,8 +1,9 @@
 """The onnx backend on CUDA (onnxruntime-gpu, I/O binding) against the SDK on CUDA torch.
 
 For each model: export the portable graphs (ImageNet preset, 224 px, no training artifacts),
-then time the updating step and predict of ``RealmRuntime(device="cuda", backend="onnx")``
-and of ``RealmAdapter`` on CUDA torch (full float32, TF32 off), interleaved, every sample
+then time the updating step and predict of ``RealmRuntime(device="cuda", backend="onnx")`` (the
+one adapt graph), the updating step of its ``"onnx-steps"`` twin (forward, step and decide
+graphs), and of ``RealmAdapter`` on CUDA torch (full float32, TF32 off), interleaved, every sample
 updating (diversity_margin=1). Also profiles a few steps of the step graph on a plain CUDA
 session: which execution provider ran each node (a node that falls back to the CPU costs two
 copies per step) and where the time goes. Usage, on a machine with a GPU and
@@ -131,9 +132,11 @@ def main(out: str, names: list[str]) -> None:
         export_s = time.perf_counter() - start
         xs = rng.standard_normal((WARMUP + STEPS, 1, 3, 224, 224), dtype=np.float32)
         rt = RealmRuntime(directory, backend="onnx", device=DEVICE)
+        twin = RealmRuntime(directory, backend="onnx-steps", device=DEVICE)
         adapter = RealmAdapter(model.to(DEVICE), config)
         sides = {
             "runtime_step": rt.adapt,
+            "steps_twin_step": twin.adapt,
             "sdk_step": lambda x, a=adapter: a.adapt(torch.from_numpy(x).to(DEVICE)),
             "runtime_predict": rt.predict,
             "sdk_predict": lambda x, a=adapter: a.predict(torch.from_numpy(x).to(DEVICE)),
@@ -149,11 +152,12 @@ def main(out: str, names: list[str]) -> None:
             "export_s": round(export_s, 1),
             "median_ms": median,
             "step_ratio": round(median["runtime_step"] / median["sdk_step"], 3),
+            "twin_step_ratio": round(median["steps_twin_step"] / median["sdk_step"], 3),
             "predict_ratio": round(median["runtime_predict"] / median["sdk_predict"], 3),
             "runtime_updates": rt.state.updates,
             "sdk_updates": adapter.state.updates,
-            "params_device": rt._backend._params.device_name(),
-            "momentum_device": rt._backend._momentum.device_name(),
+            "twin_updates": twin.state.updates,
+            "state_devices": sorted({v.device_name() for v in rt._backend._state.values()}),
             "profile": _profile(directory, xs[0]),
         }
         logits = adapter.predict(torch.from_numpy(xs[0]).to(DEVICE)).detach().cpu().numpy()
