@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ._common import cpu_name, progress_factory
+from .._machine import cpu_name
+from ._common import progress_factory
 
 
 def add_adapt_parser(bench: Any) -> None:

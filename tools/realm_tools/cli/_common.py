@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
+
+from .._machine import cpu_name
 
 
 def progress_factory(unit: str = "sample") -> Callable[[str, int], Callable[[int], None]]:
@@ -22,19 +23,6 @@ def progress_factory(unit: str = "sample") -> Callable[[str, int], Callable[[int
         return update
 
     return factory
-
-
-def cpu_name() -> str:
-    """The CPU's model name where the OS says it (Linux), else the architecture."""
-    import platform
-
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
 
 
 def run_header(title: str, argv: Sequence[str]) -> str:

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from .._machine import cpu_name
 from ..workers import COVERAGE as COVERAGE_WORKER
 
 if TYPE_CHECKING:  # the worker imports these where it needs them
@@ -519,9 +520,7 @@ def _run_worker(
             str(seed),
         ]
         try:
-            done = subprocess.run(
-                command, capture_output=True, text=True, timeout=timeout, check=False
-            )
+            done = _spawn(command, timeout)
         except subprocess.TimeoutExpired as exc:
             return CoverageRow(
                 name,
@@ -547,6 +546,38 @@ def _run_worker(
         seconds=seconds,
         log_tail=_tail(done.stderr),
     )
+
+
+def _spawn(command: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run`` in a process group of its own, killed whole at the timeout.
+
+    ``subprocess.run`` kills only the worker, then waits for its pipes: a grandchild the export
+    started (a compile or session helper) would hold them open and hang the whole run.
+    """
+    with subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            stdout, stderr = proc.communicate()
+            raise subprocess.TimeoutExpired(command, timeout, stdout, stderr) from None
+        except BaseException:  # Ctrl-C: the new session no longer hears the terminal's signal
+            _kill_group(proc)
+            raise
+    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (AttributeError, ProcessLookupError):  # no process groups (Windows), or gone
+        proc.kill()
 
 
 def _last_json(stdout: str | None) -> dict[str, Any] | None:
@@ -593,7 +624,7 @@ def coverage_environment(argv: Sequence[str] | None = None) -> dict[str, Any]:
     except ImportError:
         ort = "not installed"
     return {
-        "cpu": _cpu_name(),
+        "cpu": cpu_name(),
         "cores": os.cpu_count(),
         "system": f"{platform.system()} {platform.release()} ({platform.machine()})",
         "python": platform.python_version(),
@@ -604,17 +635,6 @@ def coverage_environment(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "date": time.strftime("%Y-%m-%d %H:%M %Z"),
         "command": "realm " + " ".join(sys.argv[1:] if argv is None else argv),
     }
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def coverage_summary(rows: Sequence[CoverageRow]) -> str:
