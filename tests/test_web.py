@@ -186,8 +186,17 @@ def _web_version() -> str:
     return json.loads(package.read_text())["version"]
 
 
-@pytest.mark.parametrize("ep", ["wasm", "webgpu"])
-@pytest.mark.parametrize("case", list(CASES))
+def _browser_runs() -> list:
+    """Every method on WASM; on WebGPU (software-rendered here, several times slower) REALM in
+    the fast tier and the other methods in the slow one, to keep `make test` in its budget."""
+    runs = [pytest.param(case, "wasm", id=f"{case}-wasm") for case in CASES]
+    for case in CASES:
+        marks = () if case == "realm-cifar" else (pytest.mark.slow,)
+        runs.append(pytest.param(case, "webgpu", id=f"{case}-webgpu", marks=marks))
+    return runs
+
+
+@pytest.mark.parametrize(("case", "ep"), _browser_runs())
 def test_browser_adapts_like_the_runtime(case, ep, sites, server, tmp_path):
     """Step for step: predictions, S_div decisions, reasons, α, λ; at the end the parameters,
     momentum, EMA and counters (the page's state file, restored into RealmRuntime)."""
