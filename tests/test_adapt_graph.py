@@ -82,7 +82,10 @@ CASES = {
     "eata": ({"method": "eata"}, "shifted"),
     "sar-recovering": ({"method": "sar", "recovery_loss": 0.8}, "shifted"),
     "guardrails": (
-        {"lr": 0.02, "guardrails": Guardrails(relax=0.05, anchor=0.01, max_drift=0.004)},
+        {
+            "lr": 0.02,
+            "guardrails": Guardrails(relax=0.05, anchor=0.01, max_drift=0.004, full_rate=0.9),
+        },
         "shifted",
     ),
     "collapse": (

@@ -54,6 +54,34 @@ def test_the_drift_bound_holds_and_is_counted():
     assert adapter.state.drift == pytest.approx(bound, rel=1e-6)
 
 
+def test_the_drift_bound_shrinks_with_the_update_rate():
+    # SPEC §10: bound = max_drift·min(1, rate / full_rate), rate the watch's before the call.
+    bound, full = 0.02, 0.9
+    guard = Guardrails(relax=None, anchor=None, max_drift=bound, full_rate=full, collapse=None)
+    adapter = RealmAdapter(Tiny(seed=1), tiny_config(lr=0.5, guardrails=guard))
+    rate, shrunk, clipped_below = None, 0, 0
+    for i in range(60):
+        clips = adapter.state.drift_clips
+        in_force = bound if rate is None else bound * min(1.0, rate / full)
+        updated = adapter.adapt(tiny_sample(300 + i)).updated
+        drift = adapter.state.drift
+        if updated:
+            assert drift <= in_force * (1 + 1e-6)
+            if adapter.state.drift_clips > clips:
+                assert drift == pytest.approx(in_force, rel=1e-5)
+                clipped_below += in_force < bound
+        shrunk += in_force < bound
+        rate = float(updated) if rate is None else 0.99 * rate + 0.01 * float(updated)
+        assert adapter.state.update_rate == pytest.approx(rate, rel=1e-12)
+    assert shrunk > 0 and clipped_below > 0, "the stream never tightened the bound"
+
+
+def test_full_rate_must_be_a_share():
+    for bad in (0.0, 1.5, float("nan"), -0.1):
+        with pytest.raises(ValueError, match="full_rate must be in"):
+            Guardrails(full_rate=bad)
+
+
 def test_a_collapse_resets_to_the_source():
     # Tent on one repeated input: every prediction is the same class, the marginal collapses.
     guard = Guardrails(relax=None, anchor=None, max_drift=None, collapse=0.5)

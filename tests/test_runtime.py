@@ -343,7 +343,11 @@ OVERRIDDEN = {
     # REALM's guardrails: tighter, and the collapse guard switched on
     "guards": (
         "realm",
-        {"guardrails": Guardrails(relax=0.3, anchor=0.02, max_drift=0.001, collapse=0.9)},
+        {
+            "guardrails": Guardrails(
+                relax=0.3, anchor=0.02, max_drift=0.001, full_rate=0.8, collapse=0.9
+            )
+        },
     ),
     "episodic": ("realm", {"episodic": True, "diversity_margin": 0.9}),
     # a baseline exported without guardrails gets them, and a wider entropy cut

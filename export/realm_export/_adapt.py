@@ -83,6 +83,7 @@ from realm_runtime.contract import (
     FIGURE_UPDATE_RATE,
     FILE_KEY,
     FINITE_NAME,
+    FULL_RATE_NAME,
     INPUT_NAME,
     KEPT_NAME,
     KNOWN_EMA,
@@ -378,6 +379,7 @@ def _step_branch(
     zero = b.const("zero", 0.0)
     false = b.const("false", False, np.bool_)
     loss_ema, known_loss = _watched(b, FIGURE_LOSS_EMA), _known(b, KNOWN_LOSS_EMA)
+    bound = _drift_bound(b) if guard_drift else zero  # outside the branch: read, not written
 
     def commit() -> dict[str, str]:
         op = b.step
@@ -389,8 +391,7 @@ def _step_branch(
         clip = false
         if guard_drift:  # the bound, after an applied update (MAX_DRIFT_NAME 0: off)
             d = drift(params)
-            bound = MAX_DRIFT_NAME
-            on = op("Greater", [bound, zero], "drift_on")
+            on = op("Greater", [MAX_DRIFT_NAME, zero], "drift_on")
             clip = op("And", [u, op("And", [on, op("Greater", [d, bound], "over")], "o")], "clip")
             share = op("Div", [bound, op("Max", [d, b.const("tiny", 1e-30)], "d_safe")], "share")
             scaled = op("Mul", [share, op("Sub", [params, drift.src], "away")], "scaled")
@@ -464,6 +465,21 @@ def _step_branch(
         )
     )
     return results
+
+
+def _drift_bound(b: _Builder) -> str:
+    """The drift bound in force: ``max_drift·min(1, rate / full_rate)`` (SPEC §10).
+
+    ``rate`` is the update rate before this call; with ``full_rate`` 0 (off), or no rate
+    known yet, the bound is ``max_drift``.
+    """
+    op = b.step
+    one, tiny = b.const("one", 1.0), b.const("tiny", 1e-30)
+    scaled = op("Greater", [FULL_RATE_NAME, b.const("zero", 0.0)], "rate_scaled")
+    scaled = op("And", [_known(b, KNOWN_UPDATE_RATE), scaled], "rate_known")
+    full = op("Max", [FULL_RATE_NAME, tiny], "full_safe")
+    share = op("Min", [one, op("Div", [_watched(b, FIGURE_UPDATE_RATE), full], "rate_share")], "s")
+    return op("Mul", [MAX_DRIFT_NAME, op("Where", [scaled, share, one], "bound_share")], "bound")
 
 
 def _renamed(info: onnx.ValueInfoProto, name: str) -> onnx.ValueInfoProto:

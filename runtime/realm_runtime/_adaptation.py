@@ -335,11 +335,11 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
 
     def _guard_update(self) -> None:
         """The hard drift bound, after an applied update (relax and anchor are the update's)."""
-        guard = self.config.guard
-        if guard.max_drift is not None:
+        bound = self.config.guard.drift_bound(self._watch.update_rate)  # the rate before this call
+        if bound is not None:
             drift = self._relative_drift()
-            if drift > guard.max_drift:
-                self._pull_toward_source(guard.max_drift / drift)
+            if drift > bound:
+                self._pull_toward_source(bound / drift)
                 self._counters[COUNTER_DRIFT_CLIPS] += 1
 
     def _guard_collapse(self) -> None:

@@ -20,6 +20,8 @@ import numpy as np
 from ._backend import BackendRequest, Candidate, StepBackend, parse_device
 from ._names import (
     ADAPT_MODEL_KEY,
+    ADAPT_SETTINGS,
+    ADAPT_SETTINGS_KEY,
     ADAPT_STATE_KEY,
     BATCH_KEY,
     ERROR_KEY,
@@ -173,7 +175,8 @@ class PortableBackend(StepBackend):
                 if name not in _BIG:
                     self._initial[name] = _read_initial(directory / entry[STATE_INITIAL_KEY])
             if SETTINGS_NAME in self._initial:  # this configuration's, overrides included
-                self._initial[SETTINGS_NAME] = adapt_settings(config)
+                slots = manifest.adapt.get(ADAPT_SETTINGS_KEY, ADAPT_SETTINGS)
+                self._initial[SETTINGS_NAME] = adapt_settings(config, slots)
         self._state: dict[str, Any] = {  # every state tensor, where the session computes
             name: self._on_device(value, value.dtype) for name, value in self._initial.items()
         }

@@ -36,6 +36,9 @@ class Guardrails:
     relax: float | None = 0.1  # share of α − α0 and λ − λ0 given back per update (REALM)
     anchor: float | None = 0.003  # share of θ − θ0 given back per update (a soft drift bound)
     max_drift: float | None = 0.006  # bound of ‖θ − θ0‖ / ‖θ0‖; junk frames cost no clean accuracy
+    # Update rate at which max_drift holds in full; below it the bound shrinks in proportion,
+    # as S_div refuses most junk and one-class frames (None: the bound is max_drift always).
+    full_rate: float | None = None
     collapse: float | None = None  # reset to the source when H(mean prediction) < this·ln C
 
     def __post_init__(self) -> None:
@@ -46,15 +49,31 @@ class Guardrails:
                 errors.append(f"{name} must be in (0, 1) or None, got {value!r}")
         if self.max_drift is not None and (not _finite(self.max_drift) or self.max_drift <= 0):
             errors.append(f"max_drift must be a finite number > 0 or None, got {self.max_drift!r}")
+        if self.full_rate is not None and (
+            not _finite(self.full_rate) or not 0 < self.full_rate <= 1
+        ):
+            errors.append(f"full_rate must be in (0, 1] or None, got {self.full_rate!r}")
         if self.collapse is not None and (not _finite(self.collapse) or not 0 < self.collapse < 1):
             errors.append(f"collapse must be in (0, 1) or None, got {self.collapse!r}")
         if errors:
             raise ValueError("invalid Guardrails: " + "; ".join(errors))
 
+    def drift_bound(self, update_rate: float | None) -> float | None:
+        """The bound of ‖θ − θ0‖ / ‖θ0‖ in force at ``update_rate`` (None: no bound).
+
+        ``max_drift·min(1, update_rate / full_rate)``; before any rate is known (at the start,
+        after a reset) the bound is ``max_drift``.
+        """
+        if self.max_drift is None:
+            return None
+        if self.full_rate is None or update_rate is None:
+            return self.max_drift
+        return self.max_drift * min(1.0, update_rate / self.full_rate)
+
     @classmethod
     def off(cls) -> Guardrails:
         """No guardrail: the methods exactly as their papers run them."""
-        return cls(relax=None, anchor=None, max_drift=None, collapse=None)
+        return cls(relax=None, anchor=None, max_drift=None, full_rate=None, collapse=None)
 
 
 @dataclass(frozen=True)

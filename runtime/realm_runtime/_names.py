@@ -141,6 +141,7 @@ DIVERSITY_MARGIN_NAME = "realm.diversity_margin"  # S_div's d
 EMA_BETA_NAME = "realm.ema_beta"  # β of the EMA of updated predictions
 EMA_NEW_NAME = "realm.ema_new"  # 1 − β, rounded once on the host as the twins round it
 MAX_DRIFT_NAME = "realm.max_drift"  # bound of ‖θ − θ0‖ / ‖θ0‖ (0: off)
+FULL_RATE_NAME = "realm.full_rate"  # update rate at which max_drift holds in full (0: always)
 COLLAPSE_LIMIT_NAME = "realm.collapse_limit"  # collapse·ln C (0: off)
 RECOVERY_LOSS_NAME = "realm.recovery_loss"  # SAR's e_m
 EPISODIC_NAME = "realm.episodic"  # 1: back to the source after every call, 0: not
@@ -159,6 +160,7 @@ ADAPT_SETTINGS = (
     COLLAPSE_LIMIT_NAME,
     RECOVERY_LOSS_NAME,
     EPISODIC_NAME,
+    FULL_RATE_NAME,  # last: older graphs' slots keep their places
 )
 
 # ------------------------------------------------------------------ counters

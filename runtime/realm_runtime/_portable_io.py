@@ -6,6 +6,7 @@ Torch-free, like the rest of the runtime package; the names themselves are :mod:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ from ._names import (
     EMA_NEW_NAME,
     ENTROPY_MARGIN_NAME,
     EPISODIC_NAME,
+    FULL_RATE_NAME,
     LR_ALPHA_LAMBDA_NAME,
     LR_NAME,
     MAX_DRIFT_NAME,
@@ -53,11 +55,12 @@ def step_settings(config: RealmConfig) -> dict[str, float]:
     }
 
 
-def adapt_settings(config: RealmConfig) -> np.ndarray:
+def adapt_settings(config: RealmConfig, slots: Sequence[str] = ADAPT_SETTINGS) -> np.ndarray:
     """The adapt graph's settings vector (``realm.settings``) of ``config``, float32.
 
-    In :data:`ADAPT_SETTINGS` order. Each value is rounded to float32 from its float64
-    value, as the numpy twins round it; ``realm.episodic`` is 1 or 0.
+    In ``slots`` order (a manifest's ``adapt.settings``; default :data:`ADAPT_SETTINGS`).
+    Each value is rounded to float32 from its float64 value, as the numpy twins round it;
+    ``realm.episodic`` is 1 or 0.
     """
     guard = config.guard
     limit = guard.collapse * math.log(config.num_classes) if guard.collapse is not None else 0.0
@@ -70,8 +73,9 @@ def adapt_settings(config: RealmConfig) -> np.ndarray:
         COLLAPSE_LIMIT_NAME: limit,
         RECOVERY_LOSS_NAME: config.recovery_loss,
         EPISODIC_NAME: 1.0 if config.episodic else 0.0,
+        FULL_RATE_NAME: guard.full_rate or 0.0,
     }
-    return np.array([values[name] for name in ADAPT_SETTINGS], np.float32)
+    return np.array([values[name] for name in slots], np.float32)
 
 
 @dataclass(frozen=True)

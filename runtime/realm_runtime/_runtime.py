@@ -45,6 +45,7 @@ from ._names import (
     FIGURE_LOSS_EMA,
     FIGURE_UPDATE_RATE,
     FILE_KEY,
+    FULL_RATE_NAME,
     KNOWN_EMA,
     KNOWN_LOSS_EMA,
     KNOWN_NAME,
@@ -422,6 +423,10 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
         has_graph = bool(portable.get(STEP_MODEL_KEY) and adapt.get(FILE_KEY))
         # Graphs exported before their settings were state hold them as constants.
         fixed = changed if ADAPT_SETTINGS_KEY not in adapt else []
+        if self.config.guard.full_rate is not None and FULL_RATE_NAME not in adapt.get(
+            ADAPT_SETTINGS_KEY, ()
+        ):
+            fixed = [*fixed, "guardrails.full_rate (a slot this graph predates)"]
         if backend == "auto":
             if has_graph and not fixed and schedule is None:
                 return "onnx"

@@ -96,7 +96,8 @@ _GN_FLOAT32 = (
 # differ by ≤ 1e-5 (TOLERANCES), so do entropies and drifts, to a few 1e-6.
 WATCH_TOLERANCE = 1e-5
 _GUARDS = (
-    "every guardrail acting: relax, anchor, a drift bound the updates reach at 4× the lr, "
+    "every guardrail acting: relax, anchor, a drift bound the updates reach at 4× the lr "
+    "(shrunk below an update rate of 0.9), "
     "and a collapse limit inside the stream's marginal spread (0.93–0.96·ln C)"
 )
 _BOUNDS = (
@@ -152,7 +153,9 @@ CASES: tuple[ParityCase, ...] = (
         steps=250,
         overrides={
             "lr": 0.02,
-            "guardrails": Guardrails(relax=0.05, anchor=0.01, max_drift=0.004, collapse=0.95),
+            "guardrails": Guardrails(
+                relax=0.05, anchor=0.01, max_drift=0.004, full_rate=0.9, collapse=0.95
+            ),
         },
         why=_GUARDS,
     ),
