@@ -141,6 +141,14 @@ def test_defaults_guard_realm_and_leave_the_baselines_as_published():
     del old["guardrails"]
     assert RealmConfig.from_dict(old).guard == Guardrails.off()
     assert RealmConfig.from_dict(realm.to_dict()) == realm
+    # One from before full_rate keeps a bound that does not read the update rate.
+    rated = RealmConfig.preset(
+        "cifar", num_classes=10, guardrails=Guardrails(max_drift=0.02, full_rate=0.5)
+    )
+    older = rated.to_dict()
+    del older["guardrails"]["full_rate"]
+    assert RealmConfig.from_dict(older).guard == Guardrails(max_drift=0.02, full_rate=None)
+    assert RealmConfig.from_dict(rated.to_dict()) == rated
 
 
 @pytest.mark.parametrize(

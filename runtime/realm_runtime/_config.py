@@ -251,7 +251,8 @@ class RealmConfig:
             # A configuration written before guardrails existed ran without them.
             guard = data.get("guardrails", dataclasses.asdict(Guardrails.off()))
             if isinstance(guard, dict):
-                data["guardrails"] = Guardrails(**guard)
+                # Written before full_rate existed: that bound did not read the update rate.
+                data["guardrails"] = Guardrails(**{"full_rate": None, **guard})
             return cls(**data)
         except TypeError as exc:  # a missing field, or a value of a type no check expected
             raise ValueError(f"not a RealmConfig: {exc}") from exc
