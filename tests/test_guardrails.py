@@ -177,3 +177,19 @@ def test_save_and_restore_keep_the_watch(tmp_path):
     x = tiny_sample(999)
     ra, rb = a.adapt(x), b.adapt(x)
     assert ra.updated == rb.updated
+
+
+def test_the_settings_vector_follows_the_slots_a_graph_lists():
+    from realm_runtime.contract import ADAPT_SETTINGS, FULL_RATE_NAME, adapt_settings
+
+    cfg = RealmConfig.preset(
+        "cifar", num_classes=10, guardrails=Guardrails(max_drift=0.02, full_rate=0.5)
+    )
+    every = adapt_settings(cfg)
+    assert every[ADAPT_SETTINGS.index(FULL_RATE_NAME)] == np.float32(0.5)
+    older = [name for name in ADAPT_SETTINGS if name != FULL_RATE_NAME]  # before the slot
+    np.testing.assert_array_equal(
+        adapt_settings(cfg, older), [every[ADAPT_SETTINGS.index(n)] for n in older]
+    )
+    with pytest.raises(ValueError, match="does not know: upgrade realm-tta"):
+        adapt_settings(cfg, [*ADAPT_SETTINGS, "realm.from_the_future"])

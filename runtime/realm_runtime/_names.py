@@ -161,7 +161,7 @@ ADAPT_SETTINGS = (
     RECOVERY_LOSS_NAME,
     EPISODIC_NAME,
     FULL_RATE_NAME,  # last: older graphs' slots keep their places
-)
+)  # a slot added later must mean "as before" at 0: graphs that predate it run it so
 
 # ------------------------------------------------------------------ counters
 

@@ -75,6 +75,12 @@ def adapt_settings(config: RealmConfig, slots: Sequence[str] = ADAPT_SETTINGS) -
         EPISODIC_NAME: 1.0 if config.episodic else 0.0,
         FULL_RATE_NAME: guard.full_rate or 0.0,
     }
+    unknown = [name for name in slots if name not in values]
+    if unknown:
+        raise ValueError(
+            f"the adapt graph reads settings {unknown} that this realm_runtime does not know: "
+            "upgrade realm-tta, or re-export with this version"
+        )
     return np.array([values[name] for name in slots], np.float32)
 
 

@@ -34,6 +34,7 @@ from ._names import (
     ADAPT_REASON_KEY,
     ADAPT_REASONS_KEY,
     ADAPT_SELECTED_KEY,
+    ADAPT_SETTINGS,
     ADAPT_SETTINGS_KEY,
     ADAPT_UPDATED_KEY,
     ADAPT_WATCH_KEY,
@@ -45,7 +46,6 @@ from ._names import (
     FIGURE_LOSS_EMA,
     FIGURE_UPDATE_RATE,
     FILE_KEY,
-    FULL_RATE_NAME,
     KNOWN_EMA,
     KNOWN_LOSS_EMA,
     KNOWN_NAME,
@@ -59,6 +59,7 @@ from ._names import (
     WATCH_NAME,
 )
 from ._ort import DEFAULT_SESSION_CONFIG
+from ._portable_io import adapt_settings
 from ._step import F32, Selection, ema_update, select, softmax
 from ._untrusted import ArtifactError
 
@@ -421,12 +422,15 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
         baked = self.manifest.config
         changed = sorted(k for k, v in overrides.items() if baked.get(k) != v)
         has_graph = bool(portable.get(STEP_MODEL_KEY) and adapt.get(FILE_KEY))
-        # Graphs exported before their settings were state hold them as constants.
-        fixed = changed if ADAPT_SETTINGS_KEY not in adapt else []
-        if self.config.guard.full_rate is not None and FULL_RATE_NAME not in adapt.get(
-            ADAPT_SETTINGS_KEY, ()
-        ):
-            fixed = [*fixed, "guardrails.full_rate (a slot this graph predates)"]
+        # Graphs exported before their settings were state hold them as constants, and a
+        # graph exported before a setting's slot runs it as off (0); the config may not differ.
+        slots = adapt.get(ADAPT_SETTINGS_KEY)
+        if slots is None:
+            fixed = changed
+        else:
+            ours = zip(ADAPT_SETTINGS, adapt_settings(self.config).tolist(), strict=True)
+            missing = [name for name, value in ours if value and name not in slots]
+            fixed = [f"{name} (a setting this graph predates)" for name in missing]
         if backend == "auto":
             if has_graph and not fixed and schedule is None:
                 return "onnx"
