@@ -431,6 +431,28 @@ def test_cli_streams_on_data_without_a_clean_split_leave_junk_out(cifar_root, tm
     assert "junk-noise need clean images of cifar10c" in capsys.readouterr().err
 
 
+def test_cli_streams_keep_finished_runs_and_go_on(cifar_root, tmp_path, capsys):
+    from realm_tools.cli import main
+
+    out = tmp_path / "s"
+    argv = ["bench", "quality", "--dataset", "cifar10c", "--data-root", str(cifar_root)]
+    argv += ["--model", "resnet18", "--random-init", "--methods", "none", "realm"]
+    argv += ["--settings", "continual", "--seeds", "0", "--limit", "4", "--passes", "1"]
+    argv += ["--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    assert not (out / "streams.partial.jsonl").exists()  # its runs are in streams.json now
+    data = json.loads((out / "streams.json").read_text())
+    assert len(data["settings"]["source_sha256"]) == 64 and len(data["settings"]["cpus"]) == 1
+    # A run log another benchmark left there is refused, not mixed in; --fresh starts over.
+    (out / "streams.partial.jsonl").write_text('{"fingerprint": {"dataset": "digits"}}\n')
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "holds runs of another benchmark" in err and "--fresh" in err
+    assert main([*argv, "--fresh"]) == 0
+    assert not (out / "streams.partial.jsonl").exists()
+    assert json.loads((out / "streams.json").read_text())["runs"] == data["runs"]
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

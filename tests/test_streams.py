@@ -204,3 +204,50 @@ def test_the_table_says_where_realm_loses():
     assert "- mixed, clean after: REALM + guardrails 96.5 < SAR 97.0" in table
     assert "REALM + guardrails 81.0" not in table  # it beats both: no line
     assert "REALM 97.0 <" not in table  # a tie is no loss
+
+
+def test_a_stopped_bench_goes_on_from_its_run_log(shift, digits_model, tmp_path):
+    from realm_tools.bench import RunLog, streams_fingerprint
+
+    settings = StreamSettings(passes=1, junk_length=20, limit=10)
+    common = dict(
+        settings=["episodic", "junk-dark"],
+        seeds=[6],
+        corruptions=DOMAINS[:2],
+        methods=["none", "realm-guarded"],
+        stream_settings=settings,
+    )
+    mark = streams_fingerprint(
+        shift, digits_model, corruptions=DOMAINS[:2], preset="cifar", stream_settings=settings
+    )
+    path = tmp_path / "runs.jsonl"
+    whole = bench_streams(shift, digits_model, **common, log=RunLog(path, mark))
+    lines = path.read_text().splitlines()
+    assert len(lines) == 1 + 2 * 2 + 2  # fingerprint, 2 episodic parts and 1 junk run per method
+    # Stopped while writing the last run: that line is cut off, the others are kept.
+    path.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2])
+    log = RunLog(path, mark)
+    assert (len(log.done), log.dropped) == (5, 1)
+    ran: list[str] = []
+
+    def on_run(label: str, total: int):
+        ran.append(label)
+        return None
+
+    again = bench_streams(shift, digits_model, **common, log=log, on_run=on_run)
+    assert ran == ["junk-dark/s6/realm-guarded"]  # only the lost run ran again
+    assert streams_tables(again) == streams_tables(whole)
+    assert [(r.setting, r.method, r.clean_after, r.updates) for r in again] == [
+        (r.setting, r.method, r.clean_after, r.updates) for r in whole
+    ]
+    assert len(RunLog(path, mark).done) == 6  # the run done again is kept too
+    # Runs of another benchmark are never mixed in: here, other stream shapes.
+    other = streams_fingerprint(
+        shift,
+        digits_model,
+        corruptions=DOMAINS[:2],
+        preset="cifar",
+        stream_settings=StreamSettings(passes=1, junk_length=30, limit=10),
+    )
+    with pytest.raises(ValueError, match=r"holds runs of another benchmark \(its streams differ"):
+        RunLog(path, other)

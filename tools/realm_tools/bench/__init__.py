@@ -23,6 +23,7 @@ from ._continual import (
     method_config,
     plot_streams,
     run_stream,
+    streams_fingerprint,
     streams_from_json,
     streams_tables,
     streams_to_json,
@@ -39,6 +40,7 @@ from ._quality import (
     runs_from_json,
     runs_to_json,
 )
+from ._runlog import RunLog, weights_digest
 from ._speed import MethodRow, SpeedRow, bench_model, format_speed, plot_speed, rows_to_json
 from ._timing import TURN_BLOCKS, block_ratios, forced_overrides, take_turns, timed_side
 
@@ -53,6 +55,7 @@ __all__ = [
     "MethodRow",
     "OnlineResult",
     "QualityRun",
+    "RunLog",
     "SpeedRow",
     "StreamRun",
     "bench_adapt",
@@ -75,9 +78,11 @@ __all__ = [
     "run_stream",
     "runs_from_json",
     "runs_to_json",
+    "streams_fingerprint",
     "streams_from_json",
     "streams_tables",
     "streams_to_json",
     "take_turns",
     "timed_side",
+    "weights_digest",
 ]

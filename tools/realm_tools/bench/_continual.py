@@ -26,6 +26,7 @@ from realm_sdk import RealmAdapter
 
 from ..data import JUNK, NO_LABEL, ShiftDataset, Stream, StreamSettings, build_stream
 from ._quality import _clean_accuracy, _torch_predict
+from ._runlog import RunLog, weights_digest
 
 STREAM_METHODS: tuple[str, ...] = ("none", "tent", "eata", "sar", "realm", "realm-guarded")
 STREAM_LABELS = {
@@ -168,6 +169,7 @@ def bench_streams(
     stream_settings: StreamSettings | None = None,
     on_run: Callable[[str, int], Callable[[int], None] | None] | None = None,
     jobs: int = 1,
+    log: RunLog | None = None,
 ) -> list[StreamRun]:
     """Every method × setting × seed; ``episodic``: each corruption from the source, averaged.
 
@@ -183,6 +185,8 @@ def bench_streams(
         on_run: ``on_run(label, samples)`` opens a run's progress callback (or None).
         jobs: worker processes (one torch thread each); 1 runs in this process. The runs
             are independent: the figures are those of one process at one torch thread.
+        log: keeps each run as it finishes, and gives back the runs it already holds
+            instead of running them again (made with :func:`streams_fingerprint`).
 
     Returns:
         One :class:`StreamRun` per combination, in settings × seeds × methods order.
@@ -209,10 +213,22 @@ def bench_streams(
         for method in methods
         for part in (corruptions if setting == "episodic" else (None,))
     ]
-    if jobs == 1:
-        done = [job.run(c, _progress(on_run, c)) for c in cells]
+    kept = log.done if log is not None else {}
+    todo = [c for c in cells if c.label not in kept]
+
+    def keep(cell: _Cell, run: StreamRun) -> StreamRun:
+        if log is not None:
+            log.add(cell.label, _compact(run))
+        return run
+
+    if not todo:
+        ran = []
+    elif jobs == 1:
+        ran = [keep(c, job.run(c, _progress(on_run, c))) for c in todo]
     else:
-        done = _run_pool(job, cells, jobs, on_run)
+        ran = _run_pool(job, todo, jobs, on_run, keep)
+    fresh = {c.label: r for c, r in zip(todo, ran, strict=True)}
+    done = [fresh[c.label] if c.label in fresh else _run_from_dict(kept[c.label]) for c in cells]
     runs: list[StreamRun] = []
     for setting in settings:
         for seed in seeds:
@@ -322,8 +338,12 @@ def _run_pool(
     cells: list[_Cell],
     jobs: int,
     on_run: Callable[[str, int], Callable[[int], None] | None] | None,
+    keep: Callable[[_Cell, StreamRun], StreamRun],
 ) -> list[StreamRun]:
-    """The cells on ``jobs`` spawned processes, longest first; progress through a queue."""
+    """The cells on ``jobs`` spawned processes, longest first; progress through a queue.
+
+    ``keep(cell, run)`` sees each run as it comes back (to keep it before the next one).
+    """
     import multiprocessing
     import queue as queue_module
     from concurrent.futures import ProcessPoolExecutor, wait
@@ -353,7 +373,8 @@ def _run_pool(
             while pending:
                 finished, pending = wait(pending, timeout=0.5)
                 for future in finished:
-                    results[futures[future]] = future.result()  # a worker's error is raised here
+                    i = futures[future]  # a worker's error is raised by result()
+                    results[i] = keep(cells[i], future.result())
                 drain()
         drain()
     return [results[i] for i in range(len(cells))]
@@ -513,10 +534,11 @@ def plot_streams(runs: Sequence[StreamRun], out_dir: str | Path) -> list[Path]:
                     ax.axvline(at, color=color, alpha=0.25, lw=0.8)
         bound = Guardrails().max_drift
         if bound is not None and any(r.method == "realm-guarded" for r in mine):
-            axes[2].axhline(bound, color="grey", ls=":", lw=1, label="drift bound (defaults)")
+            label = "drift bound at full rate (defaults)"
+            axes[2].axhline(bound, color="grey", ls=":", lw=1, label=label)
         axes[0].set_title(f"{setting}: accuracy over the last 500 samples (%)")
         axes[1].set_title("REALM's λ (bright) and α (faded)")
-        axes[2].set_title("drift ‖θ − θ0‖ / ‖θ0‖ (clipped at the bound)")
+        axes[2].set_title("drift ‖θ − θ0‖ / ‖θ0‖ (bound shrinks with the update rate)")
         axes[3].set_title("update rate (EMA over ~100 samples)")
         for ax in axes:
             ax.set_xlabel(f"samples (seed {seed}); vertical lines: resets")
@@ -533,19 +555,47 @@ def plot_streams(runs: Sequence[StreamRun], out_dir: str | Path) -> list[Path]:
 
 def streams_from_json(text: str) -> list[StreamRun]:
     """Inverse of :func:`streams_to_json` (to re-plot or re-tabulate a saved run)."""
-    runs = []
-    for r in json.loads(text)["runs"]:
-        r["segments"] = [tuple(s) for s in r["segments"]]
-        runs.append(StreamRun(**r))
-    return runs
+    return [_run_from_dict(r) for r in json.loads(text)["runs"]]
 
 
 def streams_to_json(runs: Sequence[StreamRun], settings: dict[str, Any]) -> str:
     """Every figure of every run, with the settings that produced them."""
+    return json.dumps({"settings": settings, "runs": [_compact(r) for r in runs]})
 
-    def compact(run: StreamRun) -> dict[str, Any]:
-        data = asdict(run)
-        data["trace"] = {k: [float(f"{v:.5g}") for v in vs] for k, vs in run.trace.items()}
-        return data
 
-    return json.dumps({"settings": settings, "runs": [compact(r) for r in runs]})
+def streams_fingerprint(
+    dataset: ShiftDataset,
+    source: nn.Module,
+    *,
+    corruptions: Sequence[str],
+    preset: str,
+    stream_settings: StreamSettings,
+) -> dict[str, Any]:
+    """What makes two runs of one cell the same run: data, streams, weights, configurations.
+
+    Settings and seeds are not part of it: a run log keeps runs by cell, so a benchmark
+    started again with more seeds or settings reuses the cells it shares.
+    """
+    return {
+        "dataset": dataset.name,
+        "corruptions": list(corruptions),
+        "streams": asdict(stream_settings),
+        "source_sha256": weights_digest(source),
+        "configs": {
+            m: method_config(m, preset, dataset.num_classes).to_dict()
+            for m in STREAM_METHODS
+            if m != "none"
+        },
+    }
+
+
+def _compact(run: StreamRun) -> dict[str, Any]:
+    data = asdict(run)
+    data["trace"] = {k: [float(f"{v:.5g}") for v in vs] for k, vs in run.trace.items()}
+    return data
+
+
+def _run_from_dict(data: dict[str, Any]) -> StreamRun:
+    data = dict(data)
+    data["segments"] = [tuple(s) for s in data["segments"]]
+    return StreamRun(**data)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..data import SETTINGS as SETTINGS_CHOICES
-from ._common import progress_factory, run_header
+from ._common import progress_factory, run_header, write_atomic
 
 if TYPE_CHECKING:  # torch stays an import of the commands that need it
     from torch import nn
@@ -20,6 +20,8 @@ QUICK_EPOCHS = 6  # epochs of the digits source model: enough for behaviour, qui
 QUICK_LIMIT = 150  # samples per stream
 # The episodic table's rows (realm-runtime: REALM through the exported artifacts).
 QUALITY_DEFAULT_METHODS = ("none", "tent", "eata", "realm", "realm-runtime")
+# --settings: the finished runs, kept as they finish; removed once the tables are written.
+RUN_LOG = "streams.partial.jsonl"
 
 
 def add_quality_parser(bench: Any) -> None:
@@ -100,6 +102,12 @@ def add_quality_parser(bench: Any) -> None:
         type=int,
         default=1,
         help="--settings: worker processes, one torch thread each (e.g. the core count)",
+    )
+    quality.add_argument(
+        "--fresh",
+        action="store_true",
+        help=f"--settings: start over, discarding the runs an interrupted run kept in "
+        f"OUT/{RUN_LOG} (by default they are reused)",
     )
     quality.add_argument(
         "--preset",
@@ -245,9 +253,9 @@ def run_quality_command(args: argparse.Namespace) -> int:
             weights=args.weights,
             random_init=args.random_init,
         )
-    (out / "quality.json").write_text(runs_to_json(runs, settings))
-    (out / "quality.md").write_text(
-        run_header("Quality: online accuracy (%)", sys.argv) + table + "\n"
+    write_atomic(out / "quality.json", runs_to_json(runs, settings))
+    write_atomic(
+        out / "quality.md", run_header("Quality: online accuracy (%)", sys.argv) + table + "\n"
     )
     plots = plot_quality(runs, out)
     print(
@@ -265,8 +273,10 @@ def _bench_streams(
 
     from ..bench import (
         STREAM_METHODS,
+        RunLog,
         bench_streams,
         plot_streams,
+        streams_fingerprint,
         streams_tables,
         streams_to_json,
     )
@@ -302,6 +312,24 @@ def _bench_streams(
         limit=args.limit,
     )
     preset = args.preset or ("imagenet" if args.dataset == "imagenetc" else "cifar")
+    out = Path(args.out)
+    fingerprint = streams_fingerprint(
+        dataset, source, corruptions=corruptions, preset=preset, stream_settings=stream_settings
+    )
+    log_path = out / RUN_LOG
+    if args.fresh:
+        log_path.unlink(missing_ok=True)
+    try:
+        log = RunLog(log_path, fingerprint)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if log.done:
+        cut = f"; {log.dropped} cut-off line(s) run again" if log.dropped else ""
+        print(
+            f"going on from {log_path}: {len(log.done)} runs done before are reused "
+            f"(--fresh starts over){cut}"
+        )
     try:
         runs = bench_streams(
             dataset,
@@ -314,14 +342,13 @@ def _bench_streams(
             stream_settings=stream_settings,
             on_run=None if args.no_progress else progress_factory(),
             jobs=args.jobs,
+            log=log,
         )
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
     tables = streams_tables(runs)
     print(tables)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     record = {
         "dataset": args.dataset,
         "settings": settings,
@@ -332,13 +359,17 @@ def _bench_streams(
         "streams": asdict(stream_settings),
         "batch_size": 1,
         "jobs": args.jobs,
+        "source_sha256": fingerprint["source_sha256"],
+        "cpus": sorted(set(log.cpus.values())),  # more than one where a stopped run went on
     }
-    (out / "streams.json").write_text(streams_to_json(runs, record))
-    (out / "streams.md").write_text(
+    write_atomic(out / "streams.json", streams_to_json(runs, record))
+    write_atomic(
+        out / "streams.md",
         run_header("Long-running streams: accuracy, forgetting, interventions", sys.argv)
         + tables
-        + "\n"
+        + "\n",
     )
     plots = plot_streams(runs, out)
+    log_path.unlink()  # its runs are in streams.json now
     print(f"written: {out / 'streams.md'}, {out / 'streams.json'}, {len(plots)} plots")
     return 0

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from .._machine import cpu_name
 
@@ -46,3 +49,17 @@ def run_header(title: str, argv: Sequence[str]) -> str:
         f"{platform.python_version()}, torch {torch.__version__}, onnxruntime {ort}, numpy "
         f"{np.__version__}.\n\n"
     )
+
+
+def write_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all (a stopped run leaves the old file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
