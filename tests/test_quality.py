@@ -89,3 +89,30 @@ def test_the_source_model_is_the_same_whatever_the_thread_count(digits):
         torch.set_num_threads(threads)
     for (name, a), b in zip(two.state_dict().items(), one.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
+
+
+def test_the_default_source_model_is_the_one_the_package_ships(digits, tmp_path):
+    # Another CPU trains another model; the docs' figures name the shipped one by its digest.
+    import re
+    from pathlib import Path
+
+    import torch
+    from safetensors.torch import save_file
+
+    from realm_tools.bench import weights_digest
+    from realm_tools.bench._quality import _clean_accuracy, _torch_predict
+    from realm_tools.data import DigitsShift
+
+    model = train_digits_model(digits, cache_dir=tmp_path)
+    assert not list(tmp_path.iterdir())  # loaded, not trained (training would cache it)
+    docs = (Path(__file__).parents[1] / "docs" / "continual.md").read_text()
+    named = re.findall(r"source model `sha256:([0-9a-f]{64})`", docs)
+    assert named and set(named) == {weights_digest(model)}
+    clean = _clean_accuracy(_torch_predict(model), DigitsShift(digits).clean())
+    assert clean is not None and clean > 95  # a trained classifier, not an initialisation
+    # shipped=False takes what the cache holds for the recipe (or trains), not the package's.
+    other = {k: v + 0.01 if v.is_floating_point() else v for k, v in model.state_dict().items()}
+    save_file(other, str(tmp_path / "digits_gn_e30_s0.safetensors"))
+    cached = train_digits_model(digits, cache_dir=tmp_path, shipped=False)
+    assert all(torch.equal(a, other[k]) for k, a in cached.state_dict().items())
+    assert weights_digest(train_digits_model(digits, cache_dir=tmp_path)) == weights_digest(model)

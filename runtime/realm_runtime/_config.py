@@ -35,10 +35,10 @@ class Guardrails:
 
     relax: float | None = 0.1  # share of α − α0 and λ − λ0 given back per update (REALM)
     anchor: float | None = 0.003  # share of θ − θ0 given back per update (a soft drift bound)
-    max_drift: float | None = 0.006  # bound of ‖θ − θ0‖ / ‖θ0‖; junk frames cost no clean accuracy
+    max_drift: float | None = 0.02  # bound of ‖θ − θ0‖ / ‖θ0‖ on a natural shift's stream
     # Update rate at which max_drift holds in full; below it the bound shrinks in proportion,
     # as S_div refuses most junk and one-class frames (None: the bound is max_drift always).
-    full_rate: float | None = None
+    full_rate: float | None = 0.5
     collapse: float | None = None  # reset to the source when H(mean prediction) < this·ln C
 
     def __post_init__(self) -> None:
