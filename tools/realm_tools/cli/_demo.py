@@ -37,8 +37,8 @@ def run_demo_command(args: argparse.Namespace) -> int:
         print(f"unknown corruptions {unknown}; known: {sorted(CORRUPTIONS)}", file=sys.stderr)
         return 2
     print(
-        "REALM demo: a GroupNorm CNN trained on scikit-learn's digits (cached in "
-        f"{args.cache_dir}/), adapted online with the PyTorch reference SDK on shifted "
+        "REALM demo: a GroupNorm CNN trained on scikit-learn's digits (the weights the "
+        "package ships), adapted online with the PyTorch reference SDK on shifted "
         "test streams (no labels used for adaptation).",
         flush=True,
     )
