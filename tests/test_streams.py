@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -251,3 +253,64 @@ def test_a_stopped_bench_goes_on_from_its_run_log(shift, digits_model, tmp_path)
     )
     with pytest.raises(ValueError, match=r"holds runs of another benchmark \(its streams differ"):
         RunLog(path, other)
+
+
+def _children(pid: int) -> list[int]:
+    """Live processes whose parent is ``pid`` (Linux /proc)."""
+    from pathlib import Path
+
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie left for its new parent to reap."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc (Linux)")
+def test_workers_end_when_the_bench_is_killed(tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    argv = [sys.executable, "-m", "realm_tools", "bench", "quality", "--settings", "long"]
+    argv += ["--seeds", "0", "--methods", "realm", "tent", "--jobs", "2", "--epochs", "1"]
+    argv += ["--cache-dir", str(tmp_path), "--out", str(tmp_path / "o"), "--no-progress"]
+    bench = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 240
+        workers: list[int] = []
+        while len(workers) < 3 and time.monotonic() < deadline and bench.poll() is None:
+            time.sleep(1)
+            # the pool's workers and its queue's manager (the resource tracker ends itself)
+            workers = [p for p in _children(bench.pid) if "spawn_main" in _cmdline(p)]
+        assert bench.poll() is None and len(workers) >= 3, "the pool never started"
+        bench.send_signal(signal.SIGTERM)  # not handled: the parent dies at once
+        bench.wait(30)
+        deadline = time.monotonic() + 30
+        while any(_alive(p) for p in workers) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        alive = [p for p in workers if _alive(p)]
+        assert not alive, f"workers {alive} outlived the killed bench"
+    finally:
+        bench.kill()

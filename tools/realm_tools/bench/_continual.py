@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -325,6 +328,23 @@ _WORKER: dict[str, Any] = {}  # the job and the progress queue of a pool's worke
 def _init_worker(job: _Job, queue: Any) -> None:
     torch.set_num_threads(1)
     _WORKER.update(job=job, queue=queue)
+    _end_with_parent()
+
+
+def _end_with_parent() -> None:
+    """End this helper process once the benchmark that started it is gone.
+
+    A pool's workers (and its queue's manager) outlive a parent killed by a signal it does
+    not handle; without this they would go on for an hour with no one to take their runs.
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def _work(index: int, cell: _Cell) -> StreamRun:
@@ -347,12 +367,15 @@ def _run_pool(
     import multiprocessing
     import queue as queue_module
     from concurrent.futures import ProcessPoolExecutor, wait
+    from multiprocessing.managers import SyncManager
 
     context = multiprocessing.get_context("spawn")  # no fork of a process with torch threads
     bars = {i: _progress(on_run, c) for i, c in enumerate(cells)}
     order = sorted(range(len(cells)), key=lambda i: -cells[i].weight)
     results: dict[int, StreamRun] = {}
-    with context.Manager() as manager:
+    manager = SyncManager(ctx=context)
+    manager.start(_end_with_parent)
+    with manager:
         reports = manager.Queue()
 
         def drain() -> None:
