@@ -47,6 +47,7 @@ class RunLog:
         self.fingerprint = json.loads(json.dumps(fingerprint))  # as it reads back
         self.done: dict[str, dict[str, Any]] = {}
         self.cpus: dict[str, str] = {}  # the CPU each run ran on, by label
+        self._cpu = cpu_name()  # this process's, written beside each run it adds
         self.dropped = 0  # lines cut off by an interruption
         if self.path.is_file():
             self._read()
@@ -93,7 +94,6 @@ class RunLog:
 
     def add(self, label: str, run: Mapping[str, Any]) -> None:
         """Keep one finished run (written through to the disk before this returns)."""
-        cpu = cpu_name()
-        self._append({"label": label, "cpu": cpu, "run": run})
+        self._append({"label": label, "cpu": self._cpu, "run": run})
         self.done[label] = dict(run)
-        self.cpus[label] = cpu
+        self.cpus[label] = self._cpu

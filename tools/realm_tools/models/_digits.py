@@ -99,13 +99,13 @@ def train_digits_model(
 
     data = data or load_digits()
     model = build()
-    ships = SHIPPED / f"{name}_e{epochs}_s{seed}.safetensors"
-    if shipped and build is DigitsGNNet and ships.is_file():
-        model.load_state_dict(load_file(ships))
+    filename = f"{name}_e{epochs}_s{seed}.safetensors"  # the recipe, shipped or cached
+    if shipped and build is DigitsGNNet and (SHIPPED / filename).is_file():
+        model.load_state_dict(load_file(SHIPPED / filename))
         return _described(model.eval(), data)
     cache = None
     if cache_dir is not None:
-        cache = Path(cache_dir) / f"{name}_e{epochs}_s{seed}.safetensors"
+        cache = Path(cache_dir) / filename
         if cache.is_file():
             model.load_state_dict(load_file(cache))
             log.info("loaded the digits source model from %s", cache)
