@@ -19,7 +19,9 @@ from realm_tools.parity import (
     CASES,
     OVERFLOW_INPUT,
     TIE_MARGIN,
+    TOLERANCES,
     ParityCase,
+    ParityReport,
     format_reports,
     judge_step,
     run_case,
@@ -67,6 +69,9 @@ def _check_one(case: ParityCase, report) -> None:
         assert report.alpha_at_bound
     if case.name == "digits-imagenet-bounds":
         assert report.lambda_at_bound
+    if case.arbiter:  # the float64 SDK judged most of the stream, both float32 sides on it
+        assert set(report.arbitrated) == set(report.sdk_float64) == {"params", "momentum"}
+        assert report.arbitrated_steps >= case.steps // 2
 
 
 @pytest.mark.parity
@@ -119,6 +124,35 @@ def _step(reason: str, selected: bool) -> SimpleNamespace:
 )
 def test_judge_step(runtime, sdk, margin, input_max, verdict):
     assert judge_step(_step(*runtime), _step(*sdk), margin, input_max) == verdict
+
+
+def _report(momentum: float, arbitrated: dict[str, float]) -> ParityReport:
+    report = ParityReport("c", "m", "cifar", "realm", 10, 1, "cpu", "onnx", arbitrated=arbitrated)
+    report.max_abs = dict.fromkeys(TOLERANCES, 0.0) | {"momentum": momentum}
+    return report
+
+
+@pytest.mark.parametrize(
+    ("momentum", "arbitrated", "passed"),
+    [
+        (0.5 * TOLERANCES["momentum"], {}, True),
+        (10 * TOLERANCES["momentum"], {}, False),  # no arbiter: the float32 SDK decides
+        # The runtime within tolerance of the nearer SDK (float64) at every step.
+        (
+            10 * TOLERANCES["momentum"],
+            {"params": 0.0, "momentum": 0.1 * TOLERANCES["momentum"]},
+            True,
+        ),
+        # On some step the runtime lay outside tolerance of both SDKs: a failure.
+        (
+            10 * TOLERANCES["momentum"],
+            {"params": 0.0, "momentum": 2 * TOLERANCES["momentum"]},
+            False,
+        ),
+    ],
+)
+def test_a_float64_run_arbitrates_between_float32_sides(momentum, arbitrated, passed):
+    assert _report(momentum, arbitrated).passed is passed
 
 
 def test_parity_cli_writes_the_table(tmp_path, capsys):

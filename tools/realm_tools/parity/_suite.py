@@ -78,6 +78,9 @@ class ParityCase:
     # Per-case tolerance changes, each with its measured reason (see CASES).
     tolerance: dict[str, float] = field(default_factory=dict)
     why: str = ""  # why the overrides and tolerance changes are there
+    # A float64 SDK run beside the float32 one: a step on which the runtime lies within
+    # tolerance of it is right, however far the float32 SDK strayed (see _arbitrate).
+    arbiter: bool = False
 
 
 # Random-init models predict nearly the same distribution for every input (|cos| to the EMA
@@ -89,9 +92,13 @@ _SLOW = _RANDOM_D + ", and lr 64× the preset's so that 20–30 steps move θ, �
 # Torch's float32 GroupNorm backward on CPU is the far side here: against a float64 run of
 # the SDK its momentum strays further than the portable graph's (docs/BENCHMARKS.md, Parity).
 _GN_FLOAT32 = (
-    "momentum 3e-4: the SDK's float32 GroupNorm backward itself strays up to 1e-4 of the "
-    "buffer scale from a float64 SDK on this stream, the runtime a few 1e-6"
+    "arbitrated by a float64 SDK: the SDK's own float32 GroupNorm backward strays from it "
+    "by 1e-4 (AVX-512) to 1e-3 (AVX2) of the buffer scale on this stream, the runtime by a "
+    "few 1e-6"
 )
+# Arbitrated quantities: those a float32 backward accumulates (the float64 states are kept
+# for these only).
+ARBITER = ("params", "momentum")
 # The watch figures are float64 EMAs of float32 logits and parameters: the sides' logits
 # differ by ≤ 1e-5 (TOLERANCES), so do entropies and drifts, to a few 1e-6.
 WATCH_TOLERANCE = 1e-5
@@ -246,7 +253,7 @@ CASES: tuple[ParityCase, ...] = (
         steps=25,
         slow=True,
         overrides={"diversity_margin": 0.99967, "lr": 1e-3, "lr_alpha_lambda": 1e-3},
-        tolerance={"momentum": 3e-4},
+        arbiter=True,
         why=_SLOW + "; " + _GN_FLOAT32,
     ),
     ParityCase(
@@ -293,6 +300,18 @@ class ParityReport:
     alpha_at_bound: bool = False  # α reached α_min or α_max at some step
     lambda_at_bound: bool = False  # λ reached λ_min at some step
     tolerance: dict[str, float] = field(default_factory=lambda: dict(TOLERANCES))
+    # Arbitrated cases (ARBITER quantities, measured like max_abs): the worst over the steps
+    # of the runtime's distance to the nearer of the float32 and float64 SDKs, the steps the
+    # float64 SDK ran (until its first decision of its own), and the float32 SDK's distance
+    # from it over those steps.
+    arbitrated: dict[str, float] = field(default_factory=dict)
+    arbitrated_steps: int = 0
+    sdk_float64: dict[str, float] = field(default_factory=dict)
+
+    def within(self, quantity: str) -> bool:
+        """Within tolerance of the float32 SDK, or (arbitrated) of the nearer SDK, each step."""
+        worst = self.arbitrated.get(quantity, self.max_abs.get(quantity, 0.0))
+        return worst <= self.tolerance[quantity]
 
     @property
     def passed(self) -> bool:
@@ -302,7 +321,7 @@ class ParityReport:
         return (
             self.decision_mismatches == 0
             and self.counter_mismatches == 0
-            and all(self.max_abs.get(q, 0.0) <= self.tolerance[q] for q in QUANTITIES)
+            and all(self.within(q) for q in QUANTITIES)
             and self.cos_error * 10 <= TIE_MARGIN
             and self.watch_error <= WATCH_TOLERANCE
         )
@@ -381,6 +400,8 @@ def run_case(
 
     model, config, shape = build_case(case)
     reports = []
+    # The float32 SDK runs the same path for every backend: one float64 run serves them all.
+    arbiter = _float64_path(case, model, config, shape, reference_device) if case.arbiter else None
     with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
         artifacts = Path(tmp) / "artifacts"
         export_realm_artifacts(
@@ -414,7 +435,16 @@ def run_case(
                 )
             else:
                 _run_stream(
-                    case, model, config, artifacts, report, shape, device, threads, progress
+                    case,
+                    model,
+                    config,
+                    artifacts,
+                    report,
+                    shape,
+                    device,
+                    threads,
+                    progress,
+                    arbiter,
                 )
             reports.append(report)
     return reports
@@ -452,10 +482,12 @@ def _run_stream(
     device: str,
     threads: int | None,
     on_step: Callable[[int], None] | None,
+    arbiter: _Float64Path | None = None,
 ) -> None:
     from realm_runtime import RealmRuntime
 
     worst = dict.fromkeys(QUANTITIES, 0.0)
+    near = {"params": 0.0, "momentum": 0.0, "scale": 0.0}  # see _arbitrate
     rt = RealmRuntime(
         artifacts,
         device=device,
@@ -497,10 +529,17 @@ def _run_stream(
             if np.isfinite(r.logits).all() and torch.isfinite(s.logits).all():
                 worst["logits"] = max(worst["logits"], _diff(r.logits, s.logits.cpu().numpy()))
             _compare_state(rt, adapter, worst, report)
+            if arbiter is not None:
+                _arbitrate(rt, adapter, arbiter, step, near)
             if on_step is not None:
                 on_step(step + 1)
     st = rt.state
     report.max_abs = {q: worst[q] for q in QUANTITIES}
+    if arbiter is not None:
+        momentum = near["momentum"] / max(near["scale"], 1e-12)
+        report.arbitrated = {"params": near["params"], "momentum": momentum}
+        report.arbitrated_steps = len(arbiter.states)
+        report.sdk_float64 = dict(arbiter.sdk_distance)
     report.updates = st.updates
     report.skipped_diversity = st.skipped_diversity
     report.skipped_entropy = st.skipped_entropy
@@ -513,6 +552,91 @@ def _run_stream(
         abs((st.loss_ema or 0.0) - (mine.loss_ema or 0.0)),
         abs(st.drift - mine.drift),
     )
+
+
+@dataclass(frozen=True)
+class _Float64Path:
+    """A float64 SDK run beside the float32 one, while the two decide alike."""
+
+    states: list[dict[str, dict[str, np.ndarray]]]  # per step: ARBITER quantity -> arrays
+    sdk_distance: dict[str, float]  # the float32 SDK's worst distance from it, as max_abs
+
+
+def _float64_path(
+    case: ParityCase,
+    model: nn.Module,
+    config: RealmConfig,
+    shape: tuple[int, ...],
+    reference_device: str,
+) -> _Float64Path:
+    """Run the case's stream through a float32 and a float64 SDK side by side.
+
+    An input that overflows float32 (the stream's 3e38 samples) is raised to 1e300 for the
+    float64 run, so that it overflows there too and both refuse the step alike. The run ends
+    at the first step the two decide differently (a near-tie): from there on the paths
+    part, and only the float32 SDK judges the runtime.
+    """
+    ref = torch.device(reference_device)
+    single = RealmAdapter(copy.deepcopy(model).to(ref), config)
+    double = RealmAdapter(copy.deepcopy(model).to(ref, torch.float64), config)
+    states: list[dict[str, dict[str, np.ndarray]]] = []
+    worst, scale = {"params": 0.0, "momentum": 0.0}, 0.0
+    with _full_float32(ref):
+        for x in make_stream(case, shape):
+            wide = x.astype(np.float64)
+            huge = np.abs(wide) >= OVERFLOW_INPUT
+            wide[huge] = np.copysign(1e300, wide[huge])
+            a = single.adapt(torch.from_numpy(x).to(ref))
+            b = double.adapt(torch.from_numpy(wide).to(ref))
+            if judge_step(a, b, 0.0, 0.0) != "same":
+                break
+            mine, theirs = _arrays(double), _arrays(single)
+            states.append(mine)
+            worst["params"] = max(worst["params"], _max_diff(theirs["params"], mine["params"]))
+            worst["momentum"] = max(
+                worst["momentum"], _max_diff(theirs["momentum"], mine["momentum"])
+            )
+            scale = max(scale, _max_abs(theirs["momentum"]))
+    worst["momentum"] /= max(scale, 1e-12)
+    return _Float64Path(states, worst)
+
+
+def _arbitrate(
+    rt: Any, adapter: RealmAdapter, arbiter: _Float64Path, step: int, near: dict[str, float]
+) -> None:
+    """Keep the worst, over the steps, of the runtime's distance to the nearer SDK.
+
+    A float32 side within tolerance of either the float32 SDK or the float64 one (where that
+    ran) computed the step right: the two references' own gap is float32 rounding.
+    """
+    mine = {"params": rt.trainable_parameters(), "momentum": rt.momentum_buffers()}
+    single = _arrays(adapter)
+    for q in ARBITER:
+        gap = _max_diff(mine[q], single[q])
+        if step < len(arbiter.states):
+            gap = min(gap, _max_diff(mine[q], arbiter.states[step][q]))
+        near[q] = max(near[q], gap)
+    near["scale"] = max(near["scale"], _max_abs(single["momentum"]))
+
+
+def _arrays(adapter: RealmAdapter) -> dict[str, dict[str, np.ndarray]]:
+    """The ARBITER quantities of an SDK, in float64."""
+
+    def host(tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+        return {n: t.detach().cpu().numpy().astype(np.float64) for n, t in tensors.items()}
+
+    return {
+        "params": host(adapter.trainable_parameters()),
+        "momentum": host(adapter.momentum_buffers()),
+    }
+
+
+def _max_diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
+    return max(_diff(a[n], b[n]) for n in b)
+
+
+def _max_abs(arrays: dict[str, np.ndarray]) -> float:
+    return max(float(np.abs(v).max()) for v in arrays.values())
 
 
 def judge_step(runtime: Any, sdk: Any, margin: float, input_max: float) -> str:
@@ -626,12 +750,24 @@ def format_reports(reports: Sequence[ParityReport]) -> str:
         "threshold are near-ties (module docstring of realm_tools.parity); the largest |cos| "
         "difference between the sides must stay below a tenth of that margin."
     )
-    reasons = {c.name: c for c in CASES if c.why}
     for r in reports:
-        case = reasons.get(r.case)
+        if r.arbitrated:
+            figures = ", ".join(
+                f"{q} {r.arbitrated[q]:.1e} (float32 SDK from float64: {r.sdk_float64[q]:.1e})"
+                for q in ARBITER
+            )
+            lines.append(
+                f"- {r.case} on {r.backend}, arbitrated by a float64 SDK over its first "
+                f"{r.arbitrated_steps} of {r.steps} steps: the runtime's distance to the nearer "
+                f"SDK, step by step, {figures}; this, not the float32 SDK's alone, is held to "
+                "the tolerance."
+            )
+    reasons = {c.name: c for c in CASES if c.why}
+    for name in dict.fromkeys(r.case for r in reports):  # once per case, not per backend
+        case = reasons.get(name)
         if case is not None:
             extra = f" Tolerance: {case.tolerance}." if case.tolerance else ""
-            lines.append(f"- {r.case}: {case.overrides} — {case.why}.{extra}")
+            lines.append(f"- {name}: {case.overrides} — {case.why}.{extra}")
     return "\n".join(lines)
 
 
