@@ -3,13 +3,15 @@ test both twins (``RealmAdapter`` and ``RealmRuntime``) alike."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -43,10 +45,39 @@ def digits():
     return load_digits()
 
 
+def _run_folder(tmp_path_factory) -> Path:
+    """This run's temporary folder, shared by pytest-xdist's workers (each has a child)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (one worker builds, the others wait and reuse)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+_EXPORTS: list[Path] = []  # the run's export cache folder, set once per session
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _export_cache(tmp_path_factory):
+    _EXPORTS[:] = [_run_folder(tmp_path_factory) / "digits-exports"]
+
+
 @pytest.fixture(scope="session")
 def digits_cache_dir(tmp_path_factory):
-    """The cache folder of :func:`digits_model` (``realm bench quality --quick`` reuses it)."""
-    return tmp_path_factory.mktemp("weights")
+    """The cache folder of :func:`digits_model` (``realm bench quality --quick`` reuses it),
+    shared by the run's workers."""
+    folder = _run_folder(tmp_path_factory) / "weights"
+    folder.mkdir(exist_ok=True)
+    return folder
 
 
 @pytest.fixture(scope="session")
@@ -54,7 +85,8 @@ def digits_model(digits, digits_cache_dir):
     """A briefly trained source model (6 epochs: good enough for behaviour, fast to make)."""
     from realm_tools.models import train_digits_model
 
-    return train_digits_model(digits, epochs=6, cache_dir=digits_cache_dir)
+    with _locked(digits_cache_dir / ".lock"):  # trained once per run, by the first worker
+        return train_digits_model(digits, epochs=6, cache_dir=digits_cache_dir)
 
 
 @pytest.fixture(scope="session")
@@ -65,15 +97,36 @@ def digits_stream(digits):
 
 def export_digits(model, directory, *, ort_format=False, signing_key=None, **config_overrides):
     """Export the digits model with the CIFAR preset (and overrides) into ``directory``,
-    through the demo's own export (``realm_tools.export_digits_artifacts``)."""
+    through the demo's own export (``realm_tools.export_digits_artifacts``).
+
+    Unsigned exports are made once per run for each model state and configuration and
+    copied from there (tests export the same few configurations many times); a test that
+    tests exporting calls ``export_realm_artifacts`` itself.
+    """
     from realm_sdk import RealmConfig
+    from realm_tools.bench import weights_digest
     from realm_tools.demo import export_digits_artifacts
 
     preset = config_overrides.pop("preset", "cifar")
     config = RealmConfig.preset(preset, num_classes=10, **config_overrides)
-    export_digits_artifacts(
-        model, None, directory, config, ort_format=ort_format, signing_key=signing_key
-    )
+
+    def export(target):
+        export_digits_artifacts(
+            model, None, target, config, ort_format=ort_format, signing_key=signing_key
+        )
+
+    if signing_key is not None or not _EXPORTS:
+        export(directory)
+        return config
+    key = hashlib.sha256(f"{weights_digest(model)} {config!r} {ort_format}".encode()).hexdigest()
+    cached = _EXPORTS[0] / key[:16]
+    with _locked(cached.with_suffix(".lock")):
+        if not cached.is_dir():
+            building = cached.with_suffix(".part")
+            shutil.rmtree(building, ignore_errors=True)
+            export(building)
+            building.rename(cached)
+    shutil.copytree(cached, directory, dirs_exist_ok=True)
     return config
 
 
