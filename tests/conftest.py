@@ -85,7 +85,7 @@ def digits_model(digits, digits_cache_dir):
     """A briefly trained source model (6 epochs: good enough for behaviour, fast to make)."""
     from realm_tools.models import train_digits_model
 
-    with _locked(digits_cache_dir / ".lock"):  # trained once per run, by the first worker
+    with _locked(digits_cache_dir.with_suffix(".lock")):  # trained once, by the first worker
         return train_digits_model(digits, epochs=6, cache_dir=digits_cache_dir)
 
 
