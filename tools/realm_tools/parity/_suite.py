@@ -487,7 +487,7 @@ def _run_stream(
     from realm_runtime import RealmRuntime
 
     worst = dict.fromkeys(QUANTITIES, 0.0)
-    near = {"params": 0.0, "momentum": 0.0, "scale": 0.0}  # see _arbitrate
+    near = dict.fromkeys(ARBITER, 0.0)  # see _arbitrate
     rt = RealmRuntime(
         artifacts,
         device=device,
@@ -528,15 +528,15 @@ def _run_stream(
                     report.first_mismatch = step
             if np.isfinite(r.logits).all() and torch.isfinite(s.logits).all():
                 worst["logits"] = max(worst["logits"], _diff(r.logits, s.logits.cpu().numpy()))
-            _compare_state(rt, adapter, worst, report)
+            gaps = _compare_state(rt, adapter, worst, report)
             if arbiter is not None:
-                _arbitrate(rt, adapter, arbiter, step, near)
+                _arbitrate(rt, gaps, arbiter, step, near)
             if on_step is not None:
                 on_step(step + 1)
     st = rt.state
     report.max_abs = {q: worst[q] for q in QUANTITIES}
     if arbiter is not None:
-        momentum = near["momentum"] / max(near["scale"], 1e-12)
+        momentum = near["momentum"] / max(worst["_v_scale"], 1e-12)
         report.arbitrated = {"params": near["params"], "momentum": momentum}
         report.arbitrated_steps = len(arbiter.states)
         report.sdk_float64 = dict(arbiter.sdk_distance)
@@ -602,21 +602,20 @@ def _float64_path(
 
 
 def _arbitrate(
-    rt: Any, adapter: RealmAdapter, arbiter: _Float64Path, step: int, near: dict[str, float]
+    rt: Any, gaps: dict[str, float], arbiter: _Float64Path, step: int, near: dict[str, float]
 ) -> None:
     """Keep the worst, over the steps, of the runtime's distance to the nearer SDK.
 
-    A float32 side within tolerance of either the float32 SDK or the float64 one (where that
-    ran) computed the step right: the two references' own gap is float32 rounding.
+    A float32 side within tolerance of either the float32 SDK (``gaps``, this step's) or the
+    float64 one (where that ran) computed the step right: the references' own gap is float32
+    rounding.
     """
     mine = {"params": rt.trainable_parameters(), "momentum": rt.momentum_buffers()}
-    single = _arrays(adapter)
     for q in ARBITER:
-        gap = _max_diff(mine[q], single[q])
+        gap = gaps[q]
         if step < len(arbiter.states):
             gap = min(gap, _max_diff(mine[q], arbiter.states[step][q]))
         near[q] = max(near[q], gap)
-    near["scale"] = max(near["scale"], _max_abs(single["momentum"]))
 
 
 def _arrays(adapter: RealmAdapter) -> dict[str, dict[str, np.ndarray]]:
@@ -671,15 +670,17 @@ def _diff(a: np.ndarray, b: np.ndarray) -> float:
 
 def _compare_state(
     rt: Any, adapter: RealmAdapter, worst: dict[str, float], report: ParityReport
-) -> None:
+) -> dict[str, float]:
+    """Fold this step's differences into ``worst``; returns the step's ARBITER gaps (abs)."""
     pa, pb = rt.trainable_parameters(), adapter.trainable_parameters()
     pb = {n: t.cpu().numpy() for n, t in pb.items()}
-    worst["params"] = max(worst["params"], max(_diff(pa[n], pb[n]) for n in pb))
     va, vb = rt.momentum_buffers(), adapter.momentum_buffers()
     vb = {n: t.cpu().numpy() for n, t in vb.items()}
+    gaps = {"params": _max_diff(pa, pb), "momentum": _max_diff(va, vb)}
+    worst["params"] = max(worst["params"], gaps["params"])
     # Momentum: the run's largest abs difference over the run's largest buffer entry.
-    worst["_v_abs"] = max(worst.get("_v_abs", 0.0), max(_diff(va[n], vb[n]) for n in vb))
-    worst["_v_scale"] = max(worst.get("_v_scale", 0.0), max(float(np.abs(vb[n]).max()) for n in vb))
+    worst["_v_abs"] = max(worst.get("_v_abs", 0.0), gaps["momentum"])
+    worst["_v_scale"] = max(worst.get("_v_scale", 0.0), _max_abs(vb))
     worst["momentum"] = worst["_v_abs"] / max(worst["_v_scale"], 1e-12)
     sa, sb = rt.state, adapter.state
     if sb.alpha is not None:
@@ -695,6 +696,7 @@ def _compare_state(
         worst["ema"] = max(worst["ema"], _diff(sa.ema, sb.ema))
     if any(getattr(sa, c) != getattr(sb, c) for c in COUNTERS):
         report.counter_mismatches += 1
+    return gaps
 
 
 def format_reports(reports: Sequence[ParityReport]) -> str:
