@@ -1,7 +1,7 @@
 """Issue 25 item 4: ``realm coverage``, which timm architectures export, validate and adapt.
 
 The fast test runs the command itself on two models through the real worker processes: one
-that exports (resnet18 at 64 px) and one that must be refused (nf_resnet26: no norm layer).
+that exports (resnet10t at 64 px) and one that must be refused (nf_resnet26: no norm layer).
 The slow one runs the whole default list at the default size, against the issue's bar.
 """
 
@@ -21,9 +21,9 @@ ATOL, GRAD_RTOL = 1e-4, 1e-3
 
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
-    """``realm coverage`` on resnet18 and nf_resnet26 at 64 px: (exit code, json, markdown)."""
+    """``realm coverage`` on resnet10t and nf_resnet26 at 64 px: (exit code, json, markdown)."""
     out = tmp_path_factory.mktemp("coverage") / "coverage"
-    argv = ["coverage", "--models", "resnet18", "nf_resnet26", "--image-size", "64"]
+    argv = ["coverage", "--models", "resnet10t", "nf_resnet26", "--image-size", "64"]
     code = main([*argv, "--out", str(out), "--threads", "1", "--no-progress"])
     data = json.loads(out.with_suffix(".json").read_text())
     return code, data, out.with_suffix(".md").read_text()
@@ -33,8 +33,8 @@ def test_a_model_that_exports_has_finite_figures_within_tolerance(small_run):
     code, data, _ = small_run
     assert code == 0
     rows = {r["model"]: r for r in data["rows"]}
-    assert list(rows) == ["resnet18", "nf_resnet26"]
-    row = rows["resnet18"]
+    assert list(rows) == ["resnet10t", "nf_resnet26"]
+    row = rows["resnet10t"]
     assert row["status"] == "ok", row.get("error")
     assert row["family"] == "resnet"
     assert row["input_size"] == [3, 64, 64]  # a convnet runs at --image-size
@@ -70,7 +70,7 @@ def test_the_report_says_what_ran_where(small_run):
     env = data["environment"]
     for key in ("cpu", "python", "torch", "timm", "onnxruntime", "date", "command"):
         assert env[key], key
-    assert env["command"].startswith("realm coverage --models resnet18 nf_resnet26")
+    assert env["command"].startswith("realm coverage --models resnet10t nf_resnet26")
     assert data["summary"] == {
         "ok": 1,
         "total": 2,

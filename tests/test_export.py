@@ -230,14 +230,14 @@ def test_artifacts_load_with_onnxruntime_alone(digits_model, digits_artifacts, t
 
 
 def test_manifest_describes_the_export(tmp_path):
-    model = timm.create_model("resnet18", pretrained=False, num_classes=10)
+    model = timm.create_model("resnet10t", pretrained=False, num_classes=10)
     info = export_realm_artifacts(
         model,
         tmp_path / "a",
         ExportOptions(
             config=RealmConfig.preset("imagenet", num_classes=10),
             input_shape=(1, 3, 64, 64),
-            model_info={"name": "timm:resnet18"},
+            model_info={"name": "timm:resnet10t"},
         ),
     )
     m = info.manifest
@@ -276,7 +276,7 @@ def test_manifest_describes_the_export(tmp_path):
     assert [s["offset"] for s in slots] == list(np.cumsum([0, *sizes])[:-1])
     assert m.portable["size"] == sum(sizes)
     assert m.trainable[ALPHA_NAME] == [] and m.trainable["bn1.weight"] == [64]
-    assert m.model["name"] == "timm:resnet18"
+    assert m.model["name"] == "timm:resnet10t"
     assert "layer4.0.bn1.weight" not in m.trainable  # the imagenet preset freezes layer4
     assert json.loads((tmp_path / "a" / "realm.json").read_text())["format"] == m.format
 
