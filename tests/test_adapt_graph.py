@@ -336,28 +336,28 @@ def test_the_adapt_benchmark_runs_the_rates_it_names():
 
 
 def test_one_copy_of_the_weights_unless_a_standalone_inference_model_is_asked_for(
-    digits_model, digits, tmp_path
+    digits_model, digits_artifacts, digits, tmp_path
 ):
     import onnxruntime
 
     from realm_export import ExportOptions, export_realm_artifacts
-    from realm_runtime import RealmConfig
 
     x = _stream(digits, "shifted", overflow=False)[:1]
-    config = RealmConfig.preset("cifar", num_classes=10)
     logits = {}
     for standalone in (False, True):
-        directory = tmp_path / f"standalone-{standalone}"
-        export_realm_artifacts(
-            digits_model,
-            directory,
-            ExportOptions(
-                config=config,
-                input_shape=(1, 1, 32, 32),
-                standalone_inference=standalone,
-                training=False,
-            ),
-        )
+        directory = digits_artifacts[0]  # the default export of the same model
+        if standalone:
+            directory = tmp_path / "standalone"
+            export_realm_artifacts(
+                digits_model,
+                directory,
+                ExportOptions(
+                    config=digits_artifacts[1],
+                    input_shape=(1, 1, 32, 32),
+                    standalone_inference=True,
+                    training=False,
+                ),
+            )
         path = directory / "inference_model.onnx"
         model = onnx.load(str(path), load_external_data=False)
         external = [

@@ -15,6 +15,7 @@ import copy
 import io
 import json
 import os
+import shutil
 import struct
 import zipfile
 
@@ -27,6 +28,7 @@ from conftest import (
     DIM,
     Tiny,
     compare_twins,
+    edit_manifest,
     export_digits,
     json_values,
     snapshot,
@@ -92,28 +94,31 @@ def test_runtime_save_restore_continue_equals_uninterrupted(
     assert snapshot(resumed) == snapshot(straight)
 
 
-@pytest.mark.parity
-@pytest.mark.parametrize("side", ["onnx", "ort-training", "sdk"])
-def test_save_restore_continue_is_identical_on_each_side(side, tmp_path):
-    """The same on a parity case (ImageNet preset: momentum 0.9, C = λ), in each twin."""
+@pytest.fixture(scope="module")
+def imagenet_case(tmp_path_factory):
+    """A parity case on the ImageNet preset (momentum 0.9, C = λ), exported once."""
     from realm_export import ExportOptions, export_realm_artifacts
-    from realm_sdk import RealmConfig
-    from realm_tools.models import MODELS
-    from realm_tools.parity import CASES, make_stream
+    from realm_tools.parity import CASES, build_case
 
     case = next(c for c in CASES if c.name == "digits-imagenet-realm")
-    spec = MODELS[case.model]
-    shape, classes = spec.input_shape, spec.classes
-    model = spec.build()
-    config = RealmConfig.preset(case.preset, num_classes=classes, **case.overrides)
-    export_realm_artifacts(
-        model, tmp_path / "a", ExportOptions(config=config, input_shape=(1, *shape))
-    )
+    model, config, shape = build_case(case)
+    directory = tmp_path_factory.mktemp("imagenet-case") / "a"
+    export_realm_artifacts(model, directory, ExportOptions(config=config, input_shape=(1, *shape)))
+    return case, model, config, shape, directory
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("side", ["onnx", "ort-training", "sdk"])
+def test_save_restore_continue_is_identical_on_each_side(side, imagenet_case, tmp_path):
+    """The same on a parity case (ImageNet preset: momentum 0.9, C = λ), in each twin."""
+    from realm_tools.parity import make_stream
+
+    case, model, config, shape, directory = imagenet_case
     stream = make_stream(case, shape)
 
     def make():
         if side != "sdk":
-            return RealmRuntime(tmp_path / "a", threads=1, backend=side)
+            return RealmRuntime(directory, threads=1, backend=side)
         return RealmAdapter(copy.deepcopy(model), config)
 
     def feed(obj, xs):
@@ -246,7 +251,8 @@ def test_runtime_restore_refuses_a_mismatching_state(runtime, digits_model, tmp_
 def test_a_state_names_its_artifacts(digits_artifacts, digits_model, tmp_path, digits_stream):
     """restore() refuses a state saved with other artifacts, accepts the SDK's (none named)."""
     other = tmp_path / "other"
-    export_digits(digits_model, other, lr=0.004)  # another export of the same model
+    shutil.copytree(digits_artifacts[0], other)  # another export of the same model: its
+    edit_manifest(other, lambda m: m["model"].update(name="another"))  # manifest differs
     a, b = RealmRuntime(digits_artifacts[0]), RealmRuntime(other)
     for x in digits_stream[0][:5]:
         a.adapt(np.ascontiguousarray(x[None]))

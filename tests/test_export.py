@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -172,29 +173,19 @@ def test_large_models_export_and_validate(name, tmp_path):
 
 @pytest.mark.parametrize("method", ["tent", "eata"])
 def test_baseline_methods_train_only_norm_parameters(method, tmp_path):
-    model = DigitsGNNet()
+    model = DigitsGNNet().train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
     config = RealmConfig.preset("cifar", num_classes=10, method=method)
     info = export_realm_artifacts(
         model, tmp_path / method, ExportOptions(config=config, input_shape=(1, 1, 32, 32))
     )
-    _check_artifacts(info, model, config, tmp_path)
-    assert ALPHA_NAME not in info.trainable
-
-
-def test_model_is_not_modified(tmp_path):
-    model = DigitsGNNet().train()
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    export_realm_artifacts(
-        model,
-        tmp_path / "a",
-        ExportOptions(
-            config=RealmConfig.preset("cifar", num_classes=10), input_shape=(1, 1, 32, 32)
-        ),
-    )
+    # The model is not modified: its mode, its gradient flags, its weights.
     assert model.training
     assert all(p.requires_grad for p in model.parameters())
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[k])
+    _check_artifacts(info, model, config, tmp_path)
+    assert ALPHA_NAME not in info.trainable
 
 
 def test_artifacts_load_with_onnxruntime_alone(digits_model, digits_artifacts, tmp_path):
@@ -281,27 +272,22 @@ def test_manifest_describes_the_export(tmp_path):
     assert json.loads((tmp_path / "a" / "realm.json").read_text())["format"] == m.format
 
 
-def test_tampered_or_truncated_artifacts_are_named(tmp_path):
-    info = export_realm_artifacts(
-        DigitsGNNet(),
-        tmp_path / "a",
-        ExportOptions(
-            config=RealmConfig.preset("cifar", num_classes=10), input_shape=(1, 1, 32, 32)
-        ),
-    )
-    ckpt = info.files["checkpoint"]
+def test_tampered_or_truncated_artifacts_are_named(digits_artifacts, tmp_path):
+    directory = tmp_path / "a"
+    shutil.copytree(digits_artifacts[0], directory)
+    ckpt = directory / "checkpoint"
     data = ckpt.read_bytes()
     ckpt.write_bytes(data[: len(data) // 2])
     with pytest.raises(ArtifactError, match=r"checkpoint.*SHA-256"):
-        load_manifest(info.directory)
+        load_manifest(directory)
     ckpt.write_bytes(data)
-    load_manifest(info.directory)
-    (tmp_path / "a" / "eval_model.onnx").unlink()
+    load_manifest(directory)
+    (directory / "eval_model.onnx").unlink()
     with pytest.raises(ArtifactError, match=r"eval_model\.onnx.*missing"):
-        load_manifest(info.directory)
-    (tmp_path / "a" / "realm.json").write_text('{"format": "realm-tta/artifacts", "version": 99}')
+        load_manifest(directory)
+    (directory / "realm.json").write_text('{"format": "realm-tta/artifacts", "version": 99}')
     with pytest.raises(ArtifactError, match="version 99"):
-        load_manifest(info.directory)
+        load_manifest(directory)
     with pytest.raises(ArtifactError, match="not found"):
         load_manifest(tmp_path / "nowhere")
 

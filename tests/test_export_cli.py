@@ -82,7 +82,7 @@ def test_export_timm_model(tmp_path, capsys):
         [
             "export",
             "--model",
-            "timm:resnet18",
+            "timm:resnet10t",
             "--num-classes",
             "10",
             "--input-shape",
@@ -90,11 +90,11 @@ def test_export_timm_model(tmp_path, capsys):
             "--preset",
             "imagenet",
             "--out",
-            str(tmp_path / "r18"),
+            str(tmp_path / "r10t"),
         ]
     )
     assert code == 0, capsys.readouterr().err
-    assert (tmp_path / "r18" / "training_model.onnx").is_file()
+    assert (tmp_path / "r10t" / "training_model.onnx").is_file()
 
 
 @pytest.mark.parametrize(

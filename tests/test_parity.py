@@ -20,6 +20,7 @@ from realm_tools.parity import (
     OVERFLOW_INPUT,
     TIE_MARGIN,
     TOLERANCES,
+    ExportCache,
     ParityCase,
     ParityReport,
     format_reports,
@@ -74,17 +75,24 @@ def _check_one(case: ParityCase, report) -> None:
         assert report.arbitrated_steps >= case.steps // 2
 
 
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    """One export per model and baked configuration for the module's cases (the rest of a
+    case's configuration reaches the runtime as overrides)."""
+    return ExportCache(tmp_path_factory.mktemp("parity-exports"))
+
+
 @pytest.mark.parity
 @pytest.mark.parametrize("case", FAST, ids=[c.name for c in FAST])
-def test_parity_fast(case, tmp_path):
-    _check(case, run_case(case, work_dir=tmp_path))
+def test_parity_fast(case, tmp_path, exports):
+    _check(case, run_case(case, work_dir=tmp_path, exports=exports))
 
 
 @pytest.mark.parity
 @pytest.mark.slow
 @pytest.mark.parametrize("case", SLOW, ids=[c.name for c in SLOW])
-def test_parity_slow(case, tmp_path):
-    _check(case, run_case(case, work_dir=tmp_path))
+def test_parity_slow(case, tmp_path, exports):
+    _check(case, run_case(case, work_dir=tmp_path, exports=exports))
 
 
 @pytest.mark.parity

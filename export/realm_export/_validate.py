@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from realm_runtime import onnxruntime_module
+from realm_runtime import RealmRuntime, onnxruntime_module
 from realm_runtime.contract import ALPHA_NAME, LAMBDA_NAME, LOSS_NAME, SAMPLE_WEIGHT_NAME
 from realm_sdk import RealmAdapter, RealmConfig, entropy, robust_loss
 
@@ -302,6 +302,8 @@ def quiet_session(path: Path) -> Any:
     ort = onnxruntime_module()
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    for key, value in RealmRuntime.DEFAULT_SESSION_CONFIG.items():  # no spinning between runs
+        options.add_session_config_entry(key, value)
     return ort.InferenceSession(str(path), options)
 
 

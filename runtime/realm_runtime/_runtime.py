@@ -159,6 +159,8 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
     # every session's entries unless session_config says otherwise: ORT's workers stop
     # spinning when a Run returns, so the next graph (or the app) gets the cores at once
     DEFAULT_SESSION_CONFIG: ClassVar[Mapping[str, str]] = MappingProxyType(DEFAULT_SESSION_CONFIG)
+    # the configuration fields an export bakes in: ``overrides`` may change every other one
+    EXPORTED_FIELDS: ClassVar[frozenset[str]] = _GRAPH_FIELDS
     _state_dtype = F32  # restored states are cast to the graphs' float32
 
     def __init__(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ def add_parity_parser(sub: Any) -> None:
 
 def run_parity_command(args: argparse.Namespace) -> int:
     """Run ``realm parity`` with parsed arguments; returns the exit code."""
-    from ..parity import BACKENDS, CASES, format_reports, reports_to_json, run_case
+    from ..parity import BACKENDS, CASES, ExportCache, format_reports, reports_to_json, run_case
 
     known = {c.name: c for c in CASES}
     if args.cases:
@@ -55,20 +56,23 @@ def run_parity_command(args: argparse.Namespace) -> int:
         cases = [c for c in CASES if args.all or c.slow == args.slow]
     backends = BACKENDS if args.backend == "all" else (args.backend,)
     reports = []
-    for case in cases:
-        total = case.steps * len(backends)
-        bar = None if args.no_progress else progress_factory()(case.name, total)
-        done = run_case(
-            case,
-            device=args.device,
-            threads=args.threads,
-            on_step=bar,
-            backends=backends,
-            reference_device=args.reference_device,
-        )
-        reports.extend(done)
-        verdict = ", ".join(f"{r.backend} {'pass' if r.passed else 'FAIL'}" for r in done)
-        print(f"{case.name}: {verdict}", file=sys.stderr)
+    with tempfile.TemporaryDirectory() as folder:
+        exports = ExportCache(folder)  # cases that differ in device settings share an export
+        for case in cases:
+            total = case.steps * len(backends)
+            bar = None if args.no_progress else progress_factory()(case.name, total)
+            done = run_case(
+                case,
+                device=args.device,
+                threads=args.threads,
+                on_step=bar,
+                backends=backends,
+                reference_device=args.reference_device,
+                exports=exports,
+            )
+            reports.extend(done)
+            verdict = ", ".join(f"{r.backend} {'pass' if r.passed else 'FAIL'}" for r in done)
+            print(f"{case.name}: {verdict}", file=sys.stderr)
     table = format_reports(reports)
     print(table)
     if args.out:

@@ -32,6 +32,7 @@ updates and their S_div selections (computed from NaN or overflowed logits) are 
     >>> print(format_reports(run_case(CASES[0])))
 """
 
+from ._exports import ExportCache
 from ._suite import (
     BACKENDS,
     CASES,
@@ -54,6 +55,7 @@ __all__ = [
     "OVERFLOW_INPUT",
     "TIE_MARGIN",
     "TOLERANCES",
+    "ExportCache",
     "ParityCase",
     "ParityReport",
     "build_case",

@@ -27,6 +27,7 @@ from realm_sdk import RealmAdapter, decision_margin, prediction_cosines
 
 from ..data import load_digits
 from ..models import MODELS
+from ._exports import ExportCache
 
 # Tolerances, in one place, with the reason for each (float32 on CPU, whole streams). Every
 # figure is a max abs difference over the run; the momentum buffers' is divided by the
@@ -286,6 +287,7 @@ class ParityReport:
     backend: str = "ort-training"  # the runtime backend compared with the SDK
     reference_device: str = "cpu"  # the torch device the SDK ran on
     not_applicable: str = ""  # why this backend cannot run the case (then nothing ran)
+    overrides: list[str] = field(default_factory=list)  # settings given to the runtime, not baked
     max_abs: dict[str, float] = field(default_factory=dict)  # quantity -> worst over the run
     decision_mismatches: int = 0  # steps whose S_div/update decision differed
     counter_mismatches: int = 0  # steps after which some counter differed
@@ -384,6 +386,7 @@ def run_case(
     on_step: Callable[[int], None] | None = None,
     backends: Sequence[str] = BACKENDS,
     reference_device: str = "cpu",
+    exports: ExportCache | None = None,
 ) -> list[ParityReport]:
     """Export the case's model once; run its stream through each backend and the SDK.
 
@@ -396,21 +399,20 @@ def run_case(
         backends: the runtime backends to compare, each against a fresh SDK run.
         reference_device: the torch device the SDK runs on; ``"cuda"`` compares a runtime
             on the CPU with a CUDA reference (cuDNN/cuBLAS kernels instead of ATen's CPU ones).
+        exports: exports shared with other cases (default: this case's own, exported with
+            its configuration); settings that differ from a shared export's reach the
+            runtime as ``overrides``.
 
     Returns:
         One report per backend, in the order of ``backends``.
     """
-    from realm_export import ExportOptions, export_realm_artifacts
-
     model, config, shape = build_case(case)
     reports = []
     # The float32 SDK runs the same path for every backend: one float64 run serves them all.
     arbiter = _float64_path(case, model, config, shape, reference_device) if case.arbiter else None
     with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
-        artifacts = Path(tmp) / "artifacts"
-        export_realm_artifacts(
-            model, artifacts, ExportOptions(config=config, input_shape=(1, *shape))
-        )
+        cache = exports if exports is not None else ExportCache(tmp)
+        artifacts, overrides = cache.artifacts(case.model, model, config, shape)
         for index, backend in enumerate(backends):
             progress = None
             if on_step is not None:  # one count over all backends: k + the steps before
@@ -426,6 +428,7 @@ def run_case(
                 backend,
                 reference_device=reference_device,
                 tolerance={**TOLERANCES, **case.tolerance},
+                overrides=sorted(overrides),
             )
             if backend == "ort-training" and case.method == "sar":
                 report.not_applicable = (
@@ -496,6 +499,7 @@ def _run_stream(
         artifacts,
         device=device,
         threads=threads,
+        overrides={name: getattr(config, name) for name in report.overrides},
         backend=report.backend,  # type: ignore[arg-type]
     )
     ref = torch.device(report.reference_device)

@@ -1,0 +1,60 @@
+"""Exports shared between parity cases that differ only in settings a device may change."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from realm_runtime import RealmConfig, RealmRuntime
+
+
+class ExportCache:
+    """One export per model and baked configuration, reused by every case that fits it.
+
+    A case whose configuration differs from an earlier export's only outside
+    ``RealmRuntime.EXPORTED_FIELDS`` runs on that export, its differences given to the runtime
+    as ``overrides``: the way a device changes a setting without re-exporting (SPEC §11).
+
+    Args:
+        folder: where the exports go; the caller owns its lifetime.
+    """
+
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        self.folder = Path(folder)
+        self._made: dict[tuple[str, ...], tuple[Path, RealmConfig]] = {}
+
+    def artifacts(
+        self, name: str, model: nn.Module, config: RealmConfig, shape: tuple[int, ...]
+    ) -> tuple[Path, dict[str, Any]]:
+        """The export directory for ``model`` (named ``name``) and the runtime's overrides.
+
+        Args:
+            name: the model's name; equal names must mean equal weights.
+            model: the source model, exported with ``config`` when no export fits.
+            config: the case's configuration.
+            shape: one sample's shape (the export takes batch 1).
+
+        Returns:
+            The artifacts' directory and the fields of ``config`` that differ from its export's.
+        """
+        from realm_export import ExportOptions, export_realm_artifacts
+
+        baked = sorted(RealmRuntime.EXPORTED_FIELDS)
+        key = (name, *(repr(getattr(config, field)) for field in baked))
+        if key not in self._made:
+            target = self.folder / f"export-{len(self._made)}"
+            export_realm_artifacts(
+                model, target, ExportOptions(config=config, input_shape=(1, *shape))
+            )
+            self._made[key] = (target, config)
+        target, exported = self._made[key]
+        overrides = {
+            f.name: getattr(config, f.name)
+            for f in dataclasses.fields(config)
+            if getattr(config, f.name) != getattr(exported, f.name)
+        }
+        return target, overrides
