@@ -332,7 +332,7 @@ def test_a_model_that_does_not_run_at_the_size_is_told_its_size(tmp_path):
 
 
 # The op-level tests above guard each class in the fast tier; the timm models that showed it
-# run in the slow one (and at 128 px in the coverage list), but for the cheapest.
+# run in the slow one (and at 128 px in the coverage list).
 _SLOW = pytest.mark.slow
 
 
@@ -342,7 +342,7 @@ _SLOW = pytest.mark.slow
         pytest.param("mobilenetv2_050", marks=_SLOW),  # class 1: ReLU6 kinks, random-init BN
         pytest.param("efficientvit_b0", marks=_SLOW),  # class 2: a convolution into a convolution
         pytest.param("ghostnet_050", marks=_SLOW),  # class 3: an in-place add into a slice
-        "regnetx_002",  # class 4: the last block from timm's stage groups
+        pytest.param("regnetx_002", marks=_SLOW),  # class 4: the last block of stage groups
     ],
 )
 def test_a_small_model_of_each_fixed_class_exports_and_adapts(name, tmp_path):
