@@ -222,16 +222,13 @@ def test_artifacts_load_with_onnxruntime_alone(digits_model, digits_artifacts, t
 
 def test_manifest_describes_the_export(tmp_path):
     model = timm.create_model("resnet10t", pretrained=False, num_classes=10)
-    info = export_realm_artifacts(
-        model,
-        tmp_path / "a",
-        ExportOptions(
-            config=RealmConfig.preset("imagenet", num_classes=10),
-            input_shape=(1, 3, 64, 64),
-            model_info={"name": "timm:resnet10t"},
-        ),
-    )
-    m = info.manifest
+    from realm_tools.cli import main
+
+    directory = tmp_path / "a"
+    argv = ["export", "--model", "timm:resnet10t", "--num-classes", "10", "--preset", "imagenet"]
+    # Through the CLI's timm path (test_export_cli.py has its other paths).
+    assert main([*argv, "--input-shape", "1,3,64,64", "--out", str(directory)]) == 0
+    m = load_manifest(directory)
     assert m.input.shape == ["batch", 3, 64, 64] and m.input.dtype == "float32"
     assert m.num_classes == 10 and m.config["preset_name"] == "imagenet"
     assert m.preprocessing["mean"] == list(model.pretrained_cfg["mean"])
@@ -253,7 +250,7 @@ def test_manifest_describes_the_export(tmp_path):
     # The adapt graph's initial state: one .npy per state tensor but the parameters.
     assert len(m.adapt["state"]) == 9 and m.adapt["file"] == "adapt_model.onnx"
     # The settings' slots: the export's values, in the manifest's order.
-    settings = np.load(info.directory / "initial_realm.settings.npy")
+    settings = np.load(directory / "initial_realm.settings.npy")
     assert m.adapt["settings"] == list(ADAPT_SETTINGS) and settings.shape == (len(ADAPT_SETTINGS),)
     lr = m.adapt["settings"].index("realm.lr")
     assert settings[lr] == np.float32(m.config["lr"])

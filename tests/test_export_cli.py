@@ -77,26 +77,6 @@ def test_export_user_model_with_weights(user_model, tmp_path, capsys):
     assert torch.allclose(torch.from_numpy(got), model.state_dict()["1.weight"])
 
 
-def test_export_timm_model(tmp_path, capsys):
-    code = main(
-        [
-            "export",
-            "--model",
-            "timm:resnet10t",
-            "--num-classes",
-            "10",
-            "--input-shape",
-            "1,3,64,64",
-            "--preset",
-            "imagenet",
-            "--out",
-            str(tmp_path / "r10t"),
-        ]
-    )
-    assert code == 0, capsys.readouterr().err
-    assert (tmp_path / "r10t" / "training_model.onnx").is_file()
-
-
 @pytest.mark.parametrize(
     ("args", "message"),
     [
