@@ -113,6 +113,15 @@ def _manifest_property(digits_artifacts, artifact_copy, edit) -> None:
 test_manifests, test_manifests_full = tiers(_manifest_property, edit=manifest_edits())
 
 
+@pytest.mark.parametrize("slots", [True, ["realm.lr", "0"]], ids=["not-a-list", "unknown"])
+def test_a_resealed_settings_list_is_named(digits_artifacts, artifact_copy, slots):
+    """Two edits the full tier found: each an ArtifactError naming realm.json."""
+    shutil.copy(digits_artifacts[0] / "realm.json", artifact_copy / "realm.json")
+    edit_manifest(artifact_copy, lambda m: m["adapt"].update(settings=slots))
+    with pytest.raises(ArtifactError, match=r"realm\.json: (adapt\.settings must|.*does not know)"):
+        RealmRuntime(artifact_copy, threads=1)
+
+
 # ------------------------------------------------------------------ 3. artifact bytes
 
 LISTED = ("step_model.onnx", "forward_model.onnx", "source_params.npy", "decide_model.onnx",

@@ -416,6 +416,23 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
 
     # ------------------------------------------------------------------ the one adapt graph
 
+    def _check_slots(self, slots: object) -> None:
+        """The manifest's ``adapt.settings``: absent, or names this runtime knows."""
+        if slots is None:
+            return
+        where = self.directory / MANIFEST_NAME
+        if not isinstance(slots, list) or not all(isinstance(n, str) for n in slots):
+            raise ArtifactError(
+                f"{where}: adapt.settings must be a list of setting names, got "
+                f"{type(slots).__name__}; re-export the model"
+            )
+        unknown = [name for name in slots if name not in ADAPT_SETTINGS]
+        if unknown:
+            raise ArtifactError(
+                f"{where}: the adapt graph reads settings {unknown[:5]} that this realm_runtime "
+                "does not know: upgrade realm-tta, or re-export with this version"
+            )
+
     def _choose_backend(
         self, backend: str, overrides: dict[str, Any], schedule: Schedule | None
     ) -> str:
@@ -427,6 +444,7 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
         # Graphs exported before their settings were state hold them as constants, and a
         # graph exported before a setting's slot runs it as off (0); the config may not differ.
         slots = adapt.get(ADAPT_SETTINGS_KEY)
+        self._check_slots(slots)
         if slots is None:
             fixed = changed
         else:
