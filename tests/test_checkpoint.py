@@ -97,13 +97,12 @@ def test_runtime_save_restore_continue_equals_uninterrupted(
 @pytest.fixture(scope="module")
 def imagenet_case(tmp_path_factory):
     """A parity case on the ImageNet preset (momentum 0.9, C = λ), exported once."""
-    from realm_export import ExportOptions, export_realm_artifacts
-    from realm_tools.parity import CASES, build_case
+    from realm_tools.parity import CASES, ExportCache, build_case
 
     case = next(c for c in CASES if c.name == "digits-imagenet-realm")
     model, config, shape = build_case(case)
-    directory = tmp_path_factory.mktemp("imagenet-case") / "a"
-    export_realm_artifacts(model, directory, ExportOptions(config=config, input_shape=(1, *shape)))
+    exports = ExportCache(tmp_path_factory.mktemp("imagenet-case"))
+    directory, _ = exports.artifacts(case.model, model, config, shape)
     return case, model, config, shape, directory
 
 

@@ -61,6 +61,9 @@ def adapt_settings(config: RealmConfig, slots: Sequence[str] = ADAPT_SETTINGS) -
     In ``slots`` order (a manifest's ``adapt.settings``; default :data:`ADAPT_SETTINGS`).
     Each value is rounded to float32 from its float64 value, as the numpy twins round it;
     ``realm.episodic`` is 1 or 0.
+
+    Raises:
+        ValueError: ``slots`` not a list of names, or a name this version does not know.
     """
     guard = config.guard
     limit = guard.collapse * math.log(config.num_classes) if guard.collapse is not None else 0.0
@@ -75,6 +78,11 @@ def adapt_settings(config: RealmConfig, slots: Sequence[str] = ADAPT_SETTINGS) -
         EPISODIC_NAME: 1.0 if config.episodic else 0.0,
         FULL_RATE_NAME: guard.full_rate or 0.0,
     }
+    if not isinstance(slots, list | tuple) or not all(isinstance(name, str) for name in slots):
+        raise ValueError(
+            f"adapt.settings must be a list of setting names, got {type(slots).__name__}; "
+            "re-export the model"
+        )
     unknown = [name for name in slots if name not in values]
     if unknown:
         raise ValueError(

@@ -420,18 +420,10 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
         """The manifest's ``adapt.settings``: absent, or names this runtime knows."""
         if slots is None:
             return
-        where = self.directory / MANIFEST_NAME
-        if not isinstance(slots, list) or not all(isinstance(n, str) for n in slots):
-            raise ArtifactError(
-                f"{where}: adapt.settings must be a list of setting names, got "
-                f"{type(slots).__name__}; re-export the model"
-            )
-        unknown = [name for name in slots if name not in ADAPT_SETTINGS]
-        if unknown:
-            raise ArtifactError(
-                f"{where}: the adapt graph reads settings {unknown[:5]} that this realm_runtime "
-                "does not know: upgrade realm-tta, or re-export with this version"
-            )
+        try:  # the same check as the graph's settings vector is built with
+            adapt_settings(self.config, slots)  # type: ignore[arg-type]
+        except ValueError as exc:
+            raise ArtifactError(f"{self.directory / MANIFEST_NAME}: {exc}") from None
 
     def _choose_backend(
         self, backend: str, overrides: dict[str, Any], schedule: Schedule | None
