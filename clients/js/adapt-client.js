@@ -98,9 +98,6 @@ import { StateFileError, parseNpy, readState, writeState } from "./state-file.js
  * @returns {import("./state-file.js").NpyArray}
  */
 function withSettings(exported, names, wanted) {
-  if (!Array.isArray(names) || !names.every((name) => typeof name === "string")) {
-    throw new RangeError("the manifest's adapt.settings must be a list of setting names: re-export the model");
-  }
   const data = Float32Array.from(/** @type {Float32Array} */ (exported.data));
   for (const [name, value] of Object.entries(wanted)) {
     const slot = names.indexOf(name);

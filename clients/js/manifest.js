@@ -7,6 +7,7 @@
  */
 
 import {
+  ADAPT_SETTINGS,
   ARTIFACT_FORMAT,
   ARTIFACT_VERSION,
   DIGEST_KEY,
@@ -193,12 +194,34 @@ function checkPortable(d, source) {
   if (portable.weights !== undefined && typeof portable.weights?.file !== "string") {
     throw new ArtifactError(`${source}: portable.weights has no file name`);
   }
+  checkSettings(d.adapt?.settings, source);
   for (const file of adaptFiles(d)) {
     if (!(file in d.files)) {
       throw new ArtifactError(`${source}: ${file} is not listed among the checksummed files`);
     }
   }
   return /** @type {Manifest} */ (d);
+}
+
+/**
+ * The manifest's adapt.settings: absent, or a list of the setting names this client knows
+ * (the Python runtime's adapt_settings check, its sentences).
+ * @param {unknown} slots
+ * @param {string} source
+ */
+function checkSettings(slots, source) {
+  if (slots === undefined || slots === null) return;
+  if (!Array.isArray(slots) || !slots.every((name) => typeof name === "string")) {
+    const kind = Array.isArray(slots) ? "list" : typeof slots;
+    throw new ArtifactError(`${source}: adapt.settings must be a list of setting names, got ${kind}; re-export the model`);
+  }
+  const unknown = slots.filter((name) => !ADAPT_SETTINGS.includes(name));
+  if (unknown.length) {
+    throw new ArtifactError(
+      `${source}: the adapt graph reads settings ${JSON.stringify(unknown)} that this client does not know: ` +
+        "upgrade realm-tta, or re-export with this version",
+    );
+  }
 }
 
 /**

@@ -71,6 +71,20 @@ test("a layout with a gap, a wrong size and unlisted graphs are refused", () => 
   assert.throws(() => parseManifest(unlisted), /source_params.npy is not listed among the checksummed files/);
 });
 
+test("a re-sealed adapt.settings that is not a list of known names is named", () => {
+  const good = manifest();
+  good.adapt.settings = ["realm.lr", "realm.episodic"];
+  assert.deepEqual(parseManifest(good).adapt.settings, ["realm.lr", "realm.episodic"]);
+  for (const bad of ["realm.lr", { lr: 1 }, [1, 2]]) {
+    const edited = manifest();
+    edited.adapt.settings = bad;
+    assert.throws(() => parseManifest(edited), /realm.json: adapt.settings must be a list of setting names, got (string|object|list); re-export/);
+  }
+  const unknown = manifest();
+  unknown.adapt.settings = ["realm.lr", "realm.warp"];
+  assert.throws(() => parseManifest(unknown), /reads settings \["realm.warp"\] that this client does not know: upgrade realm-tta/);
+});
+
 test("sha256Hex agrees with node's hash", async () => {
   const bytes = new TextEncoder().encode("realm-tta");
   assert.equal(await sha256Hex(bytes), createHash("sha256").update(bytes).digest("hex"));
