@@ -19,11 +19,15 @@ NODE_STAMP := $(NODE_APP)/node_modules/.realm-tta-installed
 
 venv: $(STAMP)
 
-# Re-installs when pyproject.toml changes; reuses the venv otherwise.
+# Re-installs when pyproject.toml changes; reuses the venv otherwise. uv (from PyPI) installs
+# torch's wheels (gigabytes) several times faster than pip; pip does it where uv cannot.
+PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: the dev environment needs Python 3.11 (onnxruntime-training 1.19.2 builds the training artifacts; set PYTHON=...)"; exit 1; }
 	@test -x $(BIN)/python || { echo "creating $(VENV) with $$($(PYTHON) --version)"; $(PYTHON) -m venv $(VENV); }
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@echo "installing .[dev] into $(VENV)"
+	@{ $(PIP) 'uv>=0.5,<1' && $(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]'; } || \
+		{ echo "uv could not install .[dev]: installing with pip"; $(PIP) -e '.[dev]'; }
 	@touch $(STAMP)
 
 demo: $(STAMP)
