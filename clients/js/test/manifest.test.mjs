@@ -8,9 +8,11 @@ import {
   ARTIFACT_FORMAT,
   ARTIFACT_VERSION,
   DIGEST_KEY,
+  EPISODIC_NAME,
   FORWARD_MODEL,
   INPUT_NAME,
   LOGITS_NAME,
+  LR_NAME,
   NEXT_SUFFIX,
   PARAMS_NAME,
   SOURCE_PARAMS,
@@ -73,15 +75,15 @@ test("a layout with a gap, a wrong size and unlisted graphs are refused", () => 
 
 test("a re-sealed adapt.settings that is not a list of known names is named", () => {
   const good = manifest();
-  good.adapt.settings = ["realm.lr", "realm.episodic"];
-  assert.deepEqual(parseManifest(good).adapt.settings, ["realm.lr", "realm.episodic"]);
-  for (const bad of ["realm.lr", { lr: 1 }, [1, 2]]) {
+  good.adapt.settings = [LR_NAME, EPISODIC_NAME];
+  assert.deepEqual(parseManifest(good).adapt.settings, [LR_NAME, EPISODIC_NAME]);
+  for (const bad of [LR_NAME, { lr: 1 }, [1, 2]]) {
     const edited = manifest();
     edited.adapt.settings = bad;
     assert.throws(() => parseManifest(edited), /realm.json: adapt.settings must be a list of setting names, got (string|object|list); re-export/);
   }
   const unknown = manifest();
-  unknown.adapt.settings = ["realm.lr", "realm.warp"];
+  unknown.adapt.settings = [LR_NAME, "realm.warp"];
   assert.throws(() => parseManifest(unknown), /reads settings \["realm.warp"\] that this client does not know: upgrade realm-tta/);
 });
 
