@@ -467,10 +467,11 @@ def runtime_python() -> Path:
         uv = Path(sys.executable).with_name("uv")  # the dev venv's (Makefile), far faster
         if uv.exists():
             pip = [str(uv), "pip", "install", "--quiet", "--python", str(py)]
+            refresh = ["--reinstall-package", "realm-tta"]  # never uv's cached build
         else:
             pip = [str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+            refresh = []
         _run([*pip, "--upgrade", "onnxruntime"])  # the newest, whatever the extra allows
-        refresh = ["--reinstall-package", "realm-tta"] if uv.exists() else []  # not uv's cache
         _run([*pip, *refresh, f"{ROOT}[runtime]"])
         stamp.write_text(digest)
     return py
