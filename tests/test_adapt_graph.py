@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,14 @@ from conftest import (
 from torch import nn
 
 from realm_runtime import COUNTERS, Guardrails, RealmRuntime
-from realm_runtime.contract import ADAPT_KNOWN, ADAPT_WATCH
+from realm_runtime.contract import (
+    ADAPT_KNOWN,
+    ADAPT_WATCH,
+    INPUT_NAME,
+    PARAMS_NAME,
+    SETTINGS_NAME,
+    next_name,
+)
 from realm_sdk import RealmAdapter, RealmConfig
 from realm_tools.parity import TOLERANCES
 
@@ -96,6 +104,13 @@ CASES = {
 }
 
 
+class NearTie(UserWarning):
+    """A step whose outcome turned on a difference of float32 rounding (see :func:`_arbitrate`)."""
+
+
+MAX_NEAR_TIES = 2  # per stream: a step input within rounding of a kink is rare
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_manifest_only_client_takes_the_runtimes_steps(case, digits_model, digits, tmp_path):
     overrides, kind = CASES[case]
@@ -108,7 +123,11 @@ def test_a_manifest_only_client_takes_the_runtimes_steps(case, digits_model, dig
     assert graph.backend == "onnx"
     layout = json.loads((directory / "realm.json").read_text())["portable"]["layout"]
     reasons = set()
+    ties = 0
+    before, after = tmp_path / "before.npz", tmp_path / "after.npz"
     for i, x in enumerate(xs):
+        runtime.save(before)  # the arbiter's input, should this step part the two
+        client_before = dict(client.state)
         ours = runtime.adapt(x[None])
         logits, updated, reason = client.adapt(x[None])
         fed = graph.adapt(x[None])
@@ -121,12 +140,20 @@ def test_a_manifest_only_client_takes_the_runtimes_steps(case, digits_model, dig
         reasons.add(reason)
         if np.isfinite(ours.logits).all():
             np.testing.assert_allclose(logits, ours.logits, rtol=0, atol=TOLERANCES["logits"])
-        flat = client.state["realm.params"]
+        if _params_gap(client.state[PARAMS_NAME], runtime, layout) > TOLERANCES["params"]:
+            tie = _arbitrate(i, x, client, client_before, runtime, before, layout)
+            warnings.warn(tie, NearTie, stacklevel=1)
+            ties += 1
+            runtime.save(after)  # both went on correctly: go on from the runtime's state
+            client.state = {**_state_file(after), SETTINGS_NAME: client.state[SETTINGS_NAME]}
+            graph.restore(after)
+        flat = client.state[PARAMS_NAME]
         for slot in layout:
             name, start = slot["name"], slot["offset"]
             want = _runtime_value(runtime, name)
             got = flat[start : start + want.size].reshape(want.shape)
             np.testing.assert_allclose(got, want, rtol=0, atol=TOLERANCES["params"], err_msg=name)
+    assert ties <= MAX_NEAR_TIES, f"{ties} near-ties in {STEPS} steps: more than rounding explains"
     state = runtime.state
     counters = dict(zip(COUNTERS, client.state["realm.counters"].tolist(), strict=True))
     assert counters == {c: getattr(state, c) for c in COUNTERS}
@@ -137,12 +164,68 @@ def test_a_manifest_only_client_takes_the_runtimes_steps(case, digits_model, dig
         want = getattr(state, figure)
         got = getattr(graph.state, figure)
         assert got == (None if want is None else pytest.approx(want, rel=1e-5, abs=1e-6))
+    assert graph.state.update_rate == state.update_rate
     if case == "sar-recovering":
         assert state.resets_recovery > 0
     if case == "guardrails":
         assert state.drift_clips > 0
     if case == "collapse":
         assert state.resets_collapse > 0
+
+
+def _params_gap(flat: np.ndarray, runtime: RealmRuntime, layout: list[dict]) -> float:
+    """The largest |difference| between a graph's ``realm.params`` and the runtime's."""
+    gaps = []
+    for slot in layout:
+        want = _runtime_value(runtime, slot["name"])
+        got = flat[slot["offset"] : slot["offset"] + want.size]
+        gaps.append(float(np.abs(got.astype(np.float64) - want.reshape(-1)).max()))
+    return max(gaps)
+
+
+def _arbitrate(
+    step: int,
+    x: np.ndarray,
+    client,
+    client_before: dict[str, np.ndarray],
+    runtime: RealmRuntime,
+    before: Path,
+    layout: list[dict],
+) -> str:
+    """Tell a near-tie from a disagreement, where one step parts the two sides' parameters.
+
+    The graph takes the same step again from the runtime's own state before it (its state
+    file: the graph's tensors). If it then lands within tolerance of the runtime, the two
+    compute the step alike, and they parted only because the step's outcome turns on a
+    difference of their inputs as small as float32 rounding: a decision on a tie, such as a
+    ReLU's input within rounding of 0 (its gradient passes or not), which no float32
+    implementation settles identically. Anything else fails here.
+
+    Returns:
+        The near-tie, in one sentence with its figures (the test warns with it).
+    """
+    theirs = {**_state_file(before), SETTINGS_NAME: client.state[SETTINGS_NAME]}
+    names = [o.name for o in client.session.get_outputs()]
+    out = dict(zip(names, client.session.run(None, {INPUT_NAME: x[None], **theirs}), strict=True))
+    parted = _params_gap(client.state[PARAMS_NAME], runtime, layout)
+    same_input = _params_gap(out[next_name(PARAMS_NAME)], runtime, layout)
+    assert same_input <= TOLERANCES["params"], (
+        f"step {step}: the sides' parameters part by {parted:.3g}, and the graph still differs "
+        f"from the runtime by {same_input:.3g} (tolerance {TOLERANCES['params']}) when both "
+        "start from the runtime's state: the two compute the step differently"
+    )
+    inputs = float(np.abs(client_before[PARAMS_NAME] - theirs[PARAMS_NAME]).max())
+    return (
+        f"step {step}: a near-tie: from their own states, {inputs:.2g} apart (rounding), the "
+        f"graph and the runtime land {parted:.2g} apart; from the same state, {same_input:.2g}: "
+        "the step's outcome turns on a float32 rounding (a kink such as a ReLU's input at 0)"
+    )
+
+
+def _state_file(path: Path) -> dict[str, np.ndarray]:
+    """A state file's arrays: the adapt graph's state tensors by input name (SPEC §11)."""
+    with np.load(path, allow_pickle=False) as arrays:
+        return {k: arrays[k] for k in arrays.files if not k.startswith("__")}
 
 
 def test_the_docs_way_to_change_a_setting_is_the_runtimes_override(digits_artifacts, digits):
@@ -231,6 +314,8 @@ def _same_watch(client, state) -> None:
         assert bool(known[flag]) == (want is not None), figure
         if want is not None:
             assert watch[figure] == pytest.approx(want, rel=1e-5, abs=1e-6), figure
+    if state.update_rate is not None:  # float32 on every side, bit for bit: the bound reads it
+        assert float(watch["update_rate"]) == state.update_rate
     assert bool(known["loss_ema"]) == (state.loss_ema is not None)
     if state.loss_ema is not None:
         assert watch["loss_ema"] == pytest.approx(state.loss_ema, rel=1e-5)

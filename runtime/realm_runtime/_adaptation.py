@@ -13,6 +13,7 @@ Torch-free, like the rest of the package: the SDK imports it through ``realm_run
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import threading
 from abc import ABC, abstractmethod
@@ -76,6 +77,8 @@ class AdaptationState:
 
 WATCH_WINDOW = 100  # samples the watch EMAs average over: a scene, not a frame
 _WATCH_BETA = 1 - 1 / WATCH_WINDOW
+# The update rate's EMA in float32, as the adapt graph computes it: the drift bound reads it.
+_RATE_BETA, _RATE_NEW = np.float32(_WATCH_BETA), np.float32(1 - _WATCH_BETA)
 
 
 @dataclass
@@ -103,12 +106,25 @@ class Watch:
             self.seen += 1
 
     def saw_update(self, updated: bool) -> None:
-        """Take one adapt() call's outcome."""
-        self.update_rate = _ema(self.update_rate, float(updated))
+        """Take one adapt() call's outcome.
+
+        In float32, operation for operation as the adapt graph: its inputs are exactly 0 or
+        1, so every implementation holds the same rate, bit for bit, and the drift bound that
+        reads it (:meth:`Guardrails.drift_bound`) is the same threshold everywhere.
+        """
+        new = np.float32(updated)
+        old = self.update_rate
+        rate = new if old is None else _RATE_BETA * np.float32(old) + _RATE_NEW * new
+        self.update_rate = float(rate)
 
 
 def _ema(old: float | None, new: float) -> float:
     return new if old is None else _WATCH_BETA * old + (1 - _WATCH_BETA) * new
+
+
+def _as_setting(value: float) -> float:
+    """A threshold as every implementation compares with it: its float32 setting's value."""
+    return float(np.float32(value))
 
 
 class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
@@ -353,7 +369,9 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
         if limit is None or marginal is None or self._watch.seen < WATCH_WINDOW:
             return
         spread = float(-(marginal * np.log(np.maximum(marginal, 1e-12))).sum())
-        if spread < limit * np.log(self.config.num_classes) and self._relative_drift() > 0:
+        if spread < _as_setting(limit * math.log(self.config.num_classes)) and (
+            self._relative_drift() > 0
+        ):
             self._reset_state()
             self._counters[COUNTER_RESETS_COLLAPSE] += 1
 
@@ -370,7 +388,7 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
         beta = 0.9  # SAR's EMA coefficient of the second-pass loss
         ema = loss if self._loss_ema is None else beta * self._loss_ema + (1 - beta) * loss
         self._loss_ema = ema
-        if ema < self.config.recovery_loss:
+        if ema < _as_setting(self.config.recovery_loss):
             self._reset_state()
             self._counters[COUNTER_RESETS_RECOVERY] += 1
 

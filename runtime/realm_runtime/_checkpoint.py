@@ -346,11 +346,14 @@ class WatchArrays:
 
 @dataclass(frozen=True)
 class StateArrays:
-    """One adaptation state as numpy arrays: a state file's content, for either twin.
+    """One adaptation state as numpy arrays, by tensor name: what a state file holds.
 
-    The SDK (torch tensors) and the runtime (ONNX Runtime buffers) convert to and from this;
-    the file's layout (``param/<name>``, ``momentum/<name>``, ``alpha``, ``lam``,
-    ``alpha_momentum``, ``lam_momentum``, ``ema``) is written and read here only.
+    The SDK (torch tensors) and the runtime (ONNX Runtime buffers) convert to and from this.
+    The file itself holds the adapt graph's state tensors (SPEC §11: ``realm.params`` and
+    ``realm.velocity`` flat in the manifest's ``portable.layout`` order with α and λ last,
+    ``realm.ema``, ``realm.marginal``, ``realm.watch``, ``realm.known``, ``realm.seen``,
+    ``realm.counters``, ``realm.settings``) beside a JSON ``__header__`` member;
+    :func:`graph_tensors` and :func:`load_state` convert between the two, here only.
     """
 
     params: dict[str, np.ndarray]  # adapted norm tensor name -> value, in trainable order

@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
+
 Method = Literal["realm", "tent", "eata", "sar"]
 Preset = Literal["cifar", "imagenet"]
 LossScale = Literal["one", "lambda"]
@@ -62,13 +64,17 @@ class Guardrails:
         """The bound of ‖θ − θ0‖ / ‖θ0‖ in force at ``update_rate`` (None: no bound).
 
         ``max_drift·min(1, update_rate / full_rate)``; before any rate is known (at the start,
-        after a reset) the bound is ``max_drift``.
+        after a reset) the bound is ``max_drift``. In float32, operation for operation as the
+        adapt graph computes it from its float32 settings, so that every implementation
+        compares the drift with the same threshold.
         """
         if self.max_drift is None:
             return None
+        bound = np.float32(self.max_drift)
         if self.full_rate is None or update_rate is None:
-            return self.max_drift
-        return self.max_drift * min(1.0, update_rate / self.full_rate)
+            return float(bound)
+        share = np.float32(update_rate) / np.float32(self.full_rate)
+        return float(bound * min(np.float32(1.0), share))
 
     @classmethod
     def off(cls) -> Guardrails:

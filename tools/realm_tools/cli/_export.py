@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from realm_runtime import METHODS, PRESETS
+
 if TYPE_CHECKING:  # torch stays an import of the export itself
     from torch import nn
 
@@ -35,8 +37,8 @@ def add_export_parser(sub: Any) -> None:
         default=None,
         help="classes of the classifier (default: 10 for digits, else 1000)",
     )
-    p.add_argument("--preset", choices=("cifar", "imagenet"), default="cifar")
-    p.add_argument("--method", choices=("realm", "tent", "eata"), default="realm")
+    p.add_argument("--preset", choices=PRESETS, default="cifar")
+    p.add_argument("--method", choices=METHODS, default="realm", help="the adaptation method")
     p.add_argument(
         "--input-shape",
         default=None,
