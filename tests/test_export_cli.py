@@ -172,3 +172,14 @@ def test_the_training_flags(tmp_path, capsys):
     assert code != 0 and not (tmp_path / "c").exists()
     assert ("HardSwish" if installed else "onnxruntime-training 1.19.2") in printed.err
     assert "Traceback" not in printed.err
+
+
+def test_every_method_and_preset_of_the_sdk_can_be_exported():
+    from realm_runtime import METHODS, PRESETS
+    from realm_tools.cli import build_parser
+
+    for method in METHODS:
+        for preset in PRESETS:
+            flags = ["--model", "digits", "--out", "o", "--method", method, "--preset", preset]
+            args = build_parser().parse_args(["export", *flags])
+            assert (args.method, args.preset) == (method, preset)
