@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 from conftest import has_cuda
 
 from realm_tools.parity import (
@@ -52,6 +53,7 @@ def _check_one(case: ParityCase, report) -> None:
     assert report.min_margin >= TIE_MARGIN
     assert report.cos_error * 10 <= TIE_MARGIN
     assert report.near_ties_resynced <= max(1, case.steps // 10)
+    assert report.step_ties <= max(1, case.steps // 50)  # a kink within rounding is rare
     # Only the stream's 3e38 samples (every 13th step) may overflow on one side alone.
     assert report.overflow_resynced <= case.steps // 13
     if case.method in ("realm", "eata"):  # both S_div branches ran
@@ -176,3 +178,28 @@ def test_parity_cli_writes_the_table(tmp_path, capsys):
     assert "| digits-cifar-realm-batch4 | onnx | n/a: batch 4" in md
     assert '"passed": true' in (tmp_path / "parity.json").read_text()
     assert main(["parity", "--cases", "nope"]) == 2
+
+
+def test_a_step_tie_is_told_from_a_disagreement(digits_model, digits_artifacts, digits, tmp_path):
+    """From the SDK's own state the runtime agrees (a tie), or it does not (a disagreement)."""
+    import copy
+
+    from realm_runtime import RealmRuntime
+    from realm_runtime.contract import PARAMS_NAME, read_state, write_state
+    from realm_sdk import RealmAdapter
+    from realm_tools.parity import step_tie
+
+    directory, config = digits_artifacts
+    x = np.ascontiguousarray(digits.stream("gaussian_noise", 5, seed=0)[0][:1])
+    before, apart = tmp_path / "before.npz", tmp_path / "apart.npz"
+    for lr, tie in ((config.lr, True), (2 * config.lr, False)):
+        adapter = RealmAdapter(copy.deepcopy(digits_model), config)
+        adapter.save(before)
+        arrays, header = read_state(before)
+        arrays[PARAMS_NAME] = arrays[PARAMS_NAME] + np.float32(1e-3)  # states 1e-3 apart
+        write_state(apart, arrays, header)
+        rt = RealmRuntime(directory, threads=1, backend="onnx-steps", overrides={"lr": lr})
+        rt.restore(apart)
+        sdk = adapter.adapt(torch.from_numpy(x))
+        assert rt.adapt(x).updated and sdk.updated
+        assert step_tie(rt, adapter, sdk, x, before) is tie, f"lr {lr}"

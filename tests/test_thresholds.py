@@ -1,17 +1,16 @@
 """Every threshold of the step with a sample on each side of it, decided alike on every side.
 
 A decision of the step compares a float32 figure with a threshold: EATA's and SAR's entropy
-cut, S_div, the drift bound (plain and scaled by the update rate), the collapse guard and SAR's
-recovery. For each, a probe run (the numpy twin) measures the figure at the deciding step in
-float64; then the threshold is set just above and just below it, ``(1 ± EPS)·figure``, and the
-SDK, the numpy twin (``onnx-steps``), the adapt graph (``RealmRuntime(backend="onnx")``) and the
-JavaScript client (the Node app: the adapt graph on the current onnxruntime-node, the setting
-written into ``realm.settings`` with ``--set``) must each take the decision the exact figure
-implies. EPS is a few hundred float32 ulps: the sides compute each figure from float32 values
-that differ by rounding (1e-7 to 1e-6 relative); a threshold closer than that is a near-tie,
-which no float32 implementation settles identically (tests/test_adapt_graph.py, the parity
-suite's near-tie rule).
-"""
+cut, SAR's cut again at θ + ε, S_div, the drift bound (plain and scaled by the update rate),
+the collapse guard and SAR's recovery. For each, a probe run (the numpy twin) measures the
+figure at the deciding step in float64; then the threshold is set just above and just below
+it, ``(1 ± EPS)·figure``, and the SDK, the numpy twin (``onnx-steps``), the adapt graph
+(``RealmRuntime(backend="onnx")``) and the JavaScript client (the Node app: the adapt graph on
+the current onnxruntime-node, the setting written into ``realm.settings`` with ``--set``) must
+each take the decision the exact figure implies, and alike in every reason and counter.
+EPS is about 80 float32 ulps: the sides compute each figure from float32 values that differ
+by rounding (up to about 1e-6 relative, docs/parity.md); a threshold closer than that is a
+near-tie, which no float32 implementation settles identically (SPEC §5)."""
 
 from __future__ import annotations
 
@@ -50,7 +49,7 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Probe:
-    """The deciding step's figure (float64) on a stream, and the threshold a config holds."""
+    """The stream that reaches a decision, and the figure (float64) it compares there."""
 
     samples: list[int]  # indices into the shifted digits stream
     figure: float

@@ -19,6 +19,12 @@ agree, and the report carries the smallest margin among them and the largest |co
 difference measured between the sides, so the rule's margin is checked against the float
 error it guards against.
 
+Ties inside the step. A ReLU whose input lies within rounding of 0 passes its gradient on
+one side only, and one step then parts the sides' parameters by far more than their inputs
+differed. Where a step parts them beyond tolerance, the runtime takes it again from the SDK's
+state before it; landing within tolerance there, with the same decisions, makes it a tie of
+the step, counted in ``step_ties``; either way the run goes on from that step.
+
 Overflow ties. The streams hold samples of 3e38 to exercise the non-finite guard. Such an
 input overflows float32 inside any network, but whether the overflow ends in NaN or in a
 finite value (x / √inf = 0) depends on each kernel's order of operations: torch's and ONNX
@@ -47,6 +53,7 @@ from ._suite import (
     make_stream,
     reports_to_json,
     run_case,
+    step_tie,
 )
 
 __all__ = [
@@ -64,4 +71,5 @@ __all__ = [
     "make_stream",
     "reports_to_json",
     "run_case",
+    "step_tie",
 ]

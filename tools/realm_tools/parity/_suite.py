@@ -300,6 +300,9 @@ class ParityReport:
     skipped_nonfinite: int = 0  # samples the non-finite guard refused
     near_ties: int = 0  # steps with a decision within TIE_MARGIN of its threshold
     near_ties_resynced: int = 0  # near-ties decided differently: runtime given the SDK state
+    # Steps that parted the parameters beyond tolerance and agreed when the runtime took them
+    # again from the SDK's state before them: a kink (a ReLU's input at 0) decided by rounding.
+    step_ties: int = 0
     min_margin: float = math.inf  # smallest |score − threshold| among compared decisions
     cos_error: float = 0.0  # largest |cos(p, m)| difference between the sides
     first_mismatch: int | None = None  # the first step whose decision differed (0-based)
@@ -509,7 +512,9 @@ def _run_stream(
     adapter = RealmAdapter(copy.deepcopy(model).to(ref), config)
     with tempfile.TemporaryDirectory() as scratch, _full_float32(ref):
         sync = Path(scratch) / "sdk-state.npz"
+        before = Path(scratch) / "sdk-before.npz"
         for step, x in enumerate(make_stream(case, shape)):
+            adapter.save(before)  # to tell a step tie from a disagreement (step_tie)
             margin, cos_sdk = decision_margin(adapter, x)
             ema_rt = rt.state.ema
             r = rt.adapt(np.ascontiguousarray(x))
@@ -537,6 +542,8 @@ def _run_stream(
                 report.decision_mismatches += 1
                 if report.first_mismatch is None:
                     report.first_mismatch = step
+            if verdict == "same" and step_tie(rt, adapter, s, x, before):
+                report.step_ties += 1
             if np.isfinite(r.logits).all() and torch.isfinite(s.logits).all():
                 worst["logits"] = max(worst["logits"], _diff(r.logits, s.logits.cpu().numpy()))
             gaps = _compare_state(rt, adapter, worst, report)
@@ -563,6 +570,43 @@ def _run_stream(
         abs((st.loss_ema or 0.0) - (mine.loss_ema or 0.0)),
         abs(st.drift - mine.drift),
     )
+
+
+def step_tie(rt: Any, adapter: RealmAdapter, sdk: Any, x: np.ndarray, before: Path) -> bool:
+    """Whether a step that parted the sides' parameters is a tie of the step itself (SPEC §5).
+
+    The runtime takes the step again from the SDK's state before it; landing within
+    tolerance of the SDK there, with the same decisions, means both compute the step alike,
+    and only a float32 rounding of their inputs (a ReLU's input at 0) parted them. Either way
+    the runtime goes on from that step, which is what is compared: a step that still differs
+    from the same state is a disagreement.
+
+    Args:
+        rt: the runtime, after the step.
+        adapter: the SDK, after the same step.
+        sdk: the SDK's ``AdaptResult`` of the step.
+        x: the step's input.
+        before: the SDK's state file from before the step.
+
+    Returns:
+        False where the sides lie within tolerance; else whether they do once the runtime
+        has taken the step again from ``before``.
+    """
+    if _within(rt, adapter):
+        return False
+    rt.restore(before)
+    again = rt.adapt(np.ascontiguousarray(x))
+    return judge_step(again, sdk, 0.0, 0.0) == "same" and _within(rt, adapter)
+
+
+def _within(rt: Any, adapter: RealmAdapter) -> bool:
+    """The runtime's parameters and momentum lie within tolerance of the SDK's (as compared)."""
+    mine = {n: t.cpu().numpy() for n, t in adapter.trainable_parameters().items()}
+    if _max_diff(rt.trainable_parameters(), mine) > TOLERANCES["params"]:
+        return False
+    momentum = {n: t.cpu().numpy() for n, t in adapter.momentum_buffers().items()}
+    scale = max(_max_abs(momentum), 1e-12)
+    return _max_diff(rt.momentum_buffers(), momentum) <= TOLERANCES["momentum"] * scale
 
 
 @dataclass(frozen=True)
@@ -748,7 +792,8 @@ def format_reports(reports: Sequence[ParityReport]) -> str:
             str(r.skipped_diversity),
             str(r.skipped_nonfinite),
             f"{'α' if r.alpha_at_bound else '-'}/{'λ' if r.lambda_at_bound else '-'}",
-            f"{r.near_ties} ({r.near_ties_resynced})",
+            f"{r.near_ties} ({r.near_ties_resynced})"
+            + (f"; {r.step_ties} in the step" if r.step_ties else ""),
             str(r.overflow_resynced),
             f"{r.min_margin:.1e}" if math.isfinite(r.min_margin) else "-",
             f"{r.cos_error:.1e}",
