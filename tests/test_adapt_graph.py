@@ -20,6 +20,7 @@ import onnx
 import pytest
 import torch
 from conftest import (
+    NearTie,
     assert_same_state,
     compare_twins,
     export_digits,
@@ -102,10 +103,6 @@ CASES = {
     ),
     "episodic": ({"episodic": True}, "shifted"),
 }
-
-
-class NearTie(UserWarning):
-    """A step whose outcome turned on a difference of float32 rounding (see :func:`_arbitrate`)."""
 
 
 MAX_NEAR_TIES = 2  # per stream: a step input within rounding of a kink is rare
