@@ -23,7 +23,8 @@ Ties inside the step. A ReLU whose input lies within rounding of 0 passes its gr
 one side only, and one step then parts the sides' parameters by far more than their inputs
 differed. Where a step parts them beyond tolerance, the runtime takes it again from the SDK's
 state before it; landing within tolerance there, with the same decisions, makes it a tie of
-the step, counted in ``step_ties``; either way the run goes on from that step.
+the step, counted in ``step_ties``; either way the run goes on from that step. Cases with
+the float64 arbiter (``ParityCase.arbiter``, SPEC §5) are judged by it instead.
 
 Overflow ties. The streams hold samples of 3e38 to exercise the non-finite guard. Such an
 input overflows float32 inside any network, but whether the overflow ends in NaN or in a
