@@ -172,6 +172,34 @@ def assert_same_state(a, b, tol: Mapping[str, float]) -> None:
         np.testing.assert_allclose(sa.ema, sb.ema, rtol=0, atol=tol["ema"])
 
 
+NODE_APP = Path(__file__).resolve().parents[1] / "examples" / "node"
+
+
+def node_app_missing() -> str | None:
+    """Why the Node app (examples/node) cannot run here, or None when it can."""
+    if shutil.which("node") is None:
+        return "Node.js not found: the Node app's tests need node"
+    if not (NODE_APP / "node_modules" / "onnxruntime-node").is_dir():
+        return "examples/node/node_modules lacks onnxruntime-node: run `make web-deps`"
+    return None
+
+
+def run_node_app(
+    artifacts: Path, stream: Path, *extra: str, timeout: int = 300
+) -> subprocess.CompletedProcess:
+    """The Node app on ``artifacts`` and a stream folder, with more flags; skips without it."""
+    missing = node_app_missing()
+    if missing is not None:
+        pytest.skip(missing)
+    return subprocess.run(
+        ["node", "edge-app.mjs", "--artifacts", str(artifacts), "--stream", str(stream), *extra],
+        cwd=NODE_APP,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 class NearTie(UserWarning):
     """A step whose outcome turned on a float32 rounding of its inputs, told apart (SPEC §5).
 

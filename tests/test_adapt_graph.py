@@ -37,6 +37,7 @@ from realm_runtime.contract import (
     PARAMS_NAME,
     SETTINGS_NAME,
     next_name,
+    read_state,
 )
 from realm_sdk import RealmAdapter, RealmConfig
 from realm_tools.parity import TOLERANCES
@@ -142,7 +143,7 @@ def test_a_manifest_only_client_takes_the_runtimes_steps(case, digits_model, dig
             warnings.warn(tie, NearTie, stacklevel=1)
             ties += 1
             runtime.save(after)  # both went on correctly: go on from the runtime's state
-            client.state = {**_state_file(after), SETTINGS_NAME: client.state[SETTINGS_NAME]}
+            client.state = {**read_state(after)[0], SETTINGS_NAME: client.state[SETTINGS_NAME]}
             graph.restore(after)
         flat = client.state[PARAMS_NAME]
         for slot in layout:
@@ -201,7 +202,7 @@ def _arbitrate(
     Returns:
         The near-tie, in one sentence with its figures (the test warns with it).
     """
-    theirs = {**_state_file(before), SETTINGS_NAME: client.state[SETTINGS_NAME]}
+    theirs = {**read_state(before)[0], SETTINGS_NAME: client.state[SETTINGS_NAME]}
     names = [o.name for o in client.session.get_outputs()]
     out = dict(zip(names, client.session.run(None, {INPUT_NAME: x[None], **theirs}), strict=True))
     parted = _params_gap(client.state[PARAMS_NAME], runtime, layout)
@@ -217,12 +218,6 @@ def _arbitrate(
         f"graph and the runtime land {parted:.2g} apart; from the same state, {same_input:.2g}: "
         "the step's outcome turns on a float32 rounding (a kink such as a ReLU's input at 0)"
     )
-
-
-def _state_file(path: Path) -> dict[str, np.ndarray]:
-    """A state file's arrays: the adapt graph's state tensors by input name (SPEC §11)."""
-    with np.load(path, allow_pickle=False) as arrays:
-        return {k: arrays[k] for k in arrays.files if not k.startswith("__")}
 
 
 def test_the_docs_way_to_change_a_setting_is_the_runtimes_override(digits_artifacts, digits):

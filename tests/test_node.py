@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import warnings
 from pathlib import Path
 
@@ -26,40 +25,19 @@ from conftest import (
     export_digits,
     flip,
     manifest_offset,
+    run_node_app,
 )
 
 from realm_runtime import Guardrails, RealmRuntime
-from realm_runtime.contract import PARAMS_NAME
+from realm_runtime.contract import PARAMS_NAME, read_state
 from realm_tools.demo import write_stream_folder
 from realm_tools.parity import TOLERANCES
 
-NODE_APP = Path(__file__).resolve().parents[1] / "examples" / "node"
 SAMPLES = 100  # ≥ 100 steps of every method's trajectory
 
 
-def _node() -> str:
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("Node.js not found: the Node app's tests need node")
-    if not (NODE_APP / "node_modules" / "onnxruntime-node").is_dir():
-        pytest.skip("examples/node/node_modules lacks onnxruntime-node: run `make web-deps`")
-    return node
-
-
-def _run_app(
-    artifacts: Path, stream: Path, *extra: str, timeout: int = 300
-) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [_node(), "edge-app.mjs", "--artifacts", str(artifacts), "--stream", str(stream), *extra],
-        cwd=NODE_APP,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 def _app(artifacts: Path, stream: Path, *extra: str) -> str:
-    done = _run_app(artifacts, stream, *extra)
+    done = run_node_app(artifacts, stream, *extra)
     assert done.returncode == 0, done.stderr + done.stdout
     return done.stdout
 
@@ -195,8 +173,8 @@ def _app_from(
 
 def _apart(a: Path, b: Path) -> float:
     """The largest |difference| of two state files' ``realm.params``."""
-    with np.load(a) as x, np.load(b) as y:
-        return float(np.abs(x[PARAMS_NAME].astype(np.float64) - y[PARAMS_NAME]).max())
+    x, y = read_state(a)[0][PARAMS_NAME], read_state(b)[0][PARAMS_NAME]
+    return float(np.abs(x.astype(np.float64) - y).max())
 
 
 def test_node_app_feeds_changed_settings_as_the_runtime_applies_overrides(
@@ -215,7 +193,7 @@ def test_node_app_feeds_changed_settings_as_the_runtime_applies_overrides(
     for node, py in zip(there, steps, strict=True):
         np.testing.assert_allclose(node["logits"], py.logits[0], rtol=0, atol=TOLERANCES["logits"])
     assert rt.state.drift_clips > 0  # the tighter bound acted, on both sides
-    bad = _run_app(artifacts, stream, "--set", "realm.nope=1", "--state", str(tmp_path / "x"))
+    bad = run_node_app(artifacts, stream, "--set", "realm.nope=1", "--state", str(tmp_path / "x"))
     assert bad.returncode == 1 and 'no setting named "realm.nope"' in bad.stderr
     assert "realm.lr" in bad.stderr and "Error:" not in bad.stderr
 
@@ -250,11 +228,11 @@ def test_node_app_refuses_tampered_artifacts_and_foreign_states(digits_artifacts
     copy = tmp_path / "copy"
     shutil.copytree(digits_artifacts[0], copy)
     (copy / "adapt_model.onnx").write_bytes((copy / "adapt_model.onnx").read_bytes()[:-10])
-    done = _run_app(copy, stream, timeout=120)
+    done = run_node_app(copy, stream, timeout=120)
     assert done.returncode == 1 and "adapt_model.onnx" in done.stderr, done.stderr
     foreign = tmp_path / "foreign.npz"
     foreign.write_bytes(b"PK\x05\x06" + b"\0" * 18)  # an empty zip: no header member
-    done = _run_app(digits_artifacts[0], stream, "--state", str(foreign), timeout=120)
+    done = run_node_app(digits_artifacts[0], stream, "--state", str(foreign), timeout=120)
     assert done.returncode == 1 and "__header__" in done.stderr, done.stderr
 
 
@@ -273,7 +251,7 @@ def test_node_app_refuses_a_flipped_byte(digits_artifacts, stream, tmp_path, tar
     raw = (copy / name).read_bytes()
     kind = target.removeprefix("realm.json ")
     flip(copy / name, manifest_offset(raw, kind) if name == "realm.json" else len(raw) // 2)
-    done = _run_app(copy, stream, timeout=120)
+    done = run_node_app(copy, stream, timeout=120)
     assert done.returncode == 1 and name in done.stderr, done.stderr
     expected = {
         "realm.json header": "is not 'realm-tta/artifacts'",  # the key "format" is no more
@@ -286,16 +264,18 @@ def test_node_app_checks_signatures(signed_artifacts, signing_keys, stream, tmp_
     """WebCrypto's Ed25519 in Node: the trusted key loads; another key, a re-sealed edit and a
     missing signature are refused."""
     (_, vendor_pub), (_, stranger_pub) = signing_keys
-    done = _run_app(signed_artifacts, stream, "--limit", "3", "--trusted-key", str(vendor_pub))
+    done = run_node_app(signed_artifacts, stream, "--limit", "3", "--trusted-key", str(vendor_pub))
     assert done.returncode == 0, done.stderr
     assert "signature verified" in done.stdout and "trusted" in done.stdout
-    done = _run_app(signed_artifacts, stream, "--limit", "3", "--trusted-key", str(stranger_pub))
+    done = run_node_app(
+        signed_artifacts, stream, "--limit", "3", "--trusted-key", str(stranger_pub)
+    )
     assert done.returncode == 1 and "not among the trusted keys" in done.stderr, done.stderr
     copy = tmp_path / "copy"
     shutil.copytree(signed_artifacts, copy)
     edit_manifest(copy, lambda m: m["config"].update(lr=0.5))
-    done = _run_app(copy, stream, "--limit", "3", "--trusted-key", str(vendor_pub))
+    done = run_node_app(copy, stream, "--limit", "3", "--trusted-key", str(vendor_pub))
     assert done.returncode == 1 and "signature does not verify" in done.stderr, done.stderr
     (copy / "realm.sig").unlink()
-    done = _run_app(copy, stream, "--limit", "3", "--trusted-key", str(vendor_pub))
+    done = run_node_app(copy, stream, "--limit", "3", "--trusted-key", str(vendor_pub))
     assert done.returncode == 1 and "unsigned" in done.stderr, done.stderr

@@ -19,7 +19,6 @@ import dataclasses
 import json
 import math
 import shutil
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,14 +26,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import export_digits
+from conftest import export_digits, node_app_missing, run_node_app
 
 from realm_runtime import COUNTERS, RealmRuntime
-from realm_runtime.contract import ADAPT_SETTINGS, COUNTERS_NAME, adapt_settings
+from realm_runtime.contract import ADAPT_SETTINGS, COUNTERS_NAME, adapt_settings, read_state
 from realm_sdk import RealmAdapter, RealmConfig
 from realm_tools.demo import write_stream_folder
 
-NODE_APP = Path(__file__).resolve().parents[1] / "examples" / "node"
 EPS = 1e-5  # relative distance of each threshold from the figure (≈ 84 float32 ulps)
 
 
@@ -321,35 +319,13 @@ def _javascript(
         stale.unlink(missing_ok=True)
     shutil.rmtree(stream, ignore_errors=True)
     write_stream_folder(stream, xs[samples], [0] * len(samples))
-    files = ["--artifacts", str(directory), "--stream", str(stream), "--state", str(state)]
-    done = subprocess.run(
-        [
-            shutil.which("node") or "node",
-            "edge-app.mjs",
-            *files,
-            "--log",
-            str(log),
-            "--quiet",
-            *sets,
-        ],
-        cwd=NODE_APP,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    done = run_node_app(
+        directory, stream, "--state", str(state), "--log", str(log), "--quiet", *sets, timeout=120
     )
     assert done.returncode == 0, done.stderr + done.stdout
     steps = [json.loads(line) for line in log.read_text().splitlines()]
-    with np.load(state, allow_pickle=False) as arrays:
-        counters = dict(zip(COUNTERS, arrays[COUNTERS_NAME].tolist(), strict=True))
+    counters = dict(zip(COUNTERS, read_state(state)[0][COUNTERS_NAME].tolist(), strict=True))
     return Outcome([s["reason"] for s in steps], [s["selected"] for s in steps], counters)
-
-
-def _node_missing() -> str | None:
-    if shutil.which("node") is None:
-        return "Node.js not found"
-    if not (NODE_APP / "node_modules" / "onnxruntime-node").is_dir():
-        return "examples/node lacks onnxruntime-node (`make web-deps`)"
-    return None
 
 
 @pytest.mark.parametrize("name", list(THRESHOLDS))
@@ -361,7 +337,7 @@ def test_each_side_of_each_threshold_is_decided_alike(name, digits_model, digits
     probe_config = _probe_config(name, config)
     probe = threshold.probe(Probing(directory, config, probe_config), xs)
     assert probe is not None, f"{name}: no sample of the stream reaches this decision"
-    node_missing = _node_missing()
+    node_missing = node_app_missing()
     for above in (True, False):
         value = probe.figure * (1 + EPS if above else 1 - EPS)
         placed = dataclasses.replace(probe_config, **threshold.place(probe_config, value))

@@ -13,7 +13,6 @@ Torch-free, like the rest of the package: the SDK imports it through ``realm_run
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import threading
 from abc import ABC, abstractmethod
@@ -120,11 +119,6 @@ class Watch:
 
 def _ema(old: float | None, new: float) -> float:
     return new if old is None else _WATCH_BETA * old + (1 - _WATCH_BETA) * new
-
-
-def _as_setting(value: float) -> float:
-    """A threshold as every implementation compares with it: its float32 setting's value."""
-    return float(np.float32(value))
 
 
 class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
@@ -364,14 +358,12 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
         Only a model that has moved is reset: the source's own predictions are no collapse
         to recover from (a stream of one class stays one class).
         """
-        limit = self.config.guard.collapse
+        limit = self.config.guard.collapse_limit(self.config.num_classes)
         marginal = self._watch.marginal
         if limit is None or marginal is None or self._watch.seen < WATCH_WINDOW:
             return
         spread = float(-(marginal * np.log(np.maximum(marginal, 1e-12))).sum())
-        if spread < _as_setting(limit * math.log(self.config.num_classes)) and (
-            self._relative_drift() > 0
-        ):
+        if spread < limit and self._relative_drift() > 0:
             self._reset_state()
             self._counters[COUNTER_RESETS_COLLAPSE] += 1
 
@@ -388,7 +380,7 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
         beta = 0.9  # SAR's EMA coefficient of the second-pass loss
         ema = loss if self._loss_ema is None else beta * self._loss_ema + (1 - beta) * loss
         self._loss_ema = ema
-        if ema < _as_setting(self.config.recovery_loss):
+        if ema < float(np.float32(self.config.recovery_loss)):  # the graph's float32 setting
             self._reset_state()
             self._counters[COUNTER_RESETS_RECOVERY] += 1
 

@@ -76,6 +76,16 @@ class Guardrails:
         share = np.float32(update_rate) / np.float32(self.full_rate)
         return float(bound * min(np.float32(1.0), share))
 
+    def collapse_limit(self, num_classes: int) -> float | None:
+        """The collapse guard's limit on H(p̄) in nats, ``collapse·ln C`` (None: off).
+
+        Rounded to float32: the value of the adapt graph's setting, which every
+        implementation compares with.
+        """
+        if self.collapse is None:
+            return None
+        return float(np.float32(self.collapse * math.log(num_classes)))
+
     @classmethod
     def off(cls) -> Guardrails:
         """No guardrail: the methods exactly as their papers run them."""

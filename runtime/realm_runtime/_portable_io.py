@@ -66,14 +66,14 @@ def adapt_settings(config: RealmConfig, slots: Sequence[str] = ADAPT_SETTINGS) -
         ValueError: ``slots`` not a list of names, or a name this version does not know.
     """
     guard = config.guard
-    limit = guard.collapse * math.log(config.num_classes) if guard.collapse is not None else 0.0
+    limit = guard.collapse_limit(config.num_classes)
     values = {
         **step_settings(config),
         DIVERSITY_MARGIN_NAME: config.diversity_margin,
         EMA_BETA_NAME: config.ema_beta,
         EMA_NEW_NAME: 1 - config.ema_beta,
         MAX_DRIFT_NAME: guard.max_drift or 0.0,
-        COLLAPSE_LIMIT_NAME: limit,
+        COLLAPSE_LIMIT_NAME: 0.0 if limit is None else limit,
         RECOVERY_LOSS_NAME: config.recovery_loss,
         EPISODIC_NAME: 1.0 if config.episodic else 0.0,
         FULL_RATE_NAME: guard.full_rate or 0.0,
