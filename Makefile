@@ -15,7 +15,7 @@ WEB_STAMP := $(WEB)/node_modules/.realm-tta-installed
 NODE_APP := examples/node
 NODE_STAMP := $(NODE_APP)/node_modules/.realm-tta-installed
 
-.PHONY: venv demo test test-all parity parity-current lint format clean web web-deps browser
+.PHONY: venv demo test test-all parity parity-current lint format clean web web-deps browser data
 
 venv: $(STAMP)
 
@@ -30,13 +30,13 @@ $(STAMP): pyproject.toml
 		{ echo "uv could not install .[dev]: installing with pip"; $(PIP) -e '.[dev]'; }
 	@touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP) data
 	$(BIN)/realm demo
 
-test: $(STAMP) web-deps browser
+test: $(STAMP) web-deps browser data
 	$(BIN)/python -m pytest -m "not slow" $(WORKERS) $(PYTEST_ARGS)
 
-test-all: $(STAMP) web-deps browser
+test-all: $(STAMP) web-deps browser data
 	$(BIN)/python -m pytest $(WORKERS) $(PYTEST_ARGS)
 
 # Both parity tiers, tables written to docs/ (the slow tier takes a few minutes on 2 cores).
@@ -95,6 +95,18 @@ browser:
 		  { apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends chromium >/dev/null 2>&1; } ) || \
 		echo "could not install chromium: the browser tests will be skipped"; \
 	else echo "no /usr/bin/chromium and no root apt-get: the browser tests will be skipped"; fi
+
+# Debian's Fashion-MNIST (the dataset's own IDX files) for the demo, the benchmarks and the
+# tests, installed where missing and possible; $(REALM_DATA) may name a folder of the files.
+FMNIST_DIR := /usr/share/datasets/fashion-mnist
+data:
+	@if [ -f $(FMNIST_DIR)/t10k-labels-idx1-ubyte.gz ] || [ -n "$$REALM_DATA" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian's dataset-fashion-mnist (30 MB) for the demo and the tests"; \
+		( apt-get install -y --no-install-recommends dataset-fashion-mnist >/dev/null 2>&1 || \
+		  { apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends dataset-fashion-mnist >/dev/null 2>&1; } ) || \
+		echo "could not install dataset-fashion-mnist: the demo runs the digits, and the Fashion-MNIST tests skip"; \
+	else echo "no $(FMNIST_DIR) and no root apt-get: install dataset-fashion-mnist or set REALM_DATA to a folder of the four Fashion-MNIST files (the demo runs the digits; the Fashion-MNIST tests skip)"; fi
 
 # The web demo on http://127.0.0.1:8000/ (the digits model, exported; a shifted stream).
 web: $(STAMP) web-deps

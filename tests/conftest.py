@@ -38,6 +38,19 @@ def _deterministic_threads():
     torch.set_num_threads(threads)
 
 
+def needs_fashion_mnist(model: str = "fmnist_") -> None:
+    """Skip, naming the fix, where a Fashion-MNIST model or stream is asked for and the data
+    set is not installed (``make test`` installs Debian's package where it can)."""
+    if not model.startswith("fmnist_"):
+        return
+    from realm_tools.data import find_fashion_mnist
+
+    try:
+        find_fashion_mnist()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+
+
 @pytest.fixture(scope="session")
 def digits():
     from realm_tools.data import load_digits

@@ -5,6 +5,8 @@ nothing here imports torch.
 
 - the built-in digits task (:func:`load_digits`, :class:`DigitsShift`) and the
   ImageNet-C-style :data:`CORRUPTIONS` that shift it;
+- Fashion-MNIST from its IDX files (:func:`load_fashion_mnist`) and Fashion-MNIST-C built
+  from it with CIFAR-10-C's corruption tables (:func:`load_fmnistc`);
 - CIFAR-10-C and ImageNet-C from disk (:func:`load_cifar10c`, :func:`load_imagenetc`), read
   as online streams through the :class:`ShiftDataset` interface the benchmarks run on;
 - long-running test streams (:func:`build_stream`, :data:`SETTINGS`): continual, mixed,
@@ -14,6 +16,7 @@ nothing here imports torch.
     >>> images, labels = load_digits().stream("fog", 5, seed=0)
 """
 
+from ._cifar_c import CIFAR_C_CORRUPTIONS, corrupt_gray32
 from ._corruptions import CORRUPTIONS, corrupt, resize_bilinear
 from ._digits import (
     IMAGE_SIZE,
@@ -23,6 +26,10 @@ from ._digits import (
     digits_preprocessing,
     load_digits,
 )
+from ._fashion import FashionMNIST, find_fashion_mnist, load_fashion_mnist
+from ._fashion import normalise as fashion_normalise
+from ._fashion import preprocessing as fashion_preprocessing
+from ._fashion_c import FashionMNISTC, load_fmnistc
 from ._realdata import (
     CIFAR10_MEAN,
     CIFAR10_STD,
@@ -40,6 +47,7 @@ from ._streams import JUNK, NO_LABEL, SETTINGS, Stream, StreamSettings, build_st
 __all__ = [
     "CIFAR10_MEAN",
     "CIFAR10_STD",
+    "CIFAR_C_CORRUPTIONS",
     "CORRUPTIONS",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
@@ -51,6 +59,8 @@ __all__ = [
     "Cifar10C",
     "DigitsData",
     "DigitsShift",
+    "FashionMNIST",
+    "FashionMNISTC",
     "ImageNetC",
     "LazyImages",
     "ShiftDataset",
@@ -58,9 +68,15 @@ __all__ = [
     "StreamSettings",
     "build_stream",
     "corrupt",
+    "corrupt_gray32",
     "digits_preprocessing",
+    "fashion_normalise",
+    "fashion_preprocessing",
+    "find_fashion_mnist",
     "load_cifar10c",
     "load_digits",
+    "load_fashion_mnist",
+    "load_fmnistc",
     "load_imagenetc",
     "resize_bilinear",
 ]
