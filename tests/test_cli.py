@@ -38,3 +38,20 @@ def test_demo_runs_end_to_end(tmp_path):
     row = next(line for line in out.splitlines() if line.startswith("gaussian_noise"))
     numbers = [float(v) for v in row.split()[1:5]]
     assert all(0 <= v <= 100 for v in numbers)
+
+
+def test_demo_runs_the_digits_where_fashion_mnist_is_missing(tmp_path, monkeypatch):
+    from realm_tools.demo import demo_task
+
+    monkeypatch.setenv("REALM_DATA", str(tmp_path / "nowhere"))
+    monkeypatch.setattr("realm_tools.data._fashion.DEBIAN_DIR", tmp_path / "debian")
+    task, note = demo_task("auto", cache_dir=tmp_path)
+    assert task.name == "digits" and "Running the digits instead" in note
+    assert "apt-get install dataset-fashion-mnist" in note
+    with pytest.raises(FileNotFoundError, match="REALM_DATA"):
+        demo_task("fmnist", cache_dir=tmp_path)
+
+
+def test_demo_refuses_a_corruption_of_the_other_task(capsys):
+    assert main(["demo", "--data", "digits", "--corruptions", "frost"]) == 2
+    assert "unknown corruptions ['frost'] for the digits demo" in capsys.readouterr().err

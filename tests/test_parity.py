@@ -13,10 +13,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from conftest import has_cuda
+from conftest import has_cuda, needs_fashion_mnist
 
 from realm_tools.parity import (
-    BACKENDS,
     CASES,
     OVERFLOW_INPUT,
     TIE_MARGIN,
@@ -33,7 +32,8 @@ FAST = [c for c in CASES if not c.slow]
 SLOW = [c for c in CASES if c.slow]
 
 
-def _check(case: ParityCase, reports, backends=BACKENDS) -> None:
+def _check(case: ParityCase, reports, backends=None) -> None:
+    backends = case.backends if backends is None else backends
     print(format_reports(reports))
     assert [r.backend for r in reports] == list(backends)
     for report in reports:
@@ -87,6 +87,7 @@ def exports(tmp_path_factory):
 @pytest.mark.parity
 @pytest.mark.parametrize("case", FAST, ids=[c.name for c in FAST])
 def test_parity_fast(case, tmp_path, exports):
+    needs_fashion_mnist(case.model)
     _check(case, run_case(case, work_dir=tmp_path, exports=exports))
 
 
@@ -94,6 +95,7 @@ def test_parity_fast(case, tmp_path, exports):
 @pytest.mark.slow
 @pytest.mark.parametrize("case", SLOW, ids=[c.name for c in SLOW])
 def test_parity_slow(case, tmp_path, exports):
+    needs_fashion_mnist(case.model)
     _check(case, run_case(case, work_dir=tmp_path, exports=exports))
 
 

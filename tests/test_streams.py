@@ -314,3 +314,59 @@ def test_workers_end_when_the_bench_is_killed(tmp_path):
         assert not alive, f"workers {alive} outlived the killed bench"
     finally:
         bench.kill()
+
+
+def test_the_episodic_table_has_a_row_per_corruption_and_the_gain_over_no_adapt():
+    def run(method: str, seed: int, parts: dict[str, float]) -> StreamRun:
+        events = dict.fromkeys(("resets_recovery", "resets_collapse", "drift_clips"), 0)
+        mean = float(np.mean(list(parts.values())))
+        return StreamRun("episodic", method, seed, 20, mean, list(parts.items()), None, 0, events)
+
+    runs = [
+        run("none", 0, {"fog": 50.0, "snow": 60.0}),
+        run("none", 1, {"fog": 52.0, "snow": 62.0}),
+        run("eata", 0, {"fog": 58.0, "snow": 61.0}),
+        run("eata", 1, {"fog": 60.0, "snow": 63.0}),
+        run("realm", 0, {"fog": 55.0, "snow": 66.0}),
+        run("realm", 1, {"fog": 57.0, "snow": 68.0}),
+    ]
+    lines = streams_tables(runs).splitlines()
+    assert "10 samples per stream, mean ± std over 2 seed(s)" in "\n".join(lines)
+    assert "| fog | 51.0 ± 1.0 | **59.0 ± 1.0** | 56.0 ± 1.0 |" in lines
+    assert "| snow | 61.0 ± 1.0 | 62.0 ± 1.0 | **67.0 ± 1.0** |" in lines
+    assert "| average | 56.0 ± 1.0 | 60.5 ± 1.0 | **61.5 ± 1.0** |" in lines
+    assert "| gain over no-adapt | +0.0 | +4.5 | +5.5 |" in lines
+
+
+def test_overrides_reach_every_adapting_row_and_the_fingerprint(shift, digits_model):
+    from realm_tools.bench import method_config, streams_fingerprint
+
+    variant = {"lr": 0.005 / 16, "freeze_last_block": True}
+    for method in ("tent", "eata", "sar", "realm", "realm-guarded"):
+        config = method_config(method, "cifar", 10, variant)
+        assert config.lr == variant["lr"] and config.freeze_last_block
+    assert method_config("realm", "cifar", 10, variant).guardrails.max_drift is None
+    assert method_config("realm-guarded", "cifar", 10, variant).guardrails.max_drift is not None
+    plain = streams_fingerprint(
+        shift, digits_model, corruptions=DOMAINS, preset="cifar", stream_settings=SMALL
+    )
+    varied = streams_fingerprint(
+        shift,
+        digits_model,
+        corruptions=DOMAINS,
+        preset="cifar",
+        stream_settings=SMALL,
+        overrides=variant,
+    )
+    assert plain["configs"]["realm"]["lr"] != varied["configs"]["realm"]["lr"]
+    with pytest.raises(TypeError, match="alpha_zero"):
+        bench_streams(
+            shift,
+            digits_model,
+            settings=["episodic"],
+            seeds=[0],
+            corruptions=DOMAINS[:1],
+            methods=["realm"],
+            stream_settings=SMALL,
+            overrides={"alpha_zero": 1.0},
+        )

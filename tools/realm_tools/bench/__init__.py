@@ -29,6 +29,7 @@ from ._continual import (
     streams_to_json,
 )
 from ._evaluate import OnlineResult, run_online
+from ._examples import plot_examples
 from ._external import ExternalRuntime, ExternalSide
 from ._flops import MachinePeak, count_flops, machine_peak
 from ._quality import METHODS as QUALITY_METHODS  # the quality table's rows, not RealmConfig's
@@ -69,6 +70,7 @@ __all__ = [
     "format_speed",
     "machine_peak",
     "method_config",
+    "plot_examples",
     "plot_quality",
     "plot_speed",
     "plot_streams",

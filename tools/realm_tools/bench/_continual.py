@@ -30,6 +30,7 @@ from realm_sdk import RealmAdapter
 from ..data import JUNK, NO_LABEL, ShiftDataset, Stream, StreamSettings, build_stream
 from ._quality import _clean_accuracy, _torch_predict
 from ._runlog import RunLog, weights_digest
+from ._table1 import episodic_table
 
 STREAM_METHODS: tuple[str, ...] = ("none", "tent", "eata", "sar", "realm", "realm-guarded")
 STREAM_LABELS = {
@@ -62,15 +63,23 @@ class StreamRun:
     trace: dict[str, list[float]] = field(default_factory=dict)  # accuracy, alpha, lam, ...
 
 
-def method_config(method: str, preset: str, num_classes: int) -> RealmConfig:
-    """The configuration of one row: the paper's, and REALM's defaults for the guarded row."""
+def method_config(
+    method: str, preset: str, num_classes: int, overrides: dict[str, Any] | None = None
+) -> RealmConfig:
+    """The configuration of one row: the paper's, and REALM's defaults for the guarded row.
+
+    ``overrides`` (fields of :class:`RealmConfig`) apply to every row alike: a variant of
+    the preset, such as another reading of the paper's settings.
+    """
+    extra = dict(overrides or {})
     if method == "realm-guarded":
-        return RealmConfig.preset(preset, num_classes=num_classes)  # type: ignore[arg-type]
+        return RealmConfig.preset(preset, num_classes=num_classes, **extra)  # type: ignore[arg-type]
+    extra.setdefault("guardrails", Guardrails.off())
     return RealmConfig.preset(
         preset,  # type: ignore[arg-type]
         num_classes=num_classes,
         method=method,  # type: ignore[arg-type]
-        guardrails=Guardrails.off(),
+        **extra,
     )
 
 
@@ -83,6 +92,7 @@ def run_stream(
     num_classes: int,
     clean: tuple[Any, np.ndarray] | None,
     progress: Callable[[int, int], None] | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> StreamRun:
     """One method through one stream, sample by sample, on a private copy of ``source``.
 
@@ -92,7 +102,7 @@ def run_stream(
     adapter = (
         None
         if method == "none"
-        else RealmAdapter(model, method_config(method, preset, num_classes))
+        else RealmAdapter(model, method_config(method, preset, num_classes, overrides))
     )
     n = len(stream)
     every = max(1, n // TRACE_POINTS)
@@ -173,6 +183,7 @@ def bench_streams(
     on_run: Callable[[str, int], Callable[[int], None] | None] | None = None,
     jobs: int = 1,
     log: RunLog | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> list[StreamRun]:
     """Every method × setting × seed; ``episodic``: each corruption from the source, averaged.
 
@@ -190,6 +201,7 @@ def bench_streams(
             are independent: the figures are those of one process at one torch thread.
         log: keeps each run as it finishes, and gives back the runs it already holds
             instead of running them again (made with :func:`streams_fingerprint`).
+        overrides: configuration fields every adapting row gets (see :func:`method_config`).
 
     Returns:
         One :class:`StreamRun` per combination, in settings × seeds × methods order.
@@ -208,7 +220,10 @@ def bench_streams(
             "the junk settings out"
         )
     shape = stream_settings or StreamSettings()
-    job = _Job(dataset, source, clean, tuple(corruptions), preset, shape)
+    for m in methods:  # a bad override fails here, before any run
+        if m != "none":
+            method_config(m, preset, dataset.num_classes, overrides)
+    job = _Job(dataset, source, clean, tuple(corruptions), preset, shape, dict(overrides or {}))
     cells = [
         _Cell(setting, seed, method, part)
         for setting in settings
@@ -276,6 +291,7 @@ class _Job:
     corruptions: tuple[str, ...]
     preset: str
     shape: StreamSettings
+    overrides: dict[str, Any]  # configuration fields of every adapting row
 
     def run(self, cell: _Cell, progress: Callable[[int, int], None] | None) -> StreamRun:
         if cell.part is not None:
@@ -300,6 +316,7 @@ class _Job:
             num_classes=self.dataset.num_classes,
             clean=self.clean,
             progress=progress,
+            overrides=self.overrides,
         )
         run.seed = cell.seed
         return run
@@ -464,6 +481,9 @@ def streams_tables(runs: Sequence[StreamRun]) -> str:
                 for s in settings
             ]
             out.append(f"| {STREAM_LABELS[m]} | " + " | ".join(cells) + " |")
+    table1 = episodic_table(runs, STREAM_LABELS)
+    if table1:
+        out += ["", *table1]
     losses = _where_realm_loses(runs, settings)
     if losses:
         out += ["", "### Where REALM loses (mean over seeds)", "", *losses]
@@ -593,6 +613,7 @@ def streams_fingerprint(
     corruptions: Sequence[str],
     preset: str,
     stream_settings: StreamSettings,
+    overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What makes two runs of one cell the same run: data, streams, weights, configurations.
 
@@ -605,7 +626,7 @@ def streams_fingerprint(
         "streams": asdict(stream_settings),
         "source_sha256": weights_digest(source),
         "configs": {
-            m: method_config(m, preset, dataset.num_classes).to_dict()
+            m: method_config(m, preset, dataset.num_classes, overrides).to_dict()
             for m in STREAM_METHODS
             if m != "none"
         },

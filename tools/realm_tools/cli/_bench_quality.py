@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,9 @@ RUN_LOG = "streams.partial.jsonl"
 def add_quality_parser(bench: Any) -> None:
     """Register ``quality`` on the ``bench`` sub-parser set."""
     quality = bench.add_parser(
-        "quality", help="online accuracy on corrupted streams (digits, CIFAR-10-C, ImageNet-C)"
+        "quality",
+        help="online accuracy on corrupted streams (digits, Fashion-MNIST-C, CIFAR-10-C, "
+        "ImageNet-C)",
     )
     quality.add_argument(
         "--quick",
@@ -37,18 +40,30 @@ def add_quality_parser(bench: Any) -> None:
     )
     quality.add_argument(
         "--dataset",
-        choices=("digits", "cifar10c", "imagenetc"),
+        choices=("digits", "fmnist-c", "cifar10c", "imagenetc"),
         default="digits",
-        help="the built-in digits task, or real data from --data-root",
+        help="the built-in digits task; Fashion-MNIST-C (built from the Fashion-MNIST files "
+        "Debian installs, or --data-root); or CIFAR-10-C / ImageNet-C from --data-root",
+    )
+    quality.add_argument(
+        "--split",
+        choices=("test", "val"),
+        default="test",
+        help="fmnist-c: the test split (reported), or the validation split (part of the "
+        "training set, corrupted with other seeds: what settings are chosen on)",
     )
     quality.add_argument(
         "--data-root",
         default=None,
-        help="CIFAR-10-C: folder of <corruption>.npy + labels.npy; "
-        "ImageNet-C: folder of <corruption>/<severity>/<wnid>/*.JPEG",
+        help="fmnist-c: folder of the four Fashion-MNIST files (default: $REALM_DATA, then "
+        "/usr/share/datasets/fashion-mnist); CIFAR-10-C: folder of <corruption>.npy + "
+        "labels.npy; ImageNet-C: folder of <corruption>/<severity>/<wnid>/*.JPEG",
     )
     quality.add_argument(
-        "--model", default=None, help="timm name of the source model (imagenetc: resnet50_gn)"
+        "--model",
+        default=None,
+        help="fmnist-c: a shipped source model, resnet26_gn (default), mobilenetv3_bn or vit_ln; "
+        "otherwise the timm name of the source model (imagenetc: resnet50_gn)",
     )
     quality.add_argument("--weights", default=None, help="state_dict file of the source model")
     quality.add_argument(
@@ -90,6 +105,15 @@ def add_quality_parser(bench: Any) -> None:
         help="long-running streams instead of the episodic table: continual, mixed, "
         "gradual, correlated, long, junk-* (or all, with episodic); writes streams.md",
     )
+    quality.add_argument(
+        "--set",
+        dest="overrides",
+        nargs="+",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="--settings: RealmConfig fields every adapting row gets, a variant of the preset "
+        "(e.g. lr=0.0003125 freeze_last_block=true: SAR's reading of the CIFAR settings)",
+    )
     quality.add_argument("--passes", type=int, default=4, help="--settings continual: passes")
     quality.add_argument(
         "--horizon", type=int, default=100_000, help="--settings long: at least this many samples"
@@ -126,13 +150,17 @@ def _quality_data(
     args: argparse.Namespace,
 ) -> tuple[ShiftDataset | None, nn.Module | None] | str:
     """The dataset and source model of ``bench quality`` (None, None: digits), or an error."""
+    if args.split != "test" and args.dataset != "fmnist-c":
+        return "--split is for --dataset fmnist-c"
     if args.dataset == "digits":
         if args.data_root or args.model or args.weights or args.random_init or args.classes:
             return (
                 "--data-root, --model, --weights, --random-init and --classes are for "
-                "--dataset cifar10c or imagenetc"
+                "--dataset fmnist-c, cifar10c or imagenetc"
             )
         return None, None
+    if args.dataset == "fmnist-c":
+        return _fashion_data(args)
     from ..data import load_cifar10c, load_imagenetc
     from ..models import source_model
 
@@ -175,6 +203,58 @@ def _quality_data(
     return dataset, source
 
 
+def parse_overrides(items: list[str]) -> dict[str, object] | str:
+    """``FIELD=VALUE`` items as configuration fields (numbers, true/false, text), or an error."""
+    out: dict[str, object] = {}
+    for item in items:
+        field, sep, text = item.partition("=")
+        if not sep or not field:
+            return f"--set expects FIELD=VALUE items, got {item!r}"
+        value: object = text
+        if text.lower() in ("true", "false"):
+            value = text.lower() == "true"
+        else:
+            for kind in (int, float):
+                try:
+                    value = kind(text)
+                    break
+                except ValueError:
+                    continue
+        out[field] = value
+    return out
+
+
+def _model_name(args: argparse.Namespace) -> str:
+    """The source model a run adapts, as its report names it."""
+    defaults = {"digits": "digits", "fmnist-c": "resnet26_gn", "imagenetc": "resnet50_gn"}
+    return args.model or defaults.get(args.dataset, "")
+
+
+def _fashion_data(args: argparse.Namespace) -> tuple[ShiftDataset, nn.Module] | str:
+    """Fashion-MNIST-C and its source model: a shipped one, or ``--weights`` of your own."""
+    from ..data import fashion_preprocessing, load_fmnistc
+    from ..models import RECIPES, fashion_model, load_weights, timm_model
+
+    if args.random_init or args.classes or args.epochs is not None:
+        return (
+            "--random-init, --classes and --epochs are for the other data sets: --dataset "
+            "fmnist-c adapts a shipped source model (--model resnet26_gn, mobilenetv3_bn or "
+            "vit_ln), or --weights of your own for --model (one of those or a timm name)"
+        )
+    name = args.model or "resnet26_gn"
+    try:
+        dataset = load_fmnistc(args.data_root, split=args.split, cache_dir=args.cache_dir)
+        if args.weights is None:
+            return dataset, fashion_model(name, cache_dir=args.cache_dir)
+        # Your own weights: one of the recipes' architectures, or any timm one (1 channel).
+        model = RECIPES[name].build() if name in RECIPES else timm_model(name, 10, in_chans=1)
+        model = load_weights(model, args.weights)
+        model.pretrained_cfg = fashion_preprocessing()  # type: ignore[assignment]
+        return dataset, model
+    except (OSError, ValueError) as exc:
+        return str(exc)
+
+
 def run_quality_command(args: argparse.Namespace) -> int:
     """Run ``realm bench quality`` with parsed arguments; returns the exit code."""
     from ..bench import QUALITY_METHODS, bench_quality, plot_quality, quality_table, runs_to_json
@@ -188,6 +268,9 @@ def run_quality_command(args: argparse.Namespace) -> int:
         print(data, file=sys.stderr)
         return 2
     dataset, source = data
+    if args.overrides and not args.settings:
+        print("--set applies to --settings runs (e.g. --settings episodic)", file=sys.stderr)
+        return 2
     if args.settings:
         return _bench_streams(args, dataset, source)
     if args.methods is None:
@@ -249,7 +332,8 @@ def run_quality_command(args: argparse.Namespace) -> int:
     else:
         settings.update(
             data_root=str(args.data_root),
-            model=args.model or "resnet50_gn",
+            model=_model_name(args),
+            split=args.split,
             weights=args.weights,
             random_init=args.random_init,
         )
@@ -275,6 +359,7 @@ def _bench_streams(
         STREAM_METHODS,
         RunLog,
         bench_streams,
+        plot_examples,
         plot_streams,
         streams_fingerprint,
         streams_tables,
@@ -283,6 +368,10 @@ def _bench_streams(
     from ..data import SETTINGS, DigitsShift, StreamSettings, load_digits
     from ..models import train_digits_model
 
+    overrides = parse_overrides(args.overrides)
+    if isinstance(overrides, str):
+        print(overrides, file=sys.stderr)
+        return 2
     settings = list(SETTINGS) if "all" in args.settings else list(args.settings)
     methods = args.methods or list(STREAM_METHODS)
     bad = [m for m in methods if m not in STREAM_METHODS]
@@ -313,9 +402,18 @@ def _bench_streams(
     )
     preset = args.preset or ("imagenet" if args.dataset == "imagenetc" else "cifar")
     out = Path(args.out)
-    fingerprint = streams_fingerprint(
-        dataset, source, corruptions=corruptions, preset=preset, stream_settings=stream_settings
-    )
+    try:
+        fingerprint = streams_fingerprint(
+            dataset,
+            source,
+            corruptions=corruptions,
+            preset=preset,
+            stream_settings=stream_settings,
+            overrides=overrides,
+        )
+    except (TypeError, ValueError) as exc:
+        print(f"--set: {exc}", file=sys.stderr)
+        return 2
     log_path = out / RUN_LOG
     if args.fresh:
         log_path.unlink(missing_ok=True)
@@ -330,6 +428,7 @@ def _bench_streams(
             f"going on from {log_path}: {len(log.done)} runs done before are reused "
             f"(--fresh starts over){cut}"
         )
+    started, reused = time.perf_counter(), len(log.done)
     try:
         runs = bench_streams(
             dataset,
@@ -343,22 +442,31 @@ def _bench_streams(
             on_run=None if args.no_progress else progress_factory(),
             jobs=args.jobs,
             log=log,
+            overrides=overrides,
         )
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
-    tables = streams_tables(runs)
+    minutes = (time.perf_counter() - started) / 60
+    took = f"This invocation took {minutes:.1f} min with {args.jobs} job(s)" + (
+        f"; {reused} runs came from an earlier, stopped invocation." if reused else "."
+    )
+    tables = took + "\n\n" + streams_tables(runs)
     print(tables)
     record = {
         "dataset": args.dataset,
+        "split": args.split,
+        "model": _model_name(args),
         "settings": settings,
         "corruptions": corruptions,
         "seeds": list(args.seeds),
         "methods": methods,
         "preset": preset,
+        "overrides": overrides,
         "streams": asdict(stream_settings),
         "batch_size": 1,
         "jobs": args.jobs,
+        "minutes": round(minutes, 2),
         "source_sha256": fingerprint["source_sha256"],
         "cpus": sorted(set(log.cpus.values())),  # more than one where a stopped run went on
     }
@@ -370,6 +478,8 @@ def _bench_streams(
         + "\n",
     )
     plots = plot_streams(runs, out)
+    example = plot_examples(dataset, corruptions, args.severity, out)
+    plots += [example] if example is not None else []
     log_path.unlink()  # its runs are in streams.json now
     print(f"written: {out / 'streams.md'}, {out / 'streams.json'}, {len(plots)} plots")
     return 0

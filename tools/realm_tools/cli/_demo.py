@@ -1,4 +1,4 @@
-"""``realm demo``: the digits model adapted on shifted streams, then exported and run."""
+"""``realm demo``: a trained model adapted on shifted streams, then exported and run."""
 
 from __future__ import annotations
 
@@ -11,12 +11,19 @@ from ._common import progress_factory
 
 def add_demo_parser(sub: Any) -> None:
     """Register the ``demo`` sub-command on an argparse sub-parser set."""
-    demo = sub.add_parser("demo", help="adapt the built-in digits model on shifted streams")
-    demo.add_argument(
-        "--corruptions",
-        nargs="+",
-        default=["gaussian_noise", "impulse_noise", "defocus_blur", "motion_blur", "fog"],
+    demo = sub.add_parser(
+        "demo",
+        help="adapt the shipped ResNet-26-GN on Fashion-MNIST-C (the digits model where "
+        "Fashion-MNIST is not installed)",
     )
+    demo.add_argument(
+        "--data",
+        choices=("auto", "fmnist", "digits"),
+        default="auto",
+        help="auto: Fashion-MNIST-C where the dataset is found, the digits otherwise",
+    )
+    demo.add_argument("--data-dir", default=None, help="folder of the four Fashion-MNIST files")
+    demo.add_argument("--corruptions", nargs="+", default=None, help="default: the task's")
     demo.add_argument("--severity", type=int, default=5, choices=range(1, 6))
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--preset", choices=("cifar", "imagenet"), default="cifar")
@@ -29,31 +36,44 @@ def add_demo_parser(sub: Any) -> None:
 
 def run_demo_command(args: argparse.Namespace) -> int:
     """Run ``realm demo`` with parsed arguments; returns the exit code."""
-    from ..data import CORRUPTIONS
-    from ..demo import format_demo, run_demo
+    from ..demo import demo_task, format_demo, run_demo
 
-    unknown = [c for c in args.corruptions if c not in CORRUPTIONS]
-    if unknown:
-        print(f"unknown corruptions {unknown}; known: {sorted(CORRUPTIONS)}", file=sys.stderr)
+    try:
+        task, note = demo_task(args.data, args.cache_dir, args.data_dir)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"realm demo: {exc}", file=sys.stderr)
         return 2
+    corruptions = args.corruptions or list(task.default_corruptions)
+    unknown = [c for c in corruptions if c not in task.corruptions]
+    if unknown:
+        print(
+            f"unknown corruptions {unknown} for the {task.name} demo; known: "
+            f"{list(task.corruptions)}",
+            file=sys.stderr,
+        )
+        return 2
+    if note:
+        print(note, flush=True)
     print(
-        "REALM demo: a GroupNorm CNN trained on scikit-learn's digits (the weights the "
-        "package ships), adapted online with the PyTorch reference SDK on shifted "
+        f"REALM demo: {task.title}. Adapted online with the PyTorch reference SDK on shifted "
         "test streams (no labels used for adaptation).",
         flush=True,
     )
     clean, rows = run_demo(
-        corruptions=args.corruptions,
+        task,
+        corruptions=corruptions,
         severity=args.severity,
         seed=args.seed,
         preset=args.preset,
-        cache_dir=args.cache_dir,
         on_stream=None if args.no_progress else progress_factory(),
     )
-    from ..data import load_digits
-
-    samples = len(load_digits().test_y)
-    print(format_demo(clean, rows, severity=args.severity, samples=samples), flush=True)
+    samples = len(task.stream(corruptions[0], args.severity, args.seed)[1])
+    print(
+        format_demo(
+            clean, rows, severity=args.severity, samples=samples, model=task.model_info["name"]
+        ),
+        flush=True,
+    )
     if args.no_runtime:
         return 0
     try:
@@ -63,16 +83,16 @@ def run_demo_command(args: argparse.Namespace) -> int:
         return 0
     from ..demo import format_runtime_demo, run_runtime_demo
 
-    corruption = args.corruptions[0]
+    corruption = corruptions[0]
     print(f"\nexport → RealmRuntime on {corruption}:", flush=True)
     bar = None if args.no_progress else progress_factory()(f"{corruption}/runtime", samples)
     result = run_runtime_demo(
+        task,
         corruption=corruption,
         severity=args.severity,
         seed=args.seed,
         preset=args.preset,
         out_dir=args.out_dir,
-        cache_dir=args.cache_dir,
         progress=bar,
     )
     print(format_runtime_demo(result, severity=args.severity))

@@ -16,6 +16,7 @@ from ._demo import add_demo_parser
 from ._export import add_export_parser
 from ._keygen import add_keygen_parser
 from ._parity import add_parity_parser
+from ._train import add_train_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_quality_parser(bench)
     add_adapt_parser(bench)
     add_parity_parser(sub)
+    add_train_parser(sub)
     for command, add in (("export", add_export_parser), ("coverage", add_coverage_parser)):
         if not _export_missing(sub, command):
             add(sub)

@@ -54,11 +54,15 @@ def run_parity_command(args: argparse.Namespace) -> int:
         cases = [known[c] for c in args.cases]
     else:
         cases = [c for c in CASES if args.all or c.slow == args.slow]
-    backends = BACKENDS if args.backend == "all" else (args.backend,)
+    asked = BACKENDS if args.backend == "all" else (args.backend,)
     reports = []
     with tempfile.TemporaryDirectory() as folder:
         exports = ExportCache(folder)  # cases that differ in device settings share an export
         for case in cases:
+            backends = [b for b in asked if b in case.backends]  # those held to the case
+            if not backends:
+                print(f"{case.name}: not run on {args.backend} ({case.why})", file=sys.stderr)
+                continue
             total = case.steps * len(backends)
             bar = None if args.no_progress else progress_factory()(case.name, total)
             done = run_case(

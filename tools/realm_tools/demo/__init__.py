@@ -1,13 +1,14 @@
-"""The demo (``realm demo``): the digits source model adapted on shifted streams, end to end.
+"""The demo (``realm demo``): a trained source model adapted on shifted streams, end to end.
 
-:func:`run_demo` adapts the built-in digits model online with the PyTorch reference SDK
-(no-adapt, Tent, EATA, REALM) on corrupted test streams; :func:`run_runtime_demo` exports it
-(:func:`export_digits_artifacts`, the one digits export the web site and the tests use too)
-and runs the same stream through the torch-free ``RealmRuntime``, writing the stream for the
-edge apps (:func:`write_stream_folder`).
+The task (:func:`demo_task`) is the shipped ResNet-26-GN on Fashion-MNIST-C where the dataset
+is installed, the digits model otherwise. :func:`run_demo` adapts it online with the PyTorch
+reference SDK (no-adapt, Tent, EATA, REALM) on corrupted test streams;
+:func:`run_runtime_demo` exports it and runs the same stream through the torch-free
+``RealmRuntime``, writing the stream for the edge apps (:func:`write_stream_folder`).
+:func:`export_digits_artifacts` is the one digits export the web site and the tests use.
 
-    >>> from realm_tools.demo import format_demo, run_demo
-    >>> clean, rows = run_demo(corruptions=["fog"])
+    >>> task, _ = demo_task()
+    >>> clean, rows = run_demo(task, corruptions=["fog"])
 """
 
 from ._run import (
@@ -20,11 +21,16 @@ from ._run import (
     run_runtime_demo,
     write_stream_folder,
 )
+from ._task import DemoTask, demo_task, digits_task, fashion_task
 
 __all__ = [
     "DemoRow",
+    "DemoTask",
     "RuntimeDemo",
+    "demo_task",
+    "digits_task",
     "export_digits_artifacts",
+    "fashion_task",
     "format_demo",
     "format_runtime_demo",
     "run_demo",

@@ -1,4 +1,4 @@
-"""The end-to-end demo job: source model on digits, shifted streams, no-adapt vs. adaptation."""
+"""The end-to-end demo job: a source model on shifted streams, no-adapt vs. adaptation."""
 
 from __future__ import annotations
 
@@ -18,12 +18,11 @@ from realm_sdk import RealmAdapter
 
 from ..bench import run_online
 from ..data import IMAGE_SIZE, NUM_CLASSES, DigitsData, digits_preprocessing, load_digits
-from ..models import train_digits_model
+from ._task import DemoTask, digits_task
 
 if TYPE_CHECKING:  # the export extra is optional for the SDK
     from realm_export import ExportInfo
 
-DEFAULT_CORRUPTIONS = ("gaussian_noise", "impulse_noise", "defocus_blur", "motion_blur", "fog")
 METHOD_ORDER = ("tent", "eata", "realm")
 
 
@@ -41,34 +40,34 @@ class DemoRow:
 
 
 def run_demo(
+    task: DemoTask | None = None,
     *,
-    corruptions: Sequence[str] = DEFAULT_CORRUPTIONS,
+    corruptions: Sequence[str] | None = None,
     severity: int = 5,
     seed: int = 0,
     preset: str = "cifar",
-    cache_dir: str | os.PathLike[str] | None = ".cache",
     on_stream: Callable[[str, int], Callable[[int], None]] | None = None,
 ) -> tuple[float, list[DemoRow]]:
-    """Train (or load) the digits source model and adapt it on shifted streams, batch size 1.
+    """Adapt the task's source model on shifted streams, batch size 1, with the SDK.
 
     Args:
-        corruptions: corruption names to stream.
+        task: what to adapt (default: the digits, :func:`digits_task`).
+        corruptions: corruption names to stream (default: the task's).
         severity: 1–5.
-        seed: stream order and corruption noise.
+        seed: the stream order.
         preset: ``"cifar"`` or ``"imagenet"`` hyper-parameters.
-        cache_dir: where the source weights are cached.
         on_stream: ``(label, total) -> progress(done)`` for each stream (progress bars).
 
     Returns:
         ``(clean accuracy %, rows)``.
     """
-    data = load_digits()
-    source = train_digits_model(data, cache_dir=cache_dir)
-    clean_x, clean_y = data.stream("clean", severity, seed=seed)
+    task = task or digits_task()
+    source = task.source
+    clean_x, clean_y = task.clean(seed)
     clean = run_online(source, clean_x, clean_y).accuracy * 100
     rows = []
-    for corruption in corruptions:
-        x, y = data.stream(corruption, severity, seed=seed)
+    for corruption in corruptions or task.default_corruptions:
+        x, y = task.stream(corruption, severity, seed)
         base = run_online(source, x, y).accuracy * 100
         acc: dict[str, float] = {}
         updates: dict[str, int] = {}
@@ -91,12 +90,19 @@ def run_demo(
     return clean, rows
 
 
-def format_demo(clean: float, rows: Sequence[DemoRow], *, severity: int, samples: int) -> str:
+def format_demo(
+    clean: float,
+    rows: Sequence[DemoRow],
+    *,
+    severity: int,
+    samples: int,
+    model: str = "digits GN CNN",
+) -> str:
     """The demo's results as a plain-text table."""
     head = f"{'corruption':<16}{'no-adapt':>9}" + "".join(f"{m:>8}" for m in METHOD_ORDER)
     head += f"{'REALM upd':>11}{'α':>7}{'λ':>7}{'ms/sample':>11}"
     lines = [
-        f"digits GN CNN, clean accuracy {clean:.1f}%; severity {severity}, batch 1, "
+        f"{model}, clean accuracy {clean:.1f}%; severity {severity}, batch 1, "
         f"{samples} samples per stream",
         head,
         "-" * len(head),
@@ -194,38 +200,49 @@ def write_stream_folder(folder: Path, images: Any, labels: Any) -> None:
 
 
 def run_runtime_demo(
+    task: DemoTask | None = None,
     *,
     corruption: str = "gaussian_noise",
     severity: int = 5,
     seed: int = 0,
     preset: str = "cifar",
     out_dir: str | os.PathLike[str] = "artifacts",
-    cache_dir: str | os.PathLike[str] | None = ".cache",
     threads: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> RuntimeDemo:
-    """Export the digits source model and adapt it with the torch-free runtime.
+    """Export the task's source model and adapt it with the torch-free runtime.
 
-    Writes ``<out_dir>/digits`` (the artifacts), ``<out_dir>/digits_stream.npz`` (the
+    Writes ``<out_dir>/<task>`` (the artifacts), ``<out_dir>/<task>_stream.npz`` (the
     shifted stream with labels, for ``examples/edge_app.py``) and the same stream as
-    ``<out_dir>/digits_stream/`` (one ``.npy`` a sample and ``labels.json``, for
+    ``<out_dir>/<task>_stream/`` (one ``.npy`` a sample and ``labels.json``, for
     ``examples/node/edge-app.mjs``), runs the stream through
     :class:`realm_runtime.RealmRuntime` and through :class:`RealmAdapter`, and times both.
     """
     import numpy as np
 
+    from realm_export import ExportOptions, export_realm_artifacts
     from realm_runtime import RealmRuntime
 
-    data = load_digits()
-    source = train_digits_model(data, cache_dir=cache_dir)
+    task = task or digits_task()
+    source = task.source
     cfg = RealmConfig.preset(preset, num_classes=NUM_CLASSES)  # type: ignore[arg-type]
     out = Path(out_dir)
-    artifacts = out / "digits"
-    info = export_digits_artifacts(source, data, artifacts, cfg)
-    x, y = data.stream(corruption, severity, seed=seed)
-    stream_file = out / "digits_stream.npz"
+    artifacts = out / task.name
+    info = export_realm_artifacts(
+        source,
+        artifacts,
+        ExportOptions(
+            config=cfg,
+            input_shape=task.input_shape,
+            overwrite=True,
+            model_info=task.model_info,
+            preprocessing=task.preprocessing,
+        ),
+    )
+    x, y = task.stream(corruption, severity, seed)
+    stream_file = out / f"{task.name}_stream.npz"
     np.savez(stream_file, images=x, labels=y, corruption=corruption, severity=severity)
-    write_stream_folder(out / "digits_stream", x, y)
+    write_stream_folder(out / f"{task.name}_stream", x, y)
 
     base = run_online(source, x, y).accuracy * 100
     rt = RealmRuntime(artifacts, threads=threads)

@@ -10,6 +10,7 @@ local file through :func:`load_weights` only. The digits task's own model,
 """
 
 from ._digits import DigitsGNNet, train_digits_model
+from ._fashion import RECIPES, Recipe, ResNet26GN, fashion_model, train_fashion_model, weights_file
 from ._registry import (
     MODELS,
     ModelSpec,
@@ -23,13 +24,19 @@ from ._registry import (
 
 __all__ = [
     "MODELS",
+    "RECIPES",
     "DigitsGNNet",
     "ModelSpec",
+    "Recipe",
+    "ResNet26GN",
     "build_model",
+    "fashion_model",
     "known_model",
     "load_weights",
     "model_from_spec",
     "source_model",
     "timm_model",
     "train_digits_model",
+    "train_fashion_model",
+    "weights_file",
 ]

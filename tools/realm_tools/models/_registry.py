@@ -22,6 +22,7 @@ from torch import nn
 
 from ..data import load_digits
 from ._digits import DigitsGNNet, train_digits_model
+from ._fashion import fashion_model
 
 TIMM_PREFIX = "timm:"
 
@@ -110,6 +111,10 @@ MODELS: dict[str, ModelSpec] = {
     "digits_gn": ModelSpec(_trained_digits_gn, (1, 32, 32), 10),
     # timm's resnet18 (BatchNorm) trained on the digits (parity: real running statistics)
     "resnet18_bn": ModelSpec(_trained_digits_resnet18, (1, 32, 32), 10),
+    # trained on Fashion-MNIST, the weights the package ships (one per norm family)
+    "fmnist_resnet26_gn": ModelSpec(partial(fashion_model, "resnet26_gn"), (1, 32, 32), 10),
+    "fmnist_mobilenetv3_bn": ModelSpec(partial(fashion_model, "mobilenetv3_bn"), (1, 32, 32), 10),
+    "fmnist_vit_ln": ModelSpec(partial(fashion_model, "vit_ln"), (1, 32, 32), 10),
     "convnext_atto": _timm_spec("convnext_atto", (3, 64, 64), 10),
     # a Swin small enough for the fast parity tier: 64 px, window 4, four thin stages
     "swin_small_cfg": _timm_spec(
