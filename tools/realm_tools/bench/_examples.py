@@ -47,10 +47,10 @@ def plot_examples(
         ax.set_xticks([])
         ax.set_ylabel(name, rotation=0, ha="right", va="center", fontsize=8)
     fig.suptitle(f"{dataset.name}, severity {severity} (stream order, seed 0)", fontsize=9)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.16, right=0.99, top=0.96, bottom=0.01, hspace=0.1)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "examples.png"
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=80)
     plt.close(fig)
     return path
