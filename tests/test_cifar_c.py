@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from realm_tools.data._cifar_c import CIFAR_C_CORRUPTIONS, CIFAR_C_EXTRAS, corrupt_gray32
+from realm_tools.data import CIFAR_C_CORRUPTIONS, CIFAR_C_EXTRAS, corrupt_gray32
 
 ALL = CIFAR_C_CORRUPTIONS + CIFAR_C_EXTRAS
 SEED_FREE = (

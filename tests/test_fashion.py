@@ -11,11 +11,17 @@ from conftest import needs_fashion_mnist
 from realm_tools.data import (
     CIFAR_C_CORRUPTIONS,
     ShiftDataset,
+    fashion_preprocessing,
     find_fashion_mnist,
     load_fashion_mnist,
     load_fmnistc,
 )
-from realm_tools.data._fashion import FILES, MEAN, STD, read_idx
+
+# The official release's file names (independent of the reader's own table).
+FILES = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
 
 
 def _idx(data: np.ndarray) -> bytes:
@@ -74,7 +80,7 @@ def test_damaged_files_are_named(tmp_path):
         load_fashion_mnist(folder)
     labels.write_bytes(b"not gzip")
     with pytest.raises(ValueError, match="unreadable"):
-        read_idx(labels, dims=1)
+        load_fashion_mnist(folder)
 
 
 def test_the_installed_dataset_matches_its_release_and_the_constants():
@@ -83,7 +89,8 @@ def test_the_installed_dataset_matches_its_release_and_the_constants():
     assert [len(data.split(s)[1]) for s in ("train", "val", "test")] == [50_000, 10_000, 10_000]
     assert (np.bincount(data.split("test")[1]) == 1000).all()  # the test split is balanced
     pixels = data.split("train")[0].astype(np.float64) / 255
-    assert abs(pixels.mean() - MEAN) < 1e-4 and abs(pixels.std() - STD) < 1e-4
+    (mean,), (std,) = fashion_preprocessing()["mean"], fashion_preprocessing()["std"]
+    assert abs(pixels.mean() - mean) < 1e-4 and abs(pixels.std() - std) < 1e-4
 
 
 def test_fmnist_c_streams_are_fixed_copies_shuffled_by_seed(tmp_path):

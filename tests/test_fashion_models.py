@@ -15,15 +15,14 @@ from realm_export import ExportOptions, export_realm_artifacts
 from realm_runtime import RealmConfig
 from realm_runtime.contract import MANIFEST_NAME
 from realm_tools.cli import main
-from realm_tools.models import RECIPES, fashion_model, weights_file
-from realm_tools.models._fashion import SHIPPED
+from realm_tools.models import RECIPES, WEIGHTS_DIR, fashion_model, weights_file
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "models.md"
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_each_shipped_model_is_documented_with_its_digest(name):
-    file = SHIPPED / weights_file(name, RECIPES[name].epochs, 0)
+    file = WEIGHTS_DIR / weights_file(name, RECIPES[name].epochs, 0)
     digest = hashlib.sha256(file.read_bytes()).hexdigest()
     text = DOCS.read_text(encoding="utf-8")
     assert digest in text, f"{file.name}'s sha256 {digest} is not in docs/models.md"
@@ -80,7 +79,7 @@ def test_trained_models_export_and_validate_at_the_default_tolerances(name, tmp_
 
 def test_the_quality_bench_runs_fmnist_c_with_your_own_weights(tmp_path, capsys):
     needs_fashion_mnist()
-    weights = SHIPPED / weights_file("vit_ln", RECIPES["vit_ln"].epochs, 0)
+    weights = WEIGHTS_DIR / weights_file("vit_ln", RECIPES["vit_ln"].epochs, 0)
     common = ["bench", "quality", "--dataset", "fmnist-c", "--settings", "episodic"]
     common += ["--corruptions", "fog", "--seeds", "0", "--limit", "30", "--no-progress"]
     common += ["--cache-dir", str(tmp_path / "cache")]

@@ -480,7 +480,7 @@ def test_cli_quality_refuses_real_data_flags_on_digits(capsys):
     from realm_tools.cli import main
 
     assert main(["bench", "quality", "--data-root", "x"]) == 2
-    assert "are for --dataset cifar10c or imagenetc" in capsys.readouterr().err
+    assert "are for --dataset fmnist-c, cifar10c or imagenetc" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from ._continual import StreamRun
+
+class StreamRun(Protocol):
+    """What the table reads of a run (``realm_tools.bench.StreamRun`` has it)."""
+
+    setting: str
+    method: str
+    seed: int
+    samples: int
+    accuracy: float | None
+    segments: list[tuple[str, float]]
 
 
 def _mean_std(values: Sequence[float]) -> str:

@@ -16,7 +16,7 @@ nothing here imports torch.
     >>> images, labels = load_digits().stream("fog", 5, seed=0)
 """
 
-from ._cifar_c import CIFAR_C_CORRUPTIONS, corrupt_gray32
+from ._cifar_c import CIFAR_C_CORRUPTIONS, CIFAR_C_EXTRAS, corrupt_gray32
 from ._corruptions import CORRUPTIONS, corrupt, resize_bilinear
 from ._digits import (
     IMAGE_SIZE,
@@ -48,6 +48,7 @@ __all__ = [
     "CIFAR10_MEAN",
     "CIFAR10_STD",
     "CIFAR_C_CORRUPTIONS",
+    "CIFAR_C_EXTRAS",
     "CORRUPTIONS",
     "IMAGENET_MEAN",
     "IMAGENET_STD",

@@ -10,7 +10,15 @@ local file through :func:`load_weights` only. The digits task's own model,
 """
 
 from ._digits import DigitsGNNet, train_digits_model
-from ._fashion import RECIPES, Recipe, ResNet26GN, fashion_model, train_fashion_model, weights_file
+from ._fashion import (
+    RECIPES,
+    Recipe,
+    ResNet26GN,
+    fashion_model,
+    train_fashion_model,
+    weights_file,
+)
+from ._fashion import SHIPPED as WEIGHTS_DIR
 from ._registry import (
     MODELS,
     ModelSpec,
@@ -25,6 +33,7 @@ from ._registry import (
 __all__ = [
     "MODELS",
     "RECIPES",
+    "WEIGHTS_DIR",
     "DigitsGNNet",
     "ModelSpec",
     "Recipe",

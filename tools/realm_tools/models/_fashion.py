@@ -26,10 +26,11 @@ import torch
 from torch import nn
 
 from ..data import fashion_normalise, fashion_preprocessing, load_fashion_mnist
+from ._timm import timm_model
 
 log = logging.getLogger(__name__)
 
-SHIPPED = Path(__file__).with_name("weights")
+SHIPPED = Path(__file__).with_name("weights")  # the weights the package ships
 
 
 class _Shortcut(nn.Module):
@@ -98,8 +99,6 @@ class ResNet26GN(nn.Module):
 
 
 def _timm(name: str, **kwargs: object) -> nn.Module:
-    from ._registry import timm_model
-
     return timm_model(name, 10, in_chans=1, **kwargs)
 
 
