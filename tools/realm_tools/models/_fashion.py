@@ -162,7 +162,8 @@ def fashion_model(name: str, *, cache_dir: str | os.PathLike[str] | None = None)
         raise ValueError(f"unknown Fashion-MNIST model {name!r}; known: {sorted(RECIPES)}")
     recipe = RECIPES[name]
     file = weights_file(name, recipe.epochs, 0)
-    found = [p for p in (SHIPPED / file, Path(cache_dir or SHIPPED) / file) if p.is_file()]
+    places = [SHIPPED] + ([Path(cache_dir)] if cache_dir is not None else [])
+    found = [folder / file for folder in places if (folder / file).is_file()]
     if not found:
         raise FileNotFoundError(
             f"no weights for the Fashion-MNIST model {name!r} ({file}): make them with "
