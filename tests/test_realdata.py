@@ -440,17 +440,20 @@ def test_cli_streams_keep_finished_runs_and_go_on(cifar_root, tmp_path, capsys):
     argv += ["--settings", "continual", "--seeds", "0", "--limit", "4", "--passes", "1"]
     argv += ["--out", str(out), "--no-progress"]
     assert main(argv) == 0
-    assert not (out / "streams.partial.jsonl").exists()  # its runs are in streams.json now
+    log = (out / "runs.jsonl").read_text().splitlines()  # kept: more seeds add to these
+    assert len(log) == 3 and all(json.loads(line)["run"]["seconds"] > 0 for line in log[1:])
     data = json.loads((out / "streams.json").read_text())
     assert len(data["settings"]["source_sha256"]) == 64 and len(data["settings"]["cpus"]) == 1
     # A run log another benchmark left there is refused, not mixed in; --fresh starts over.
-    (out / "streams.partial.jsonl").write_text('{"fingerprint": {"dataset": "digits"}}\n')
+    (out / "runs.jsonl").write_text('{"fingerprint": {"dataset": "digits"}}\n')
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "holds runs of another benchmark" in err and "--fresh" in err
     assert main([*argv, "--fresh"]) == 0
-    assert not (out / "streams.partial.jsonl").exists()
-    assert json.loads((out / "streams.json").read_text())["runs"] == data["runs"]
+    assert len((out / "runs.jsonl").read_text().splitlines()) == 3
+    again = json.loads((out / "streams.json").read_text())["runs"]
+    timeless = [{k: v for k, v in r.items() if k != "seconds"} for r in again]
+    assert timeless == [{k: v for k, v in r.items() if k != "seconds"} for r in data["runs"]]
 
 
 @pytest.mark.parametrize(

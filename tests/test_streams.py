@@ -358,7 +358,39 @@ def test_overrides_reach_every_adapting_row_and_the_fingerprint(shift, digits_mo
         stream_settings=SMALL,
         overrides=variant,
     )
-    assert plain["configs"]["realm"]["lr"] != varied["configs"]["realm"]["lr"]
+    assert plain == varied  # the rows' configurations live beside each run, not here
+
+
+def test_a_run_log_runs_again_only_the_rows_whose_configuration_changed(
+    shift, digits_model, tmp_path
+):
+    from realm_tools.bench import RunLog, streams_fingerprint
+
+    settings = StreamSettings(passes=1, limit=8)
+    common = dict(
+        settings=["episodic"],
+        seeds=[1],
+        corruptions=DOMAINS[:2],
+        methods=["none", "eata", "realm"],
+        stream_settings=settings,
+    )
+    mark = streams_fingerprint(
+        shift, digits_model, corruptions=DOMAINS[:2], preset="cifar", stream_settings=settings
+    )
+    path = tmp_path / "runs.jsonl"
+    bench_streams(shift, digits_model, **common, log=RunLog(path, mark))
+    ran: list[str] = []
+
+    def on_run(label: str, total: int):
+        ran.append(label)
+        return None
+
+    log = RunLog(path, mark)
+    lr = {"lr": 0.001, "lr_alpha_lambda": 0.002}
+    bench_streams(shift, digits_model, **common, log=log, on_run=on_run, overrides=lr)
+    adapting = [f"episodic/{c}/s1/{m}" for m in ("eata", "realm") for c in DOMAINS[:2]]
+    assert sorted(ran) == sorted(adapting)  # no-adapt's runs did not change: kept
+    assert RunLog(path, mark).configs[adapting[-1]]["lr"] == 0.001  # the later run replaces
     with pytest.raises(TypeError, match="alpha_zero"):
         bench_streams(
             shift,

@@ -61,6 +61,7 @@ class StreamRun:
     reset_at: list[int] = field(default_factory=list)  # samples after which a reset happened
     trace_at: list[int] = field(default_factory=list)  # sample index of each trace point
     trace: dict[str, list[float]] = field(default_factory=dict)  # accuracy, alpha, lam, ...
+    seconds: float = 0.0  # wall time of the stream and the clean check (0: not recorded)
 
 
 def method_config(
@@ -98,6 +99,7 @@ def run_stream(
 
     ``progress(done, total)`` is called every 64 samples and at the end.
     """
+    started = time.perf_counter()
     model = copy.deepcopy(source).eval()
     adapter = (
         None
@@ -154,6 +156,7 @@ def run_stream(
         reset_at=reset_at,
         trace_at=at,
         trace={**(trace if adapter is not None else {}), "accuracy": window},
+        seconds=time.perf_counter() - started,
     )
 
 
@@ -230,12 +233,15 @@ def bench_streams(
         for method in methods
         for part in (corruptions if setting == "episodic" else (None,))
     ]
+    configs: dict[str, Any] = {"none": None}  # no-adapt has no configuration
+    for m in set(methods) - {"none"}:
+        configs[m] = method_config(m, preset, dataset.num_classes, overrides).to_dict()
     kept = log.done if log is not None else {}
-    todo = [c for c in cells if c.label not in kept]
+    todo = [c for c in cells if log is None or not log.holds(c.label, configs[c.method])]
 
     def keep(cell: _Cell, run: StreamRun) -> StreamRun:
         if log is not None:
-            log.add(cell.label, _compact(run))
+            log.add(cell.label, _compact(run), configs[cell.method])
         return run
 
     if not todo:
@@ -433,6 +439,7 @@ def _episodic(parts: list[StreamRun], corruptions: Sequence[str]) -> StreamRun:
         clean_after=float(np.mean(cleans)) if cleans else None,
         updates=sum(r.updates for r in parts),
         events={k: sum(r.events[k] for r in parts) for k in EVENTS},
+        seconds=sum(r.seconds for r in parts),
     )
 
 
@@ -614,21 +621,20 @@ def streams_fingerprint(
     stream_settings: StreamSettings,
     overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """What makes two runs of one cell the same run: data, streams, weights, configurations.
+    """What makes two runs of one cell comparable: data, streams, source weights, preset.
 
-    Settings and seeds are not part of it: a run log keeps runs by cell, so a benchmark
-    started again with more seeds or settings reuses the cells it shares.
+    Settings, seeds and the rows' configurations are not part of it: a run log keeps runs by
+    cell with the configuration each ran, so a benchmark started again with more seeds or
+    settings reuses the cells it shares, and a row whose configuration changed runs again.
+    ``overrides`` are checked here (a bad field fails before anything runs).
     """
+    method_config("realm", preset, dataset.num_classes, overrides)
     return {
         "dataset": dataset.name,
         "corruptions": list(corruptions),
         "streams": asdict(stream_settings),
         "source_sha256": weights_digest(source),
-        "configs": {
-            m: method_config(m, preset, dataset.num_classes, overrides).to_dict()
-            for m in STREAM_METHODS
-            if m != "none"
-        },
+        "preset": preset,
     }
 
 

@@ -2,9 +2,10 @@
 
 The long-running streams take hours; a machine that goes away, a closed terminal or one
 failing run must not cost the runs already done. Each finished run is appended as one JSON
-line (a run cut off mid-line is dropped and run again); the first line is the benchmark's
-fingerprint (data, stream shapes, source weights, every row's configuration), and a file
-written by another benchmark is refused, never mixed in.
+line (a run cut off mid-line is dropped and run again) with the configuration it ran, so a
+changed row runs again and the others are kept; the first line is the benchmark's
+fingerprint (data, stream shapes, source weights), and a file written by another benchmark
+is refused, never mixed in.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class RunLog:
         self.fingerprint = json.loads(json.dumps(fingerprint))  # as it reads back
         self.done: dict[str, dict[str, Any]] = {}
         self.cpus: dict[str, str] = {}  # the CPU each run ran on, by label
+        self.configs: dict[str, Any] = {}  # the configuration each run ran, by label
         self._cpu = cpu_name()  # this process's, written beside each run it adds
         self.dropped = 0  # lines cut off by an interruption
         if self.path.is_file():
@@ -80,6 +82,7 @@ class RunLog:
                 entry = json.loads(line)
                 self.done[entry["label"]] = entry["run"]
                 self.cpus[entry["label"]] = entry.get("cpu", "unknown")
+                self.configs[entry["label"]] = entry.get("config")
             except (json.JSONDecodeError, KeyError, TypeError):
                 self.dropped += 1
         if not text.endswith("\n"):  # cut off mid-line: the next run starts a line of its own
@@ -92,8 +95,18 @@ class RunLog:
             f.flush()
             os.fsync(f.fileno())
 
-    def add(self, label: str, run: Mapping[str, Any]) -> None:
-        """Keep one finished run (written through to the disk before this returns)."""
-        self._append({"label": label, "cpu": self._cpu, "run": run})
+    def add(self, label: str, run: Mapping[str, Any], config: Any = None) -> None:
+        """Keep one finished run and the configuration it ran (JSON-ready; None: none).
+
+        Written through to the disk before this returns; a later run of the same label
+        replaces an earlier one.
+        """
+        config = json.loads(json.dumps(config))  # as it reads back
+        self._append({"label": label, "cpu": self._cpu, "config": config, "run": run})
         self.done[label] = dict(run)
         self.cpus[label] = self._cpu
+        self.configs[label] = config
+
+    def holds(self, label: str, config: Any = None) -> bool:
+        """Whether a run of ``label`` with this configuration (JSON-ready) is kept."""
+        return label in self.done and self.configs.get(label) == json.loads(json.dumps(config))

@@ -22,7 +22,7 @@ QUICK_LIMIT = 150  # samples per stream
 # The episodic table's rows (realm-runtime: REALM through the exported artifacts).
 QUALITY_DEFAULT_METHODS = ("none", "tent", "eata", "realm", "realm-runtime")
 # --settings: the finished runs, kept as they finish; removed once the tables are written.
-RUN_LOG = "streams.partial.jsonl"
+RUN_LOG = "runs.jsonl"
 
 
 def add_quality_parser(bench: Any) -> None:
@@ -130,8 +130,8 @@ def add_quality_parser(bench: Any) -> None:
     quality.add_argument(
         "--fresh",
         action="store_true",
-        help=f"--settings: start over, discarding the runs an interrupted run kept in "
-        f"OUT/{RUN_LOG} (by default they are reused)",
+        help=f"--settings: start over, discarding the finished runs kept in OUT/{RUN_LOG} "
+        "(by default they are reused: a stopped run goes on, more seeds add to fewer)",
     )
     quality.add_argument(
         "--preset",
@@ -448,8 +448,13 @@ def _bench_streams(
         print(exc, file=sys.stderr)
         return 2
     minutes = (time.perf_counter() - started) / 60
-    took = f"This invocation took {minutes:.1f} min with {args.jobs} job(s)" + (
-        f"; {reused} runs came from an earlier, stopped invocation." if reused else "."
+    timed = [r["seconds"] for r in log.done.values() if r.get("seconds")]
+    kept = sum(timed) / 60
+    took = (
+        f"This invocation took {minutes:.1f} min with {args.jobs} job(s)"
+        + (f"; {reused} runs came from an earlier invocation" if reused else "")
+        + f". The {len(timed)} of {len(log.done)} runs that kept their time took "
+        f"{kept:.0f} core-minutes (one torch thread each)."
     )
     tables = took + "\n\n" + streams_tables(runs)
     print(tables)
@@ -467,6 +472,7 @@ def _bench_streams(
         "batch_size": 1,
         "jobs": args.jobs,
         "minutes": round(minutes, 2),
+        "core_minutes": round(kept, 1),  # every run's own time, reused runs included
         "source_sha256": fingerprint["source_sha256"],
         "cpus": sorted(set(log.cpus.values())),  # more than one where a stopped run went on
     }
@@ -480,6 +486,5 @@ def _bench_streams(
     plots = plot_streams(runs, out)
     example = plot_examples(dataset, corruptions, args.severity, out)
     plots += [example] if example is not None else []
-    log_path.unlink()  # its runs are in streams.json now
     print(f"written: {out / 'streams.md'}, {out / 'streams.json'}, {len(plots)} plots")
     return 0
