@@ -1,4 +1,4 @@
-"""The one adapt graph (issue 27): a client that knows only the manifest's ``adapt`` section.
+"""The one adapt graph: a client that knows only the manifest's ``adapt`` section.
 
 The client is the code block of docs/adapt.md, run as written (numpy and onnxruntime only).
 It must take RealmRuntime's trajectory, step after step: the same reasons and updates, the

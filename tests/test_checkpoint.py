@@ -268,7 +268,7 @@ def test_a_state_names_its_artifacts(digits_artifacts, digits_model, tmp_path, d
 # ------------------------------------------------------------------ 4. damaged files (fuzzing)
 # Truncated, flipped, spliced; members of another dtype or shape, a pickled member, extra
 # members, any JSON as the header, and a zip bomb (a directory that declares an oversized
-# member): issue 13's property, FAST examples here and FULL in the slow tier.
+# member): the property, FAST examples here and FULL in the slow tier.
 
 
 def _zip_with(members: dict[str, bytes]) -> bytes:

@@ -1,4 +1,4 @@
-"""Issue 28: every name of the contract is spelled once, in Python, across both languages.
+"""Every name of the contract is spelled once, in Python, across both languages.
 
 ``realm_runtime/_names.py`` defines the names (files, graph I/O, manifest keys, counters,
 reasons, settings slots, format versions); ``clients/js/contract.json`` and ``contract.js``

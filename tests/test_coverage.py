@@ -1,4 +1,4 @@
-"""Issue 25 item 4: ``realm coverage``, which timm architectures export, validate and adapt.
+"""``realm coverage``, which timm architectures export, validate and adapt.
 
 The fast test runs the command itself on two models through the real worker processes: one
 that exports (resnet10t at 64 px) and one that must be refused (nf_resnet26: no norm layer).

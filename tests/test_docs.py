@@ -1,10 +1,12 @@
-"""Issue 28: the words in their place.
+"""The words in their place.
 
 - The contract lives in the repo: ``docs/SPEC.md`` exists and every "SPEC §N" cited anywhere
   (code, tests, JavaScript, docs) names one of its sections.
 - Every relative link of a Markdown page resolves inside the repo (a clone has no ``../shared``).
-- Code comments and docstrings say why, not what was measured where: no timing, size or speed
-  figure and no machine name in them (the figures live in docs/BENCHMARKS.md).
+- Code comments, docstrings and string literals say why, not what was measured where: no
+  timing, size or speed figure and no machine name in them (the figures live in
+  docs/BENCHMARKS.md). Tests' literals are left out: they feed inputs such as a timeout.
+- No issue numbers in code: history lives in git and docs/.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ MEASUREMENT = re.compile(
     r"|\b(?:EPYC|Zen ?\d|Xeon|Sapphire Rapids|Ice Lake|Skylake|H100|H200|A100|V100|RTX ?\d+|"
     r"Apple M\d|Snapdragon|Chromium \d+)\b"
 )
+ISSUE = re.compile(r"\b[Ii]ssues? #?\d+\b")
 
 
 def _files(*suffixes: str) -> list[Path]:
@@ -89,19 +92,32 @@ def test_every_relative_link_resolves(path):
     assert not outside, f"{path.relative_to(ROOT)} links outside the repo: {outside}"
 
 
-def _python_words(path: Path) -> list[tuple[int, str]]:
-    """(line, text) of every comment and docstring of a Python file."""
+def _python_words(path: Path, literals: bool = True) -> list[tuple[int, str]]:
+    """(line, text) of every comment and docstring of a Python file, and with ``literals``
+    its other string constants (an f-string's pieces are format specs, not words: left out)."""
     source = path.read_text(encoding="utf-8")
     words = [
         (tok.start[0], tok.string)
         for tok in tokenize.generate_tokens(io.StringIO(source).readline)
         if tok.type == tokenize.COMMENT
     ]
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    docs: set[int] = set()
+    for node in ast.walk(tree):
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             doc = ast.get_docstring(node, clean=False)
             if doc and node.body:
                 words.append((node.body[0].lineno, doc))
+                docs.add(id(node.body[0].value))  # type: ignore[attr-defined]
+    if literals:
+        pieces = {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}
+        words += [
+            (n.lineno, n.value)
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Constant)
+            and isinstance(n.value, str)
+            and id(n) not in docs | pieces
+        ]
     return words
 
 
@@ -122,13 +138,20 @@ def _code_files() -> list[Path]:
 
 @pytest.mark.parametrize("path", _code_files(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_measurement_or_machine_name_in_code_words(path):
-    words = _python_words(path) if path.suffix == ".py" else _js_words(path)
+    literals = path.relative_to(ROOT).parts[0] != "tests"
+    words = _python_words(path, literals) if path.suffix == ".py" else _js_words(path)
     hits = [
         f"{path.relative_to(ROOT)}:{line}: {m.group(0)!r}"
         for line, text in words
         for m in MEASUREMENT.finditer(text)
     ]
     assert not hits, f"figures and machines belong in docs/BENCHMARKS.md, not in code: {hits}"
+    issues = [
+        f"{path.relative_to(ROOT)}:{line}: {m.group(0)!r}"
+        for line, text in words
+        for m in ISSUE.finditer(text)
+    ]
+    assert not issues, f"issue numbers belong in git and docs/, not in code: {issues}"
 
 
 def test_the_word_checks_see_what_they_look_for(tmp_path):
@@ -140,13 +163,14 @@ def test_the_word_checks_see_what_they_look_for(tmp_path):
         encoding="utf-8",
     )
     found = [m.group(0) for _, t in _python_words(probe) for m in MEASUREMENT.finditer(t)]
-    assert sorted(found) == [
-        "226 ms",
-        "3.5 MiB",
-        "8x slower",
-        "9 %",
-        "EPYC",
-    ]  # the string literal is not a comment
+    assert sorted(found) == ["12 ms", "226 ms", "3.5 MiB", "8x slower", "9 %", "EPYC"]
+    quiet = [m.group(0) for _, t in _python_words(probe, False) for m in MEASUREMENT.finditer(t)]
+    assert "12 ms" not in quiet and "226 ms" in quiet  # a test's literals are its inputs
+    fmt = tmp_path / "fmt.py"
+    fmt.write_text('x = 1\ny = f"{x:8s} {x:.0%}" + "issue 28"\n', encoding="utf-8")
+    words = [t for _, t in _python_words(fmt)]
+    assert not [m for t in words for m in MEASUREMENT.finditer(t)]  # format specs, not figures
+    assert [m.group(0) for t in words for m in ISSUE.finditer(t)] == ["issue 28"]
     js = tmp_path / "probe.js"
     js.write_text('const u = "http://x"; // took 40 ms\n/* on Zen 4 */\n', encoding="utf-8")
     assert [m.group(0) for _, t in _js_words(js) for m in MEASUREMENT.finditer(t)] == [
@@ -160,7 +184,7 @@ def test_the_word_checks_see_what_they_look_for(tmp_path):
 
 
 def test_the_readme_is_for_a_newcomer():
-    """At most 300 lines (issue 28): what it is, the two commands, the API, links for the rest."""
+    """At most 300 lines: what it is, the two commands, the API, links for the rest."""
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= 300, f"README.md has {len(lines)} lines: move sections to docs/"
     assert any("make demo" in line for line in lines) and any("make test" in line for line in lines)

@@ -1,4 +1,4 @@
-"""Issue 3: export_realm_artifacts on real architectures, validated against realm_sdk."""
+"""export_realm_artifacts on real architectures, validated against realm_sdk."""
 
 from __future__ import annotations
 
@@ -354,7 +354,7 @@ def test_failed_export_leaves_an_existing_directory_untouched(digits_model, tmp_
 def test_ops_without_gradient_or_onnx_form_are_named(fn, message, tmp_path):
     """Asked for (training=True), the legacy artifacts' failure is the export's, named; by
     default it is the reason they are missing, and the portable graph is still written where
-    it can be (issue 25)."""
+    it can be."""
     with pytest.raises(UnsupportedModelError, match=message):
         export_realm_artifacts(
             _WithOp(fn),

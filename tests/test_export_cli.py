@@ -150,7 +150,7 @@ HARDSWISH_MODEL = textwrap.dedent("""
 
 
 def test_the_training_flags(tmp_path, capsys):
-    """Issue 25: the legacy artifacts never veto the default export; --training makes their
+    """The legacy artifacts never veto the default export; --training makes their
     failure the export's, --no-training skips them."""
     import importlib.util
 

@@ -1,4 +1,4 @@
-"""Issue 13: property-based fuzzing (hypothesis) of everything a device reads from outside.
+"""Property-based fuzzing (hypothesis) of everything a device reads from outside.
 
 Three targets here: the input check of ``adapt``, manifests and artifact bytes; the fourth,
 state files, is in test_checkpoint.py with the rest of the state-file tests. Each property

@@ -1,4 +1,4 @@
-"""Issue 13: a one-byte change anywhere in an artifact directory is refused, naming the file.
+"""A one-byte change anywhere in an artifact directory is refused, naming the file.
 
 The manifest seals itself (``manifest_sha256``: the SHA-256 of its own bytes with that value
 as zeros) and lists the SHA-256 of every other file. Every byte of the manifest is flipped

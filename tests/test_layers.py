@@ -1,4 +1,4 @@
-"""Issue 14: four packages in a line, each importing only those below it, through public names.
+"""Four packages in a line, each importing only those below it, through public names.
 
 ``realm_runtime`` ← ``realm_sdk`` ← ``realm_export`` ← ``realm_tools``. Every import statement
 of every module (subpackages included) is walked with ``ast``, including those inside functions
@@ -9,7 +9,7 @@ Three rules:
    libraries: it runs on devices that have neither);
 2. no module outside a package — another package, a test, an example, a dev script — imports
    that package's private modules (``realm_x._y``): what one package gives another is public;
-3. within a package no module reaches itself again through its imports (issue 28): no import
+3. within a package no module reaches itself again through its imports: no import
    loop, deferred imports included, so that every module can be read after the ones it uses;
 4. a subpackage's private modules are its own too: ``realm_tools.cli`` reaches
    ``realm_tools.data`` through its public names, never ``realm_tools.data._digits``.

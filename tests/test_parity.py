@@ -1,4 +1,4 @@
-"""Issues 5 and 11: the parity suite — RealmRuntime (both backends) vs. RealmAdapter (torch).
+"""The parity suite — RealmRuntime (both backends) vs. RealmAdapter (torch).
 
 Fast tier: ``pytest -m parity`` (in ``make test``); slow tier: ``pytest -m "parity and slow"``.
 The cases, streams and tolerances live in ``realm_tools``' parity module (one place, with reasons).

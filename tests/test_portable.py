@@ -1,4 +1,4 @@
-"""Issues 11 and 12: the portable step graph — export on hard cases, backend choice, bad input,
+"""The portable step graph — export on hard cases, backend choice, bad input,
 and its ORT-format copies for mobile builds.
 
 The parity of both backends with the SDK over whole streams is in test_parity.py; the
@@ -143,7 +143,7 @@ class _Upsampler(nn.Module):
 def test_training_graph_errors_are_named_not_raw(tmp_path):
     """onnxruntime-training 1.19.2 has no ConvTransposeGrad kernel: one clear sentence, the
     export's own error where the training artifacts were asked for (training=True), else the
-    reason they are missing beside the portable graph (issue 25)."""
+    reason they are missing beside the portable graph."""
     from realm_export import UnsupportedModelError
 
     model = _Upsampler().eval()
@@ -479,7 +479,7 @@ def test_a_wrong_weights_table_is_named(digits_artifacts, tmp_path, edit, messag
         RealmRuntime(copy, backend="onnx")
 
 
-# --------------------------------------------------------------------- ORT format (issue 12)
+# ------------------------------------------------------------------------------ ORT format
 
 
 def test_ort_format_export_writes_checked_graphs_and_the_operator_config(digits_ort_artifacts):

@@ -1,4 +1,4 @@
-"""Issues 4 and 11: RealmRuntime on both backends, against the SDK and under bad input.
+"""RealmRuntime on both backends, against the SDK and under bad input.
 
 Saving and restoring a state (also across the twins): test_checkpoint.py.
 """

@@ -1,4 +1,4 @@
-"""The runtime where torch and onnxruntime-training are not installed (issues 4 and 11).
+"""The runtime where torch and onnxruntime-training are not installed.
 
 A virtual environment on the newest Python found here (3.13 or 3.12, else 3.11) gets
 ``pip install '.[runtime]'``: numpy, onnx and the newest plain onnxruntime from PyPI, no

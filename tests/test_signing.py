@@ -1,4 +1,4 @@
-"""Issue 13: signed artifacts (Ed25519, realm.sig) in Python.
+"""Signed artifacts (Ed25519, realm.sig) in Python.
 
 Node's and the page's checks are in test_node.py and test_web.py; the key pairs and the signed
 export are conftest's fixtures.

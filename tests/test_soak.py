@@ -1,4 +1,4 @@
-"""Issue 13: endurance. 10^5 samples through RealmRuntime, a save every 1000, a restart halfway.
+"""Endurance. 10^5 samples through RealmRuntime, a save every 1000, a restart halfway.
 
 The stream cycles through what a device meets over months: the shifted digits under five
 corruptions in turn, Gaussian noise, constant images, and the digits at extreme scales

@@ -1,4 +1,4 @@
-"""Issue 25: every model a user brings exports, validates and adapts, or is refused in a sentence.
+"""Every model a user brings exports, validates and adapts, or is refused in a sentence.
 
 One regression test per root cause at the op level (tiny modules, seconds each), then one
 small timm model per fixed failure class at 64 px through ``RealmRuntime``; the whole

@@ -47,7 +47,7 @@ from ..models import build_model
 from ._flops import MachinePeak, machine_peak
 from ._speed import _counted_flops
 
-RATES = (0.03, 0.6, 1.0)  # issue 27's: mostly skipped, mostly updated, every sample updated
+RATES = (0.03, 0.6, 1.0)  # mostly skipped, mostly updated, every sample updated
 
 
 @dataclass(frozen=True)

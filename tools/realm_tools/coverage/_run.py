@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # the worker imports these where it needs them
 
     from realm_runtime import RealmConfig
 
-# name → family, the table's grouping. The first 40 are issue 25's list; the others cover
+# name → family, the table's grouping. The first 40 are the list users asked for; the others cover
 # every other timm family with an edge or mobile variant, at its smallest size.
 COVERAGE_MODELS: dict[str, str] = {
     "mobilenetv3_small_100": "mobilenet",

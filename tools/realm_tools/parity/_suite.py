@@ -117,8 +117,9 @@ _BOUNDS = (
     "the export validation) into α: measured up to 4.5e-5, so α's bound is 1e-4 here"
 )
 _BN_LOGITS = (
-    "its logits reach |16| (median 8): 1.0e-5 measured on an AVX-512 CPU (AMD Zen 5) is 6e-7 "
-    "of their scale, one or two float32 ulps of the sum; SPEC §5's 1e-5 holds on parameters"
+    "its logits reach |16| (median 8): a difference of 1e-5 is 6e-7 of their scale, one or "
+    "two float32 ulps of the sum (docs/parity.md has the figures); SPEC §5's 1e-5 holds on "
+    "parameters"
 )
 CASES: tuple[ParityCase, ...] = (
     # Fast tier: the demo model on every setting, ConvNeXt on the ImageNet preset
