@@ -25,17 +25,6 @@ import {
   KNOWN_UPDATE_RATE,
   KNOWN_WATCH,
   LAMBDA_NAME,
-  LEGACY_ALPHA,
-  LEGACY_ALPHA_MOMENTUM,
-  LEGACY_COUNTERS_KEY,
-  LEGACY_EMA,
-  LEGACY_LAMBDA,
-  LEGACY_LAMBDA_MOMENTUM,
-  LEGACY_MARGINAL,
-  LEGACY_MOMENTUM_PREFIX,
-  LEGACY_PARAM_PREFIX,
-  LEGACY_SEEN_KEY,
-  LEGACY_WATCH_PREFIX,
   MANIFEST_NAME,
   MARGINAL_NAME,
   PARAMS_NAME,
@@ -425,9 +414,9 @@ export class AdaptClient {
   }
 
   /**
-   * Load a state file written by {@link saveState}, `RealmRuntime.save` or the SDK (any
-   * version). Everything is checked first: a state that does not fit these artifacts throws
-   * and changes nothing.
+   * Load a state file written by {@link saveState}, `RealmRuntime.save` or the SDK.
+   * Everything is checked first: a state that does not fit these artifacts throws and
+   * changes nothing.
    * @param {Uint8Array} bytes the file's content
    */
   restoreState(bytes) {
@@ -444,8 +433,7 @@ export class AdaptClient {
     if (JSON.stringify(header.trainable) !== JSON.stringify(this.trainableNames)) {
       throw new StateFileError("the state's trainable tensors differ from these artifacts'");
     }
-    const tensors = header.version >= 3 ? arrays : this._fromOlderFile(header, arrays);
-    const extra = [...tensors.keys()].filter((name) => !this.initial.has(name));
+    const extra = [...arrays.keys()].filter((name) => !this.initial.has(name));
     if (extra.length) throw new StateFileError(`arrays ${extra.join(", ")} are not adapt-graph state tensors`);
     /** @type {Record<string, any>} */
     const next = {};
@@ -454,7 +442,7 @@ export class AdaptClient {
         next[name] = this._tensor(want);
         continue;
       }
-      const got = tensors.get(name);
+      const got = arrays.get(name);
       if (!got || got.dtype !== want.dtype || JSON.stringify(got.shape) !== JSON.stringify(want.shape)) {
         throw new StateFileError(`${name}: missing, or not ${want.dtype} of shape (${want.shape.join(", ")})`);
       }
@@ -463,64 +451,5 @@ export class AdaptClient {
       next[name] = this._tensor(got);
     }
     this._replace(next);
-  }
-
-  /**
-   * The graph's state tensors from a version-1 or -2 file (named arrays and header counters).
-   * @param {Record<string, any>} header
-   * @param {Map<string, import("./state-file.js").NpyArray>} arrays
-   * @returns {Map<string, import("./state-file.js").NpyArray>}
-   */
-  _fromOlderFile(header, arrays) {
-    /**
-     * @param {string} key
-     * @param {number[]} shape
-     * @returns {Float32Array}
-     */
-    const take = (key, shape) => {
-      const a = arrays.get(key);
-      if (!a || a.dtype !== "<f4" || JSON.stringify(a.shape) !== JSON.stringify(shape)) {
-        throw new StateFileError(`${key}: missing, or not float32 of shape (${shape.join(", ")})`);
-      }
-      return /** @type {Float32Array} */ (a.data);
-    };
-    const params = new Float32Array(this.source.length);
-    const velocity = new Float32Array(this.source.length);
-    for (const slot of this.layout) {
-      const [p, v] =
-        slot.name === ALPHA_NAME ? [take(LEGACY_ALPHA, []), take(LEGACY_ALPHA_MOMENTUM, [])]
-        : slot.name === LAMBDA_NAME ? [take(LEGACY_LAMBDA, []), take(LEGACY_LAMBDA_MOMENTUM, [])]
-        : [take(LEGACY_PARAM_PREFIX + slot.name, slot.shape), take(LEGACY_MOMENTUM_PREFIX + slot.name, slot.shape)];
-      params.set(p, slot.offset);
-      velocity.set(v, slot.offset);
-    }
-    const has = (/** @type {string} */ key) => arrays.has(key);
-    const scalar = (/** @type {string} */ key) => (has(key) ? take(key, [])[0] : 0);
-    const watched = (/** @type {string} */ key) => LEGACY_WATCH_PREFIX + key;
-    const seen = header[LEGACY_SEEN_KEY] ?? 0; // none before version 2: nothing seen
-    /** @type {Record<string, boolean>} */
-    const known = {
-      [KNOWN_EMA]: has(LEGACY_EMA),
-      [KNOWN_UPDATE_RATE]: has(watched(FIGURE_UPDATE_RATE)),
-      [KNOWN_WATCH]: has(watched(FIGURE_ENTROPY_EMA)),
-      [KNOWN_LOSS_EMA]: has(watched(FIGURE_LOSS_EMA)),
-    };
-    const counters = this.spec.counters.map((k) => header[LEGACY_COUNTERS_KEY]?.[k] ?? (header.version === 1 ? 0 : NaN));
-    if (!counters.every((c) => Number.isInteger(c) && c >= 0) || !(Number.isInteger(seen) && seen >= 0)) {
-      throw new StateFileError(`counters: expected ${this.spec.counters.join(", ")} as counts`);
-    }
-    const zeros = new Float32Array(this.classes);
-    /** @type {[string, import("./state-file.js").NpyArray][]} */
-    const entries = [
-      [PARAMS_NAME, { dtype: "<f4", shape: [params.length], data: params }],
-      [VELOCITY_NAME, { dtype: "<f4", shape: [velocity.length], data: velocity }],
-      [EMA_NAME, { dtype: "<f4", shape: [this.classes], data: known[KNOWN_EMA] ? take(LEGACY_EMA, [this.classes]) : zeros }],
-      [MARGINAL_NAME, { dtype: "<f4", shape: [this.classes], data: has(watched(LEGACY_MARGINAL)) ? take(watched(LEGACY_MARGINAL), [this.classes]) : zeros }],
-      [WATCH_NAME, { dtype: "<f4", shape: [this.spec.watch.length], data: Float32Array.from(this.spec.watch.map((k) => scalar(watched(k)))) }],
-      [KNOWN_NAME, { dtype: "|b1", shape: [this.spec.known.length], data: Uint8Array.from(this.spec.known.map((k) => (known[k] ? 1 : 0))) }],
-      [SEEN_NAME, { dtype: "<i8", shape: [], data: BigInt64Array.from([BigInt(seen)]) }],
-      [COUNTERS_NAME, { dtype: "<i8", shape: [counters.length], data: BigInt64Array.from(counters.map(BigInt)) }],
-    ];
-    return new Map(entries);
   }
 }

@@ -21,8 +21,9 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from ._checkpoint import StateArrays, WatchArrays, load_state, save_state
+from ._checkpoint import StateArrays, load_state, save_state
 from ._config import RealmConfig
+from ._graph_state import WatchArrays
 from ._names import (
     COUNTER_DRIFT_CLIPS,
     COUNTER_RESETS_COLLAPSE,

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmConfig
+from ._graph_state import WATCH_STATE, WatchArrays, read_watch_tensors, watch_tensors
 from ._names import (
     ADAPT_KNOWN,
     ADAPT_WATCH,
@@ -32,28 +33,8 @@ from ._names import (
     COUNTERS,
     COUNTERS_NAME,
     EMA_NAME,
-    FIGURE_ENTROPY_EMA,
-    FIGURE_LOSS_EMA,
-    FIGURE_UPDATE_RATE,
-    INTERVENTIONS,
-    KNOWN_EMA,
-    KNOWN_LOSS_EMA,
     KNOWN_NAME,
-    KNOWN_UPDATE_RATE,
-    KNOWN_WATCH,
     LAMBDA_NAME,
-    LEGACY_ALPHA,
-    LEGACY_ALPHA_MOMENTUM,
-    LEGACY_COUNTERS_KEY,
-    LEGACY_EMA,
-    LEGACY_LAMBDA,
-    LEGACY_LAMBDA_MOMENTUM,
-    LEGACY_MARGINAL,
-    LEGACY_MOMENTUM_PREFIX,
-    LEGACY_PARAM_PREFIX,
-    LEGACY_SEEN_KEY,
-    LEGACY_WATCH_ARRAYS,
-    LEGACY_WATCH_PREFIX,
     MARGINAL_NAME,
     PARAMS_NAME,
     READABLE_STATE_VERSIONS,
@@ -248,7 +229,7 @@ def check_state_header(
     num_classes: int,
     trainable: list[str],
     artifacts: str | None = None,
-) -> dict[str, int]:
+) -> None:
     """Check that a state file's header fits the adapter or runtime that wants to restore it.
 
     Args:
@@ -261,12 +242,8 @@ def check_state_header(
             state that names other artifacts is refused; one that names none (the
             reference's) fits any artifacts of the same model and configuration.
 
-    Returns:
-        The counters of a version-1 or -2 file, as integers (a later file holds them as an
-        array: empty then).
-
     Raises:
-        ValueError: another method, class count, trainable names, artifacts or counter set.
+        ValueError: another method, class count, trainable names or artifacts.
     """
     if header.get("method") != method:
         raise ValueError(
@@ -289,18 +266,6 @@ def check_state_header(
             f"{path}: saved with other artifacts (manifest {saved_for[:16]}…), these are "
             f"{artifacts[:16]}…: a state belongs to the export it adapted"
         )
-    if header.get("version", 0) >= 3:
-        return {}  # the counters are an array of the file (realm.counters)
-    counters = header.get(LEGACY_COUNTERS_KEY, {})
-    if header.get("version") == 1 and isinstance(counters, dict):
-        counters = {**dict.fromkeys(INTERVENTIONS, 0), **counters}
-    if not isinstance(counters, dict) or set(counters) != set(COUNTERS):
-        got = sorted(map(str, counters)) if isinstance(counters, dict) else type(counters).__name__
-        raise ValueError(f"{path}: counters {got} != {sorted(COUNTERS)}")
-    bad = [k for k in COUNTERS if type(counters[k]) is not int or counters[k] < 0]
-    if bad:
-        raise ValueError(f"{path}: counters {bad} are not non-negative integers")
-    return {k: counters[k] for k in COUNTERS}
 
 
 def state_array(
@@ -331,17 +296,6 @@ def check_alpha_lambda(alpha: float, lam: float, path: str | os.PathLike[str]) -
         raise ValueError(f"{path}: alpha {alpha} lies outside [{ALPHA_MIN}, {ALPHA_MAX}]")
     if not lam >= LAMBDA_MIN:
         raise ValueError(f"{path}: lam {lam} lies below {LAMBDA_MIN}")
-
-
-@dataclass(frozen=True)
-class WatchArrays:
-    """The figures both twins keep alike, as a state file holds them (members ``watch/…``)."""
-
-    seen: int  # finite samples since the last reset
-    update_rate: np.ndarray | None  # 0-d EMA of updates per call
-    entropy_ema: np.ndarray | None  # 0-d EMA of the prediction entropy
-    marginal: np.ndarray | None  # (num_classes,) EMA of the predictions
-    loss_ema: np.ndarray | None  # 0-d SAR's loss EMA
 
 
 @dataclass(frozen=True)
@@ -398,29 +352,10 @@ def graph_tensors(state: StateArrays, config: RealmConfig) -> dict[str, np.ndarr
         return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
     watch = state.watch or WatchArrays(0, None, None, None, None)
-    figures = {
-        FIGURE_UPDATE_RATE: watch.update_rate,
-        FIGURE_ENTROPY_EMA: watch.entropy_ema,
-        FIGURE_LOSS_EMA: watch.loss_ema,
-    }
-    known = {
-        KNOWN_EMA: state.ema is not None,
-        KNOWN_UPDATE_RATE: watch.update_rate is not None,
-        KNOWN_WATCH: watch.entropy_ema is not None,
-        KNOWN_LOSS_EMA: watch.loss_ema is not None,
-    }
-    zeros = np.zeros(c, np.float32)
     return {
         PARAMS_NAME: flat(state.params, state.alpha, state.lam),
         VELOCITY_NAME: flat(state.momentum, state.alpha_momentum, state.lam_momentum),
-        EMA_NAME: zeros if state.ema is None else np.asarray(state.ema),
-        MARGINAL_NAME: zeros if watch.marginal is None else watch.marginal.astype(np.float32),
-        WATCH_NAME: np.array(
-            [0.0 if figures[k] is None else float(figures[k]) for k in ADAPT_WATCH], np.float32
-        ),
-        KNOWN_NAME: np.array([known[k] for k in ADAPT_KNOWN], np.bool_),
-        SEEN_NAME: np.array(watch.seen, np.int64),
-        COUNTERS_NAME: np.array([state.counters[k] for k in COUNTERS], np.int64),
+        **watch_tensors(state.ema, watch, state.counters, c),
         SETTINGS_NAME: adapt_settings(config),  # what ran; a restoring side keeps its own
     }
 
@@ -451,7 +386,7 @@ def load_state(
         ValueError: naming the file and what does not fit.
     """
     arrays, header = read_state(path)
-    counters = check_state_header(
+    check_state_header(
         header,
         path,
         method=config.method,
@@ -459,26 +394,7 @@ def load_state(
         trainable=list(shapes),
         artifacts=artifacts,
     )
-    if header["version"] >= 3:
-        return _from_graph_tensors(arrays, config, shapes, path, dtype)
-
-    def take(key: str, shape: tuple[int, ...]) -> np.ndarray:
-        a = state_array(arrays, key, shape, path)
-        return a if dtype is None else a.astype(dtype)
-
-    alpha, lam = take(LEGACY_ALPHA, ()), take(LEGACY_LAMBDA, ())
-    check_alpha_lambda(float(alpha), float(lam), path)
-    return StateArrays(
-        params={n: take(LEGACY_PARAM_PREFIX + n, s) for n, s in shapes.items()},
-        momentum={n: take(LEGACY_MOMENTUM_PREFIX + n, s) for n, s in shapes.items()},
-        alpha=alpha,
-        lam=lam,
-        alpha_momentum=take(LEGACY_ALPHA_MOMENTUM, ()),
-        lam_momentum=take(LEGACY_LAMBDA_MOMENTUM, ()),
-        ema=take(LEGACY_EMA, (config.num_classes,)) if LEGACY_EMA in arrays else None,
-        counters=counters,
-        watch=_watch(arrays, header, config.num_classes, path),
-    )
+    return _from_graph_tensors(arrays, config, shapes, path, dtype)
 
 
 def _from_graph_tensors(
@@ -488,7 +404,7 @@ def _from_graph_tensors(
     path: str | os.PathLike[str],
     dtype: type[np.floating] | None,
 ) -> StateArrays:
-    """A version-3 file's state tensors (the adapt graph's), checked, as ``StateArrays``."""
+    """A state file's tensors (the adapt graph's), checked, as ``StateArrays``."""
     c = config.num_classes
     layout = _layout(config, shapes)
     size = sum(math.prod(s) for _, s in layout)
@@ -519,24 +435,18 @@ def _from_graph_tensors(
         return out
 
     params, momentum = split(floats(PARAMS_NAME, (size,))), split(floats(VELOCITY_NAME, (size,)))
-    flags = ints(KNOWN_NAME, (len(ADAPT_KNOWN),), "bool").tolist()
-    known = dict(zip(ADAPT_KNOWN, flags, strict=True))
-    figures = state_array(arrays, WATCH_NAME, (len(ADAPT_WATCH),), path)
-    figure = dict(zip(ADAPT_WATCH, figures.astype(np.float32), strict=True))
-    marginal = state_array(arrays, MARGINAL_NAME, (c,), path)
-    ema = floats(EMA_NAME, (c,))
-    counts = ints(COUNTERS_NAME, (len(COUNTERS),), "integer counts").tolist()
-    seen = int(ints(SEEN_NAME, (), "integer counts"))
+    ints(KNOWN_NAME, (len(ADAPT_KNOWN),), "bool")
+    ints(COUNTERS_NAME, (len(COUNTERS),), "integer counts")
+    ints(SEEN_NAME, (), "integer counts")
+    state_array(arrays, WATCH_NAME, (len(ADAPT_WATCH),), path)
+    state_array(arrays, MARGINAL_NAME, (c,), path)
+    ema, watch, counters = read_watch_tensors({**arrays, EMA_NAME: floats(EMA_NAME, (c,))})
     f32 = np.float32
     alpha = params.pop(ALPHA_NAME, np.array(config.alpha0, dtype or f32))
     lam = params.pop(LAMBDA_NAME, np.array(config.lambda0, dtype or f32))
     alpha_momentum = momentum.pop(ALPHA_NAME, np.zeros((), dtype or f32))
     lam_momentum = momentum.pop(LAMBDA_NAME, np.zeros((), dtype or f32))
     check_alpha_lambda(float(alpha), float(lam), path)
-
-    def scalar(key: str, flag: str) -> np.ndarray | None:
-        return np.array(figure[key], np.float32) if known[flag] else None
-
     return StateArrays(
         params=params,
         momentum=momentum,
@@ -544,54 +454,11 @@ def _from_graph_tensors(
         lam=lam,
         alpha_momentum=alpha_momentum,
         lam_momentum=lam_momentum,
-        ema=ema if known[KNOWN_EMA] else None,
-        counters=dict(zip(COUNTERS, counts, strict=True)),
-        watch=WatchArrays(
-            seen=seen,
-            update_rate=scalar(FIGURE_UPDATE_RATE, KNOWN_UPDATE_RATE),
-            entropy_ema=scalar(FIGURE_ENTROPY_EMA, KNOWN_WATCH),
-            marginal=marginal.astype(np.float32) if known[KNOWN_WATCH] else None,
-            loss_ema=scalar(FIGURE_LOSS_EMA, KNOWN_LOSS_EMA),
-        ),
+        ema=ema,
+        counters=counters,
+        watch=watch,
     )
 
 
-_GRAPH_STATE = (
-    PARAMS_NAME,
-    VELOCITY_NAME,
-    EMA_NAME,
-    MARGINAL_NAME,
-    WATCH_NAME,
-    KNOWN_NAME,
-    SEEN_NAME,
-    COUNTERS_NAME,
-    SETTINGS_NAME,  # not restored: each side runs its own configuration (may be absent)
-)
-
-
-def _watch(
-    arrays: dict[str, np.ndarray],
-    header: dict[str, Any],
-    num_classes: int,
-    path: str | os.PathLike[str],
-) -> WatchArrays | None:
-    # Host figures, float64 in both twins: read as saved (float32), never cast on the way.
-    seen = header.get(LEGACY_SEEN_KEY)
-    if seen is None:  # a version-1 file, or one saved before any sample
-        return None
-    if type(seen) is not int or seen < 0:
-        raise ValueError(f"{path}: header field {LEGACY_SEEN_KEY!r} is not a count")
-    shapes = {LEGACY_MARGINAL: (num_classes,)}
-    found = {
-        key: state_array(arrays, LEGACY_WATCH_PREFIX + key, shapes.get(key, ()), path)
-        if LEGACY_WATCH_PREFIX + key in arrays
-        else None
-        for key in LEGACY_WATCH_ARRAYS
-    }
-    return WatchArrays(
-        seen=seen,
-        update_rate=found[FIGURE_UPDATE_RATE],
-        entropy_ema=found[FIGURE_ENTROPY_EMA],
-        marginal=found[LEGACY_MARGINAL],
-        loss_ema=found[FIGURE_LOSS_EMA],
-    )
+# Not restored: each side runs its own configuration (may be absent).
+_GRAPH_STATE = (PARAMS_NAME, VELOCITY_NAME, *WATCH_STATE, SETTINGS_NAME)

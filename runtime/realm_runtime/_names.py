@@ -16,11 +16,10 @@ ARTIFACT_VERSION = 2  # 2: the manifest seals itself (manifest_sha256)
 LAYOUT_VERSION = 1  # of the manifest's "portable" section
 ADAPT_SECTION_VERSION = 1  # of the manifest's "adapt" section
 STATE_FORMAT = "realm-tta/adaptation-state"  # a state file header's "format"
-# 3: exactly the adapt graph's state tensors, under its input names (SPEC §11); 2: SAR's
-# loss EMA, the watch figures and the guardrail counters. Every older version stays readable:
-# a version-1 file restores with those at none and zero.
+# 3: exactly the adapt graph's state tensors, under its input names (SPEC §11). Versions 1
+# and 2 were development formats, never released: no reader is kept for them.
 STATE_VERSION = 3
-READABLE_STATE_VERSIONS = (1, 2, 3)
+READABLE_STATE_VERSIONS = (3,)
 SIGNATURE_FORMAT = "realm-tta/signature"  # realm.sig's "format"
 SIGNATURE_VERSION = 1
 SIGNATURE_ALGORITHM = "Ed25519"  # also WebCrypto's name for it
@@ -186,7 +185,7 @@ COUNTERS = (
     COUNTER_RESETS_COLLAPSE,
     COUNTER_DRIFT_CLIPS,
 )
-# The guardrails' interventions; a version-1 state file has none of them (they restore at 0).
+# The guardrails' interventions (the counters that say a guardrail acted).
 INTERVENTIONS = (COUNTER_RESETS_RECOVERY, COUNTER_RESETS_COLLAPSE, COUNTER_DRIFT_CLIPS)
 
 # ------------------------------------------------------------------ reason codes
@@ -214,16 +213,3 @@ ADAPT_KNOWN = (KNOWN_EMA, KNOWN_UPDATE_RATE, KNOWN_WATCH, KNOWN_LOSS_EMA)
 # ------------------------------------------------------------------ state-file members
 
 STATE_HEADER_MEMBER = "__header__"  # the JSON header, as a uint8 array
-# A version-1 or -2 file's arrays (from version 3 on, the adapt graph's state tensors).
-LEGACY_PARAM_PREFIX = "param/"  # + a norm tensor's name
-LEGACY_MOMENTUM_PREFIX = "momentum/"  # + a norm tensor's name
-LEGACY_ALPHA = "alpha"
-LEGACY_LAMBDA = "lam"
-LEGACY_ALPHA_MOMENTUM = "alpha_momentum"
-LEGACY_LAMBDA_MOMENTUM = "lam_momentum"
-LEGACY_EMA = "ema"
-LEGACY_WATCH_PREFIX = "watch/"  # + one of LEGACY_WATCH_ARRAYS
-LEGACY_MARGINAL = "marginal"
-LEGACY_WATCH_ARRAYS = (FIGURE_UPDATE_RATE, FIGURE_ENTROPY_EMA, LEGACY_MARGINAL, FIGURE_LOSS_EMA)
-LEGACY_SEEN_KEY = "watch_seen"  # its header's count of finite samples since the last reset
-LEGACY_COUNTERS_KEY = "counters"  # its header's counters, by name

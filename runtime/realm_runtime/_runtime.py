@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from ._adaptation import AdaptationState, OnlineAdaptation, Watch
+from ._adaptation import AdaptationState, OnlineAdaptation
 from ._backend import (
     BACKENDS,
     BackendName,
@@ -24,6 +24,7 @@ from ._backend import (
 )
 from ._checkpoint import StateArrays
 from ._config import RealmConfig
+from ._graph_state import Slots, read_watch_tensors, watch_tensors
 from ._inputs import check_input_shape, input_dtype_error, input_nonfinite_error, input_type_error
 from ._manifest import Manifest, load_manifest
 from ._names import (
@@ -39,24 +40,11 @@ from ._names import (
     ADAPT_UPDATED_KEY,
     ADAPT_WATCH_KEY,
     ALPHA_NAME,
-    COUNTERS_NAME,
-    EMA_NAME,
     ERROR_KEY,
-    FIGURE_ENTROPY_EMA,
-    FIGURE_LOSS_EMA,
-    FIGURE_UPDATE_RATE,
     FILE_KEY,
-    KNOWN_EMA,
-    KNOWN_LOSS_EMA,
-    KNOWN_NAME,
-    KNOWN_UPDATE_RATE,
-    KNOWN_WATCH,
     LAMBDA_NAME,
     MANIFEST_NAME,
-    MARGINAL_NAME,
-    SEEN_NAME,
     STEP_MODEL_KEY,
-    WATCH_NAME,
 )
 from ._ort import DEFAULT_SESSION_CONFIG
 from ._portable_io import adapt_settings
@@ -506,45 +494,24 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
 
     def _graph_state(self) -> dict[str, np.ndarray]:
         """The adapt graph's state besides θ and momentum, from the twin's host values."""
-        spec, c = self.manifest.adapt, self.config.num_classes
-        w = self._watch
-        flags = {
-            KNOWN_EMA: self._ema is not None,
-            KNOWN_UPDATE_RATE: w.update_rate is not None,
-            KNOWN_WATCH: w.marginal is not None,
-            KNOWN_LOSS_EMA: self._loss_ema is not None,
-        }
-        figures = {
-            FIGURE_UPDATE_RATE: w.update_rate,
-            FIGURE_ENTROPY_EMA: w.entropy_ema,
-            FIGURE_LOSS_EMA: self._loss_ema,
-        }
-        zeros = np.zeros(c, F32)
-        counters = [self._counters[k] for k in spec[ADAPT_COUNTERS_KEY]]
-        return {
-            EMA_NAME: zeros if self._ema is None else self._ema.astype(F32),
-            MARGINAL_NAME: zeros if w.marginal is None else w.marginal.astype(F32),
-            WATCH_NAME: np.array([figures[k] or 0.0 for k in spec[ADAPT_WATCH_KEY]], F32),
-            KNOWN_NAME: np.array([flags[k] for k in spec[ADAPT_KNOWN_KEY]], np.bool_),
-            SEEN_NAME: np.array(w.seen, np.int64),
-            COUNTERS_NAME: np.array(counters, np.int64),
-        }
+        ema = None if self._ema is None else self._ema.astype(F32)
+        counters = self._counters
+        return watch_tensors(
+            ema, self._watch_arrays(), counters, self.config.num_classes, self._slots
+        )
 
     def _take_graph_state(self, out: dict[str, np.ndarray]) -> None:
         """The twin's host values from the adapt graph's state, by input name."""
+        ema, watch, counters = read_watch_tensors(out, self._slots)
+        self._ema = None if ema is None else ema.astype(F32)
+        self._take_watch(watch)
+        self._counters = counters
+
+    @property
+    def _slots(self) -> Slots:
+        """The order of the flags, figures and counters, as the manifest names it."""
         spec = self.manifest.adapt
-        known = dict(zip(spec[ADAPT_KNOWN_KEY], out[KNOWN_NAME].tolist(), strict=True))
-        watch = dict(zip(spec[ADAPT_WATCH_KEY], out[WATCH_NAME].tolist(), strict=True))
-        self._ema = out[EMA_NAME].astype(F32) if known[KNOWN_EMA] else None
-        self._watch = Watch(
-            seen=int(out[SEEN_NAME]),
-            update_rate=watch[FIGURE_UPDATE_RATE] if known[KNOWN_UPDATE_RATE] else None,
-            entropy_ema=watch[FIGURE_ENTROPY_EMA] if known[KNOWN_WATCH] else None,
-            marginal=out[MARGINAL_NAME].astype(np.float64) if known[KNOWN_WATCH] else None,
-        )
-        self._loss_ema = watch[FIGURE_LOSS_EMA] if known[KNOWN_LOSS_EMA] else None
-        counters = out[COUNTERS_NAME].tolist()
-        self._counters = dict(zip(spec[ADAPT_COUNTERS_KEY], counters, strict=True))
+        return Slots(spec[ADAPT_KNOWN_KEY], spec[ADAPT_WATCH_KEY], spec[ADAPT_COUNTERS_KEY])
 
     # ------------------------------------------------------------------ helpers
 
