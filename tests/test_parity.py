@@ -205,3 +205,66 @@ def test_a_step_tie_is_told_from_a_disagreement(digits_model, digits_artifacts, 
         sdk = adapter.adapt(torch.from_numpy(x))
         assert rt.adapt(x).updated and sdk.updated
         assert step_tie(rt, adapter, sdk, x, before) is tie, f"lr {lr}"
+
+
+class _GateOpenAtZero(torch.autograd.Function):
+    """ReLU whose gradient passes at an input of exactly 0 (torch's does not): another kernel."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.clamp(min=0)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * (x >= 0)
+
+
+class _OpenRelu(torch.nn.Module):
+    def forward(self, x):
+        return _GateOpenAtZero.apply(x)
+
+
+class _Side:
+    """An SDK run seen as the parity suite sees a runtime: its state as numpy arrays."""
+
+    def __init__(self, adapter):
+        self.adapter = adapter
+
+    def trainable_parameters(self):
+        return {n: t.detach().numpy() for n, t in self.adapter.trainable_parameters().items()}
+
+    def momentum_buffers(self):
+        return {n: t.detach().numpy() for n, t in self.adapter.momentum_buffers().items()}
+
+
+def test_a_kink_the_kernels_decide_is_named_and_nothing_else_is(tmp_path):
+    """A LayerNorm output of exactly 0 meets a ReLU: a side whose kernel opens the gate there
+    takes the SDK's step with that one gate flipped, and relu_kink names it; a side that
+    differs otherwise (twice the lr) is explained by no gate."""
+    import copy
+
+    from realm_runtime import Guardrails, RealmConfig
+    from realm_sdk import RealmAdapter
+    from realm_tools.parity import relu_kink
+
+    def net(act):
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.LayerNorm(4), act, torch.nn.Linear(4, 3))
+
+    source, other = net(torch.nn.ReLU()), net(_OpenRelu())
+    config = RealmConfig.preset("cifar", num_classes=3, guardrails=Guardrails.off())
+    x = np.array([[0.0, 1.0, 2.0, 5.0]], np.float32)  # its mean is its third value: LN gives 0
+    before = tmp_path / "before.npz"
+    sdk = RealmAdapter(copy.deepcopy(source), config)
+    sdk.save(before)
+    assert sdk.adapt(torch.from_numpy(x)).updated
+    kernel = RealmAdapter(copy.deepcopy(other), config)
+    kernel.adapt(torch.from_numpy(x))
+    grads = [a.momentum_buffers()["0.bias"] for a in (sdk, kernel)]
+    assert float((grads[0] - grads[1]).abs().max()) > 1e-3  # the sides' steps part
+    assert relu_kink(_Side(kernel), sdk, source, x, before) == "1 call 0 position 2: input 0.0e+00"
+    faster = RealmAdapter(copy.deepcopy(source), config.with_overrides(lr=2 * config.lr))
+    faster.adapt(torch.from_numpy(x))
+    assert relu_kink(_Side(faster), sdk, source, x, before) is None

@@ -40,21 +40,17 @@ updates and their S_div selections (computed from NaN or overflowed logits) are 
 """
 
 from ._exports import ExportCache
+from ._judge import OVERFLOW_INPUT, TIE_MARGIN, TOLERANCES, judge_step, relu_kink, step_tie
 from ._suite import (
     BACKENDS,
     CASES,
-    OVERFLOW_INPUT,
-    TIE_MARGIN,
-    TOLERANCES,
     ParityCase,
     ParityReport,
     build_case,
     format_reports,
-    judge_step,
     make_stream,
     reports_to_json,
     run_case,
-    step_tie,
 )
 
 __all__ = [
@@ -70,6 +66,7 @@ __all__ = [
     "format_reports",
     "judge_step",
     "make_stream",
+    "relu_kink",
     "reports_to_json",
     "run_case",
     "step_tie",

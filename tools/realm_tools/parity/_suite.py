@@ -28,37 +28,18 @@ from realm_sdk import RealmAdapter, decision_margin, prediction_cosines
 from ..data import load_digits, load_fmnistc
 from ..models import MODELS
 from ._exports import ExportCache
+from ._judge import (
+    OVERFLOW_INPUT,
+    QUANTITIES,
+    TIE_MARGIN,
+    TOLERANCES,
+    abs_diff,
+    judge_step,
+    max_abs,
+    max_diff,
+    step_tie,
+)
 
-# Tolerances, in one place, with the reason for each (float32 on CPU, whole streams). Every
-# figure is a max abs difference over the run; the momentum buffers' is divided by the
-# run's largest buffer entry, λ's (λ grows under C = 1) by max(1, λ).
-TOLERANCES: dict[str, float] = {
-    # Logits: the two forwards differ in reduction order only (ORT's fused kernels vs.
-    # torch's); measured ≤ 3e-6 on the trained digits model, whose logits are O(10).
-    "logits": 1e-5,
-    # Norm parameters: O(1), updated from gradients that agree to ~1e-6 relative; measured
-    # ≤ 2e-7 after 100+ steps.
-    "params": 1e-5,
-    # Momentum buffers are accumulated gradients, compared relative to the largest buffer
-    # entry: two float32 backward passes with different reduction orders agree to ~1e-5 of
-    # the gradient scale (export validation: up to 4e-5 on norm tensors; Tent on the digits,
-    # whose buffers are its raw gradients: 2.6e-5).
-    "momentum": 1e-4,
-    # α ∈ [1e-3, 1.999]; λ relative to its scale (it grows under C = 1).
-    "alpha": 1e-5,
-    "lam": 1e-5,
-    # The EMA is a probability vector.
-    "ema": 1e-5,
-}
-QUANTITIES = tuple(TOLERANCES)
-
-# A decision this close to its threshold may flip with the CPU's float32 kernels: 100× the
-# largest |cos| difference between the sides measured on the fast tier (docs/BENCHMARKS.md,
-# "How close is the runtime to the PyTorch reference?"), and below the gaps between the
-# streams' samples (the rule acts on a few steps at most; the tests bound how many).
-TIE_MARGIN = 1e-4
-# An input this large overflows float32 in the first layers (see "Overflow ties" above).
-OVERFLOW_INPUT = 1e30
 # The runtime's sides: the one adapt graph (SPEC §11), and the numpy twins over the portable
 # step graph and over the legacy training artifacts (SPEC §8).
 BACKENDS = ("onnx", "onnx-steps", "ort-training")
@@ -317,6 +298,7 @@ class ParityReport:
     # Steps that parted the parameters beyond tolerance and agreed when the runtime took them
     # again from the SDK's state before them: a kink (a ReLU's input at 0) decided by rounding.
     step_ties: int = 0
+    kinks: list[str] = field(default_factory=list)  # "step N: <gate>" of ties by the kernels
     min_margin: float = math.inf  # smallest |score − threshold| among compared decisions
     cos_error: float = 0.0  # largest |cos(p, m)| difference between the sides
     first_mismatch: int | None = None  # the first step whose decision differed (0-based)
@@ -566,10 +548,13 @@ def _run_stream(
                 if report.first_mismatch is None:
                     report.first_mismatch = step
             # An arbitrated case's float64 SDK judges such steps itself (either side passes).
-            if arbiter is None and verdict == "same" and step_tie(rt, adapter, s, x, before):
+            found: list[str] = []
+            tie = arbiter is None and verdict == "same"
+            if tie and step_tie(rt, adapter, s, x, before, found, model):
                 report.step_ties += 1
+                report.kinks += [f"step {step}: {k}" for k in found]
             if np.isfinite(r.logits).all() and torch.isfinite(s.logits).all():
-                worst["logits"] = max(worst["logits"], _diff(r.logits, s.logits.cpu().numpy()))
+                worst["logits"] = max(worst["logits"], abs_diff(r.logits, s.logits.cpu().numpy()))
             gaps = _compare_state(rt, adapter, worst, report)
             if arbiter is not None:
                 _arbitrate(rt, gaps, arbiter, step, near)
@@ -594,43 +579,6 @@ def _run_stream(
         abs((st.loss_ema or 0.0) - (mine.loss_ema or 0.0)),
         abs(st.drift - mine.drift),
     )
-
-
-def step_tie(rt: Any, adapter: RealmAdapter, sdk: Any, x: np.ndarray, before: Path) -> bool:
-    """Whether a step that parted the sides' parameters is a tie of the step itself (SPEC §5).
-
-    The runtime takes the step again from the SDK's state before it; landing within
-    tolerance of the SDK there, with the same decisions, means both compute the step alike,
-    and only a float32 rounding of their inputs (a ReLU's input at 0) parted them. Either way
-    the runtime goes on from that step, which is what is compared: a step that still differs
-    from the same state is a disagreement.
-
-    Args:
-        rt: the runtime, after the step.
-        adapter: the SDK, after the same step.
-        sdk: the SDK's ``AdaptResult`` of the step.
-        x: the step's input.
-        before: the SDK's state file from before the step.
-
-    Returns:
-        False where the sides lie within tolerance; else whether they do once the runtime
-        has taken the step again from ``before``.
-    """
-    if _within(rt, adapter):
-        return False
-    rt.restore(before)
-    again = rt.adapt(np.ascontiguousarray(x))
-    return judge_step(again, sdk, 0.0, 0.0) == "same" and _within(rt, adapter)
-
-
-def _within(rt: Any, adapter: RealmAdapter) -> bool:
-    """The runtime's parameters and momentum lie within tolerance of the SDK's (as compared)."""
-    mine = {n: t.cpu().numpy() for n, t in adapter.trainable_parameters().items()}
-    if _max_diff(rt.trainable_parameters(), mine) > TOLERANCES["params"]:
-        return False
-    momentum = {n: t.cpu().numpy() for n, t in adapter.momentum_buffers().items()}
-    scale = max(_max_abs(momentum), 1e-12)
-    return _max_diff(rt.momentum_buffers(), momentum) <= TOLERANCES["momentum"] * scale
 
 
 @dataclass(frozen=True)
@@ -671,11 +619,11 @@ def _float64_path(
                 break
             mine, theirs = _arrays(double), _arrays(single)
             states.append(mine)
-            worst["params"] = max(worst["params"], _max_diff(theirs["params"], mine["params"]))
+            worst["params"] = max(worst["params"], max_diff(theirs["params"], mine["params"]))
             worst["momentum"] = max(
-                worst["momentum"], _max_diff(theirs["momentum"], mine["momentum"])
+                worst["momentum"], max_diff(theirs["momentum"], mine["momentum"])
             )
-            scale = max(scale, _max_abs(theirs["momentum"]))
+            scale = max(scale, max_abs(theirs["momentum"]))
     worst["momentum"] /= max(scale, 1e-12)
     return _Float64Path(states, worst)
 
@@ -693,7 +641,7 @@ def _arbitrate(
     for q in ARBITER:
         gap = gaps[q]
         if step < len(arbiter.states):
-            gap = min(gap, _max_diff(mine[q], arbiter.states[step][q]))
+            gap = min(gap, max_diff(mine[q], arbiter.states[step][q]))
         near[q] = max(near[q], gap)
 
 
@@ -709,44 +657,6 @@ def _arrays(adapter: RealmAdapter) -> dict[str, dict[str, np.ndarray]]:
     }
 
 
-def _max_diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
-    return max(_diff(a[n], b[n]) for n in b)
-
-
-def _max_abs(arrays: dict[str, np.ndarray]) -> float:
-    return max(float(np.abs(v).max()) for v in arrays.values())
-
-
-def judge_step(runtime: Any, sdk: Any, margin: float, input_max: float) -> str:
-    """Compare one step's decisions on both sides (module docstring: near-ties, overflow ties).
-
-    Args:
-        runtime: the runtime's ``AdaptResult`` (``reason``, ``selected``, ``updated``).
-        sdk: the SDK's ``AdaptResult``, same fields.
-        margin: the smallest distance of the step's decisions from their thresholds (SDK).
-        input_max: the largest absolute input value of the step.
-
-    Returns:
-        ``"same"``; ``"near-tie"`` or ``"overflow"`` for a difference that either branch may
-        take (the caller resyncs); ``"mismatch"`` for any other difference.
-    """
-    nonfinite = (runtime.reason == "nonfinite", sdk.reason == "nonfinite")
-    # Both non-finite: neither updates, and selections made from NaN logits mean nothing.
-    same = runtime.reason == sdk.reason and (
-        all(nonfinite)
-        or (runtime.selected.tolist() == sdk.selected.tolist() and runtime.updated == sdk.updated)
-    )
-    if same:
-        return "same"
-    if nonfinite[0] != nonfinite[1] and input_max >= OVERFLOW_INPUT:
-        return "overflow"
-    return "near-tie" if margin < TIE_MARGIN else "mismatch"
-
-
-def _diff(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
-
-
 def _compare_state(
     rt: Any, adapter: RealmAdapter, worst: dict[str, float], report: ParityReport
 ) -> dict[str, float]:
@@ -755,11 +665,11 @@ def _compare_state(
     pb = {n: t.cpu().numpy() for n, t in pb.items()}
     va, vb = rt.momentum_buffers(), adapter.momentum_buffers()
     vb = {n: t.cpu().numpy() for n, t in vb.items()}
-    gaps = {"params": _max_diff(pa, pb), "momentum": _max_diff(va, vb)}
+    gaps = {"params": max_diff(pa, pb), "momentum": max_diff(va, vb)}
     worst["params"] = max(worst["params"], gaps["params"])
     # Momentum: the run's largest abs difference over the run's largest buffer entry.
     worst["_v_abs"] = max(worst.get("_v_abs", 0.0), gaps["momentum"])
-    worst["_v_scale"] = max(worst.get("_v_scale", 0.0), _max_abs(vb))
+    worst["_v_scale"] = max(worst.get("_v_scale", 0.0), max_abs(vb))
     worst["momentum"] = worst["_v_abs"] / max(worst["_v_scale"], 1e-12)
     sa, sb = rt.state, adapter.state
     if sb.alpha is not None:
@@ -772,7 +682,7 @@ def _compare_state(
     if (sa.ema is None) != (sb.ema is None):
         report.counter_mismatches += 1
     elif sa.ema is not None:
-        worst["ema"] = max(worst["ema"], _diff(sa.ema, sb.ema))
+        worst["ema"] = max(worst["ema"], abs_diff(sa.ema, sb.ema))
     if any(getattr(sa, c) != getattr(sb, c) for c in COUNTERS):
         report.counter_mismatches += 1
     return gaps
@@ -843,6 +753,11 @@ def format_reports(reports: Sequence[ParityReport]) -> str:
                 f"{r.arbitrated_steps} of {r.steps} steps: the runtime's distance to the nearer "
                 f"SDK, step by step, {figures}; this, not the float32 SDK's alone, is held to "
                 "the tolerance."
+            )
+        if r.kinks:
+            lines.append(
+                f"- {r.case} on {r.backend}: steps the kernels decided at a ReLU's kink (the "
+                "runtime took the SDK's step with that one gate flipped): " + "; ".join(r.kinks)
             )
     reasons = {c.name: c for c in CASES if c.why}
     for name in dict.fromkeys(r.case for r in reports):  # once per case, not per backend
