@@ -21,11 +21,9 @@ from ._continual import (
     StreamRun,
     bench_streams,
     method_config,
-    plot_streams,
     run_stream,
     streams_fingerprint,
     streams_from_json,
-    streams_tables,
     streams_to_json,
 )
 from ._evaluate import OnlineResult, run_online
@@ -43,6 +41,7 @@ from ._quality import (
 )
 from ._runlog import RunLog, weights_digest
 from ._speed import MethodRow, SpeedRow, bench_model, format_speed, plot_speed, rows_to_json
+from ._stream_report import plot_streams, streams_tables
 from ._timing import TURN_BLOCKS, block_ratios, forced_overrides, take_turns, timed_side
 
 __all__ = [
