@@ -81,38 +81,27 @@ class AdaptResult:
 
 
 class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
-    """Online REALM (or Tent/EATA) adaptation on artifacts written by ``realm export``.
+    """Online REALM (or Tent, EATA, SAR) adaptation on artifacts written by ``realm export``.
 
-    Needs numpy and onnxruntime only. The manifest is checked (format version,
-    SHA-256 of every file, ORT version, trainable names) before anything is loaded.
+    Needs numpy and onnxruntime only; the manifest is checked (format version, every file's
+    SHA-256, ORT version, trainable names) before anything is loaded. The counterpart of
+    ``realm_sdk.RealmAdapter``: the public methods, their locking and the step's bookkeeping
+    are :class:`OnlineAdaptation`'s, shared by both; every public method holds one lock.
 
-    ``"onnx"`` runs the one adapt graph (SPEC §11) on a plain ``onnxruntime.InferenceSession``
-    (any onnxruntime ≥ 1.19, CPU or CUDA, any Python): each call feeds the sample and the
-    state, and the graph returns the prediction, the decision and the next state, which stays
-    where the session computes (copied to the host only for :attr:`state`, :meth:`save` and
-    :meth:`trainable_parameters`). A call costs one forward, and a backward only for a sample
-    that updates. ``"auto"`` (default) runs it wherever the artifacts have it.
-
-    Two numpy twins run the same step with the decisions on the host (SPEC §8), for
-    artifacts without the adapt graph and as the reference the graph is checked against:
-    ``"onnx-steps"`` over the portable forward and step graphs, and ``"ort-training"`` over
-    the legacy ONNX Runtime training artifacts (onnxruntime-training 1.19.2, Python 3.11).
-    ``overrides`` run in the adapt graph too: its settings are a state tensor
-    (``realm.settings``) that the runtime fills from its configuration (graphs exported
-    before it held them as constants: ``"auto"`` then takes ``"onnx-steps"``).
-
-    The twin of ``realm_sdk.RealmAdapter``: the public methods, their locking and the step's
-    bookkeeping (decisions, counters, reasons, state file) are :class:`OnlineAdaptation`'s, the
-    same code for both; this class brings the step's numpy and ONNX Runtime half. Every public
-    method holds one lock: an instance may be shared between threads, and calls are serialised.
+    Backends (docs/runtime.md): ``"onnx"`` runs the one adapt graph (SPEC §11) on a plain
+    ``InferenceSession``: one forward per call, a backward only for a sample that updates,
+    the state kept where the session computes. ``"onnx-steps"`` and ``"ort-training"`` take
+    the decisions on the host over the portable step graph or the legacy training
+    artifacts (SPEC §8), the reference the adapt graph is checked against. ``"auto"`` takes
+    the adapt graph where the artifacts have it.
 
     Args:
         artifact_dir: the directory written by ``realm export``.
         device: ``"cpu"`` or ``"cuda"`` / ``"cuda:N"`` (onnxruntime-gpu on the onnx backend,
             the CUDA build of onnxruntime-training on the other).
         threads: intra-op threads of ONNX Runtime (None: its default, all cores).
-        schedule: the twins' order of graphs: ``"infer-first"`` (default: the forward-only
-            graph, the decision, then the step graph only for a sample that updates) or
+        schedule: the host-step backends' order of graphs: ``"infer-first"`` (default: the
+            forward-only graph, the decision, then the step graph only for an update) or
             ``"train"`` (the step graph at once, its logits as the prediction). The adapt
             graph has one order of its own, and refuses this argument.
         overrides: configuration fields to change on the device without re-exporting: those
@@ -122,17 +111,14 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
         backend: ``"auto"``, ``"onnx"``, ``"onnx-steps"`` or ``"ort-training"``.
         session_config: ONNX Runtime session configuration entries for the backend's
             sessions, on top of :attr:`DEFAULT_SESSION_CONFIG` (an entry named in both takes
-            this value). The onnx backend itself switches ONNX Runtime's pre-packing (and its
-            memory-pattern planner) off where the shared weights that feed matrix products
-            (the manifest's ``portable.weights.gemm_bytes``) pass ``LEAN_GEMM_BYTES``
-            (vit_base, convnext_tiny), as pre-packing would hold a second copy of them per session;
-            ``{"session.disable_prepacking": "0"}`` keeps it on, ``"1"`` turns it off for
-            any model (docs/BENCHMARKS.md has the memory and speed of each).
+            this value). The onnx backend turns pre-packing off where the weights that feed
+            matrix products (``portable.weights.gemm_bytes``) pass ``LEAN_GEMM_BYTES``, as it
+            would hold a second copy of them; ``{"session.disable_prepacking": "0"}`` or
+            ``"1"`` decides it for any model.
         graph_format: which files the onnx backend loads: ``"onnx"``, ``"ort"`` (the
             ORT-format copies of ``realm export --ort-format``, made for ONNX Runtime's mobile
             and minimal builds), or ``"auto"`` (default): ``"ort"`` where the export wrote
-            them. Same step either way; on x86 the ``.ort`` graphs (converted for ARM) run
-            a little slower than the ``.onnx`` ones (docs/BENCHMARKS.md).
+            them. Same step either way.
         trusted_keys: Ed25519 public keys (``.pub`` files, their base64 text, 32 raw bytes)
             of whoever may sign artifacts: unsigned artifacts, another key or a bad signature
             are refused before any graph is read. None (default): a signature is not
