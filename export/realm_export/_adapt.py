@@ -113,6 +113,7 @@ from realm_runtime.contract import (
     VELOCITY_NAME,
     WATCH_NAME,
     adapt_settings,
+    fresh_watch_tensors,
     next_name,
 )
 
@@ -134,16 +135,11 @@ class StateTensor:
 
 def adapt_state(config: RealmConfig, source: np.ndarray) -> list[StateTensor]:
     """The state the adapt graph carries, in the manifest's order, with its initial values."""
-    c = config.num_classes
+    watch = fresh_watch_tensors(config.num_classes)  # the runtime's layout of the rest
     return [
         StateTensor(PARAMS_NAME, source.astype(np.float32)),
         StateTensor(VELOCITY_NAME, np.zeros_like(source, dtype=np.float32)),
-        StateTensor(EMA_NAME, np.zeros(c, np.float32)),
-        StateTensor(MARGINAL_NAME, np.zeros(c, np.float32)),
-        StateTensor(WATCH_NAME, np.zeros(len(ADAPT_WATCH), np.float32)),
-        StateTensor(KNOWN_NAME, np.zeros(len(ADAPT_KNOWN), np.bool_)),
-        StateTensor(SEEN_NAME, np.array(0, np.int64)),
-        StateTensor(COUNTERS_NAME, np.zeros(len(COUNTERS), np.int64)),
+        *(StateTensor(name, value) for name, value in watch.items()),
         StateTensor(SETTINGS_NAME, adapt_settings(config)),  # passed through unchanged
     ]
 

@@ -124,3 +124,9 @@ def read_watch_tensors(
     )
     ema = np.asarray(tensors[EMA_NAME]) if known[KNOWN_EMA] else None
     return ema, watch, dict(zip(slots.counters, counts, strict=True))
+
+
+def fresh_watch_tensors(num_classes: int) -> dict[str, np.ndarray]:
+    """The six state tensors of a fresh (or reset) adapter: nothing known, nothing counted."""
+    empty = WatchArrays(0, None, None, None, None)
+    return watch_tensors(None, empty, dict.fromkeys(COUNTERS, 0), num_classes)

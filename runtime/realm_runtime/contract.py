@@ -21,6 +21,7 @@ from typing import Any
 from . import _names
 from ._adaptation import AdaptationState, OnlineAdaptation
 from ._checkpoint import StateArrays, load_state, read_state, save_state, write_state
+from ._graph_state import fresh_watch_tensors
 from ._inputs import check_input_shape, input_dtype_error, input_nonfinite_error, input_type_error
 from ._manifest import InputSpec, Manifest, parse_manifest, seal, sha256_of
 from ._names import (
@@ -324,6 +325,7 @@ __all__ = [
     "contract_json",
     "contract_module",
     "contract_values",
+    "fresh_watch_tensors",
     "input_dtype_error",
     "input_nonfinite_error",
     "input_type_error",
