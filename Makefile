@@ -129,8 +129,8 @@ fmnist-tables: $(STAMP) data
 			--out docs/fmnist/$$m || exit 1; \
 	done
 	@for m in $(FMNIST_MODELS); do \
-		$(FMNIST_BENCH) --model $$m --settings $(FMNIST_LONG) --seeds $(FMNIST_SEEDS) --limit 200 \
-			--passes 2 --horizon 20000 --junk-length 1000 --out docs/fmnist/$$m-streams || exit 1; \
+		$(FMNIST_BENCH) --model $$m --settings $(FMNIST_LONG) --seeds $(FMNIST_SEEDS) --limit 100 \
+			--passes 2 --horizon 10000 --junk-length 500 --out docs/fmnist/$$m-streams || exit 1; \
 	done
 
 # What REALM's defaults were chosen on: the validation split (held-out training images,

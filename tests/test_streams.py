@@ -402,3 +402,22 @@ def test_a_run_log_runs_again_only_the_rows_whose_configuration_changed(
             stream_settings=SMALL,
             overrides={"alpha_zero": 1.0},
         )
+
+
+def test_an_episodic_part_keeps_a_short_trace_in_the_run_log(shift, digits_model, tmp_path):
+    """The log keeps each corruption's α/λ course at a coarse resolution, ending where the
+    stream ends: no plot draws it, and the log of a whole table stays small."""
+    import json
+
+    from realm_tools.bench import RunLog, streams_fingerprint
+
+    settings = StreamSettings(passes=1, limit=40)
+    mark = streams_fingerprint(
+        shift, digits_model, corruptions=DOMAINS[:1], preset="cifar", stream_settings=settings
+    )
+    path = tmp_path / "runs.jsonl"
+    common = dict(settings=["episodic"], seeds=[0], corruptions=DOMAINS[:1], methods=["realm"])
+    bench_streams(shift, digits_model, **common, stream_settings=settings, log=RunLog(path, mark))
+    run = json.loads(path.read_text().splitlines()[1])["run"]
+    assert 10 <= len(run["trace_at"]) <= 20 and run["trace_at"][-1] == 39
+    assert all(len(v) == len(run["trace_at"]) for v in run["trace"].values())

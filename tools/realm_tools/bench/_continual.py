@@ -40,6 +40,9 @@ STREAM_LABELS = {
     "realm-guarded": "REALM + guardrails",
 }
 TRACE_POINTS = 400  # samples of each trace: enough for a plot, small in the JSON
+# An episodic part's traces are kept in the run log at this resolution: no plot draws them,
+# and their course (α, λ, the update rate) is all a per-corruption look needs.
+PART_TRACE_POINTS = 20
 EVENTS = INTERVENTIONS
 
 
@@ -239,7 +242,8 @@ def bench_streams(
 
     def keep(cell: _Cell, run: StreamRun) -> StreamRun:
         if log is not None:
-            log.add(cell.label, _compact(run), configs[cell.method])
+            points = PART_TRACE_POINTS if cell.part is not None else None
+            log.add(cell.label, _compact(run, points), configs[cell.method])
         return run
 
     if not todo:
@@ -477,9 +481,14 @@ def streams_fingerprint(
     }
 
 
-def _compact(run: StreamRun) -> dict[str, Any]:
+def _compact(run: StreamRun, points: int | None = None) -> dict[str, Any]:
+    """A run as JSON-ready data, traces rounded (and cut to ``points`` evenly spaced ones)."""
     data = asdict(run)
-    data["trace"] = {k: [float(f"{v:.5g}") for v in vs] for k, vs in run.trace.items()}
+    keep = range(len(run.trace_at))
+    if points is not None and len(run.trace_at) > points:
+        keep = sorted({round(i) for i in np.linspace(0, len(run.trace_at) - 1, points)})
+    data["trace_at"] = [run.trace_at[i] for i in keep]
+    data["trace"] = {k: [float(f"{vs[i]:.5g}") for i in keep] for k, vs in run.trace.items()}
     return data
 
 
