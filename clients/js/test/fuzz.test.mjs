@@ -11,12 +11,13 @@ import {
   ARTIFACT_VERSION,
   DIGEST_KEY,
   INPUT_NAME,
-  LEGACY_ALPHA,
-  LEGACY_MOMENTUM_PREFIX,
-  LEGACY_PARAM_PREFIX,
   LOGITS_NAME,
   STATE_FORMAT,
   STATE_HEADER_MEMBER,
+  STATE_VERSION,
+  PARAMS_NAME,
+  VELOCITY_NAME,
+  EMA_NAME,
 } from "../contract.js";
 import { ArtifactError, parseManifest, readManifest } from "../manifest.js";
 import { StateFileError, float32Array, formatNpy, readState, writeState, writeZip } from "../state-file.js";
@@ -26,9 +27,9 @@ const RUNS = Number(process.env.FUZZ_RUNS ?? 300);
 const GOOD_STATE = writeState(
   { method: "realm", num_classes: 3, trainable: ["w"], counters: { samples: 2 }, artifacts: "ab" },
   new Map([
-    [`${LEGACY_PARAM_PREFIX}w`, float32Array([1.5, -2, 3.25], [3])],
-    [`${LEGACY_MOMENTUM_PREFIX}w`, float32Array([0, 0.125, -1], [3])],
-    [LEGACY_ALPHA, float32Array([0.5], [])],
+    [PARAMS_NAME, float32Array([1.5, -2, 3.25], [3])],
+    [VELOCITY_NAME, float32Array([0, 0.125, -1], [3])],
+    [EMA_NAME, float32Array([0.5, 0.25, 0.25], [3])],
   ]),
 );
 
@@ -60,7 +61,7 @@ test("a state file with any JSON header gives StateFileError, or that header if 
   fc.assert(
     fc.property(fc.jsonValue(), fc.boolean(), (header, stamped) => {
       const value = stamped && typeof header === "object" && header !== null && !Array.isArray(header)
-        ? { ...header, format: STATE_FORMAT, version: 1 }
+        ? { ...header, format: STATE_FORMAT, version: STATE_VERSION }
         : header;
       const json = new TextEncoder().encode(JSON.stringify(value));
       const bytes = writeZip(new Map([[`${STATE_HEADER_MEMBER}.npy`, formatNpy({ dtype: "|u1", shape: [json.length], data: json })]]));

@@ -3,12 +3,12 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
-  LEGACY_ALPHA,
-  LEGACY_MOMENTUM_PREFIX,
-  LEGACY_PARAM_PREFIX,
   STATE_FORMAT,
   STATE_HEADER_MEMBER,
   STATE_VERSION,
+  PARAMS_NAME,
+  VELOCITY_NAME,
+  EMA_NAME,
 } from "../contract.js";
 import {
   StateFileError,
@@ -25,9 +25,9 @@ const HEADER = { method: "realm", num_classes: 3, trainable: ["w"], counters: { 
 
 function sample() {
   return new Map([
-    [`${LEGACY_PARAM_PREFIX}w`, float32Array([1.5, -2, 3.25], [3])],
-    [`${LEGACY_MOMENTUM_PREFIX}w`, float32Array([0, 0.125, -1], [3])],
-    [LEGACY_ALPHA, float32Array([0.5], [])],
+    [PARAMS_NAME, float32Array([1.5, -2, 3.25], [3])],
+    [VELOCITY_NAME, float32Array([0, 0.125, -1], [3])],
+    [EMA_NAME, float32Array([0.5, 0.25, 0.25], [3])],
     ["grid", float32Array([1, 2, 3, 4, 5, 6], [2, 3])],
   ]);
 }
@@ -70,11 +70,11 @@ test("damaged files are refused with the reason", () => {
   assert.throws(() => readState(good.subarray(0, good.length - 30)), StateFileError);
   assert.throws(() => readState(new Uint8Array(100)), /end-of-central-directory/);
   const payload = new Uint8Array(Float32Array.from([1.5, -2, 3.25]).buffer);
-  const at0 = Buffer.from(good).indexOf(Buffer.from(payload)); // param/w's values
+  const at0 = Buffer.from(good).indexOf(Buffer.from(payload)); // realm.params' values
   assert.ok(at0 > 0);
   const flipped = good.slice();
   flipped[at0 + 5] ^= 0xff;
-  assert.throws(() => readState(flipped), /param\/w\.npy: CRC-32 mismatch/);
+  assert.throws(() => readState(flipped), /realm\.params\.npy: CRC-32 mismatch/);
   const foreign = writeState({}, sample());
   const text = new TextDecoder("latin1").decode(foreign);
   const at = text.indexOf(STATE_FORMAT);
