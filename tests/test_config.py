@@ -49,7 +49,7 @@ def test_eata_threshold_defaults_to_0_4_ln_c():
 
 def test_methods_share_the_preset():
     tent = RealmConfig.preset("imagenet", num_classes=100, method="tent")
-    assert tent.method == "tent" and not tent.uses_diversity and not tent.learns_alpha_lambda
+    assert tent.method == "tent" and not tent.rules.diversity and not tent.rules.learns_alpha_lambda
     assert tent.lr == RealmConfig.preset("imagenet", num_classes=100).lr
 
 

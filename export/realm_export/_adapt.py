@@ -308,7 +308,7 @@ class _DriftNorm:
 
     def __init__(self, b: _Builder, config: RealmConfig, source: np.ndarray, src: str) -> None:
         mask = np.ones(source.shape[0], np.bool_)
-        if config.learns_alpha_lambda:
+        if config.rules.learns_alpha_lambda:
             mask[-2:] = False
         self.b, self.src = b, src
         self.mask = b.const("norm_mask", mask, np.bool_)
@@ -363,14 +363,14 @@ def _step_branch(
 
     The then branch runs the rest of the step graph (backward, SGD, projections, relax and
     anchor), then commits: θ, momentum and the EMA when the step is finite (and, for SAR, a
-    sample passed the cut again at θ + ε), the drift bound, SAR's loss EMA and recovery.
+    sample passed the cut again at θ + ε), the drift bound, the loss EMA and recovery.
 
     Returns:
         The ``If``'s outputs by role: ``loss``, ``finite``, ``any_kept``, ``updated``,
         ``clip``, ``recover``, ``params``, ``velocity``, ``ema``, ``loss_ema``,
         ``known_loss``.
     """
-    sar = config.method == "sar"
+    sharp, recovers = config.rules.sharpness, config.rules.recovery
     guard_drift = drift.norm0 > 0
     zero = b.const("zero", 0.0)
     false = b.const("false", False, np.bool_)
@@ -379,7 +379,7 @@ def _step_branch(
 
     def commit() -> dict[str, str]:
         op = b.step
-        any_kept = op("Greater", [KEPT_NAME, zero], "any_kept") if sar else None
+        any_kept = op("Greater", [KEPT_NAME, zero], "any_kept") if sharp else None
         u = FINITE_NAME if any_kept is None else op("And", [FINITE_NAME, any_kept], "u")
         params = op("Where", [u, NEW_PARAMS_NAME, PARAMS_NAME], "params")
         velocity = op("Where", [u, NEW_VELOCITY_NAME, VELOCITY_NAME], "velocity")
@@ -407,7 +407,7 @@ def _step_branch(
             "loss_ema": loss_ema,
             "known_loss": known_loss,
         }
-        if sar:  # SAR's recovery: the EMA of its second-pass loss
+        if recovers:  # SAR's recovery: the EMA of its second-pass loss
             moved = _ema(b, loss_ema, LOSS_NAME, known_loss, SAR_LOSS_BETA)
             out["loss_ema"] = op("Where", [u, moved, loss_ema], "loss_ema")
             out["known_loss"] = op("Or", [known_loss, u], "known_loss")

@@ -34,7 +34,7 @@ def decide_model(config: RealmConfig, ir_version: int) -> onnx.ModelProto:
     probs, entropy = _softmax_entropy(b)
     cosine = _cosine_to_ema(b, probs)
     keep = _finite(b)
-    if config.uses_diversity:
+    if config.rules.diversity:
         keep = _diversity_gate(b, keep, cosine)
     keep, certain, weight_if_kept = _entropy_cut(b, config, keep, entropy)
     b.op("Identity", [certain], "passed_entropy")
@@ -59,9 +59,9 @@ def _constants(b: GraphBuilder, config: RealmConfig) -> None:
     b.const("one_minus_beta", 1 - config.ema_beta)
     b.const("one", [1.0])
     b.const("zero", [0.0])
-    if config.uses_diversity:
+    if config.rules.diversity:
         b.const("margin", config.diversity_margin)
-    if config.uses_entropy_cut:
+    if config.rules.entropy_cut:
         b.const("e0", config.e0)
 
 
@@ -129,12 +129,12 @@ def _entropy_cut(
     Returns:
         ``keep`` with the cut, whether the cut passed, the weight of a kept sample.
     """
-    if not config.uses_entropy_cut:
+    if not config.rules.entropy_cut:
         certain = b.op("Equal", ["one", "one"], "certain")  # no entropy cut: always true
         return keep, certain, "one"
     certain = b.op("Less", [entropy, "e0"], "certain")
     keep = b.op("And", [keep, certain], "keep_ent")
-    if config.method != "eata":
+    if not config.rules.entropy_weight:
         return keep, certain, "one"
     h_minus_e0 = b.op("Sub", [entropy, "e0"], "h_minus_e0")
     neg_h = b.op("Neg", [h_minus_e0], "neg_h")

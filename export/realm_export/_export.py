@@ -254,7 +254,7 @@ def _trace(model: nn.Module, plan: Plan) -> Traced:
     plan.notify("exporting the forward graph")
     example = _example(plan.shape, plan.options.seed)
     _check_logits(source, example, plan.shape, plan.config.num_classes)
-    extra = [ALPHA_NAME, LAMBDA_NAME] if plan.config.learns_alpha_lambda else []
+    extra = [ALPHA_NAME, LAMBDA_NAME] if plan.config.rules.learns_alpha_lambda else []
     requires_grad = [*trainable, *extra]
     try:
         # TorchScript's forward graph: the inference model and the legacy training graph's base.

@@ -73,7 +73,8 @@ from realm_runtime.contract import (
     VELOCITY_NAME,
     TensorSlot,
 )
-from realm_sdk import RealmConfig, eata_loss, entropy, robust_loss
+from realm_sdk import RealmConfig, entropy
+from realm_sdk.methods import per_sample_loss, sar
 
 from ._errors import UnsupportedModelError
 from ._onnx_builder import GraphBuilder
@@ -124,8 +125,8 @@ def build_portable_graphs(
             f"the portable step graph is written for batch 1 (the on-device protocol), the "
             f"export shape has batch {example.shape[0]}"
         )
-    realm = config.method == "realm"
-    sar = config.method == "sar"
+    realm = config.rules.learns_alpha_lambda
+    sharp = config.rules.sharpness
     names = [*norm_names, *((ALPHA_NAME, LAMBDA_NAME) if realm else ())]
     n_norm = len(norm_names)
     named = dict(model.named_parameters())
@@ -152,31 +153,15 @@ def build_portable_graphs(
             part.reshape(shape) for part, shape in zip(split_tree(flat, sizes), shapes, strict=True)
         ]
 
-    def per_sample_loss(h: Tensor, params: list[Tensor], e0: Tensor) -> Tensor:
-        if config.method == "realm":
-            alpha, lam = params[n_norm], params[n_norm + 1]
-            return robust_loss(h, alpha, lam, scale_by_lambda=config.loss_scale == "lambda")
-        if config.method == "eata":  # e0 is an input: the runtime may override it
-            return eata_loss(h, e0)  # type: ignore[arg-type]
-        return h
+    loss_of = per_sample_loss(config)
 
     def logits_at(x: Tensor, flat: Tensor) -> tuple[Tensor, list[Tensor]]:
         params = unflatten(flat)
         named = dict(zip(norm_names, params[:n_norm], strict=True))
         return functional_call(model, named, (x,)), params
 
-    def sam_loss(
-        x: Tensor, weight: Tensor, e0: Tensor, flat: Tensor, rho: Tensor, h: Tensor
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """SAR's second loss: the entropy at θ + ρ·g/‖g‖, cut again (SPEC §4)."""
-        (g1,) = torch.autograd.grad((h * weight).sum(), [flat], retain_graph=True)
-        eps = rho * g1 / (torch.linalg.vector_norm(g1) + 1e-12)  # SAM's zero-gradient guard
-        # ε is a constant of the step: ∂L(θ + ε)/∂θ is the gradient taken at θ + ε.
-        h2 = entropy(logits_at(x, flat + eps.detach())[0])
-        kept = (weight > 0) & (h2 < e0)
-        count = kept.to(h2.dtype).sum()
-        w2 = kept.to(h2.dtype) / torch.clamp(count, min=1.0)
-        return (h2 * w2).sum(), count, g1
+    def logits_only(x: Tensor, flat: Tensor) -> Tensor:
+        return logits_at(x, flat)[0]
 
     def step(
         x: Tensor,
@@ -194,15 +179,16 @@ def build_portable_graphs(
         logits, params = logits_at(x, flat)
         h = entropy(logits)
         extra: tuple[Tensor, ...] = ()
-        if sar:
-            loss, count, g1 = sam_loss(x, weight, e0, flat, method_input, h)
+        if sharp:
+            loss, count, g1 = sar.sharp_loss(logits_only, x, weight, e0, flat, method_input, h)
             extra = (count,)
         else:
-            loss = (per_sample_loss(h, params, e0) * weight).sum()
+            learned = params[n_norm:]  # REALM's α, λ; empty for the others
+            loss = (loss_of(h, learned, e0, config) * weight).sum()
         (grad,) = torch.autograd.grad(loss, [flat])
         # g·0 is 0 for every finite g and NaN otherwise: a finiteness test that cannot
         # overflow, in two nodes over the whole parameter vector.
-        checked = loss + (grad * 0).sum() + ((g1 * 0).sum() if sar else 0)
+        checked = loss + (grad * 0).sum() + ((g1 * 0).sum() if sharp else 0)
         finite = torch.isfinite(checked)
         v_new = mu * velocity + grad
         rate = lr.expand(total) if not realm else torch.cat([lr.expand(total - 2), lr_al.expand(2)])
@@ -229,7 +215,7 @@ def build_portable_graphs(
         source.clone().requires_grad_(True),
         torch.zeros_like(source),
         torch.tensor(0.0),
-        torch.tensor(config.sam_rho if sar else 0.0),
+        torch.tensor(config.sam_rho if sharp else 0.0),
     ]
     step_gm = trace(step, step_args)
     forward_args = [example, source.clone()]
@@ -244,10 +230,10 @@ def build_portable_graphs(
         PARAMS_NAME,
         VELOCITY_NAME,
         ANCHOR_NAME,
-        SAM_RHO_NAME if sar else RELAX_NAME,  # unused by Tent and EATA: no input of the graph
+        SAM_RHO_NAME if sharp else RELAX_NAME,  # unused by Tent and EATA: no input of the graph
     ]
     step_outputs = [LOSS_NAME, LOGITS_NAME, FINITE_NAME, NEW_PARAMS_NAME, NEW_VELOCITY_NAME]
-    if sar:
+    if sharp:
         step_outputs.append(KEPT_NAME)
     step_proto = to_onnx(step_gm, step_args, step_inputs, step_outputs)
     forward_proto = to_onnx(forward_gm, forward_args, [INPUT_NAME, PARAMS_NAME], [LOGITS_NAME])

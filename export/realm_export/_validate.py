@@ -19,7 +19,8 @@ from torch import nn
 
 from realm_runtime import RealmRuntime, onnxruntime_module
 from realm_runtime.contract import ALPHA_NAME, LAMBDA_NAME, LOSS_NAME, SAMPLE_WEIGHT_NAME
-from realm_sdk import RealmAdapter, RealmConfig, entropy, robust_loss
+from realm_sdk import RealmAdapter, RealmConfig, entropy
+from realm_sdk.methods import per_sample_loss, sar
 
 # Logits are held to atol + LOGITS_RTOL · max|logits|: float32 keeps ~7 digits, and a deep
 # network's rounding leaves ~1e-6 of the logits' scale (random-init BatchNorm nets reach
@@ -268,7 +269,7 @@ def new_report(
     It holds α0 and λ0 where ∂ρ/∂α and ∂(λρ)/∂λ are sums of cancelling terms (see
     :class:`ValidationReport`).
     """
-    realm = config.method == "realm"
+    realm = config.rules.learns_alpha_lambda
     return ValidationReport(
         atol=atol,
         grad_rtol=grad_rtol,
@@ -318,7 +319,8 @@ def torch_reference(
     """Logits, loss and gradients of the graph's loss, computed by realm_sdk in torch.
 
     The loss is ``Σ_i w_i · L(H_i)`` at the configuration's initial α, λ — the quantity the
-    training graph computes — with the SDK's own loss functions on the original model.
+    step graph computes — with the method's torch form (``realm_sdk.methods``) on the
+    original model. An entropy weight (EATA's) is part of ``L`` here, as in the step graph.
 
     Returns:
         ``(logits, loss, {name: grad}, trainable names)``.
@@ -332,18 +334,14 @@ def torch_reference(
     with torch.enable_grad():
         logits = ref(x)
         h = entropy(logits)
-        if config.method == "sar":
-            per_sample = _sar_second_entropy(ref, config, x, h, weights, params)
-            wrt, names = params, list(adapter.trainable_names)
-        elif config.method == "realm":
-            per_sample = robust_loss(h, alpha, lam, scale_by_lambda=config.loss_scale == "lambda")
-            wrt = [*params, alpha, lam]
-            names = [*adapter.trainable_names, ALPHA_NAME, LAMBDA_NAME]
+        if config.rules.sharpness:
+            per_sample = sar.sharp_reference(ref, config, x, h, weights, params)
         else:
-            # Tent and EATA: the graph's L is H; EATA's detached weight exp(−(H − e0)) is part
-            # of the sample weight w that the runtime feeds (realm_export.legacy.append_loss).
-            per_sample = h
-            wrt, names = params, list(adapter.trainable_names)
+            learned = (alpha, lam) if config.rules.learns_alpha_lambda else ()
+            per_sample = per_sample_loss(config)(h, learned, config.e0, config)
+        wrt, names = params, list(adapter.trainable_names)
+        if config.rules.learns_alpha_lambda:
+            wrt, names = [*wrt, alpha, lam], [*names, ALPHA_NAME, LAMBDA_NAME]
         loss = (per_sample * torch.from_numpy(weights)).sum()
         grads = torch.autograd.grad(loss, wrt)
     return (
@@ -355,31 +353,6 @@ def torch_reference(
 
 
 OPEN_CUT = 1e9  # an entropy margin no sample reaches: SAR's cut passes every sample
-
-
-def _sar_second_entropy(
-    ref: nn.Module,
-    config: RealmConfig,
-    x: torch.Tensor,
-    h: torch.Tensor,
-    weights: np.ndarray,
-    params: list[torch.Tensor],
-) -> torch.Tensor:
-    """SAR's per-sample second loss: entropies at θ + ρ·g/‖g‖, weighted over the kept.
-
-    The perturbation moves ``ref``'s parameters (a private copy) for good: its gradient is
-    the one SAR takes there.
-    """
-    w = torch.from_numpy(weights)
-    g1 = torch.autograd.grad((h * w).sum(), params, retain_graph=True)
-    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in g1]))
-    with torch.no_grad():
-        for p, g in zip(params, g1, strict=True):
-            p.add_(g * (config.sam_rho / (norm + 1e-12)))
-    h2 = entropy(ref(x))
-    kept = ((w > 0) & (h2.detach() < config.e0)).to(h2.dtype)
-    # The graph's weights are 1/n over the kept: the loss weight below is applied after.
-    return h2 * kept / torch.clamp(kept.sum(), min=1.0) / torch.where(w > 0, w, 1.0)
 
 
 def judge(
@@ -452,15 +425,11 @@ def validate_portable(
     source = np.load(directory / files["source_params"])
     step_inputs = {i.name for i in step.get_inputs()}
     out_names = [o.name for o in step.get_outputs()]
-    if config.method == "sar":
+    if config.rules.sharpness:
         config = config.with_overrides(entropy_margin=OPEN_CUT)
     report = new_report(config, len(inputs), atol=atol, grad_rtol=grad_rtol)
     for x in inputs:
-        weights = sample_weights(1)
-        if config.method == "eata":  # the graph applies EATA's weight itself
-            with torch.no_grad():
-                h = entropy(copy.deepcopy(model)(torch.from_numpy(x)))
-            weights = weights * np.exp(-(h.numpy() - config.e0)).astype(np.float32)
+        weights = sample_weights(1)  # an entropy weight is the graph's, as the reference's
         reference = torch_reference(model, config, torch.from_numpy(x), weights)
         logits_t, grads_t = reference[0], reference[2]
         feeds = {

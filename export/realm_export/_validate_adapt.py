@@ -186,7 +186,7 @@ def validate_adapt(
 def _flat_params(adapter: RealmAdapter, config: RealmConfig) -> np.ndarray:
     """The reference's ``realm.params``: its norm tensors in order, then α and λ (REALM)."""
     parts = [t.detach().numpy().reshape(-1) for t in adapter.trainable_parameters().values()]
-    if config.learns_alpha_lambda:
+    if config.rules.learns_alpha_lambda:
         state = adapter.state
         parts.append(np.array([state.alpha, state.lam], np.float32))
     return np.concatenate(parts).astype(np.float32)
@@ -213,7 +213,7 @@ def validate_adapt_graphs(
     reports = [
         validate_adapt(directory, section, model, config, inputs, atol=atol, grad_rtol=grad_rtol)
     ]
-    if config.uses_entropy_cut:  # the same graph, its entropy margin fed above ln C
+    if config.rules.entropy_cut:  # the same graph, its entropy margin fed above ln C
         opened = dataclasses.replace(config, entropy_margin=math.log(config.num_classes) + 1.0)
         checks = {"atol": atol, "grad_rtol": grad_rtol}
         reports.append(validate_adapt(directory, section, model, opened, inputs, **checks))

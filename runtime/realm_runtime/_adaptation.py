@@ -165,7 +165,7 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
     def state(self) -> AdaptationState:
         """α, λ, their momentum, the EMA and the counters, as a snapshot."""
         with self._lock:
-            realm = self.config.learns_alpha_lambda
+            realm = self.config.rules.learns_alpha_lambda
             alpha, lam, alpha_momentum, lam_momentum = (
                 self._alpha_lambda() if realm else (None, None, None, None)
             )
@@ -340,7 +340,7 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
         self._counters[COUNTER_UPDATED_SAMPLES] += kept
         self._counters[COUNTER_SKIPPED_ENTROPY] += n_keep - kept
         self._guard_update()
-        if self.config.method == "sar":
+        if self.config.rules.recovery:
             self._recover(candidate.loss)
         return self._result(logits, sel, True, candidate.loss, REASON_UPDATED)
 

@@ -88,7 +88,7 @@ class TrainingBackend(StepBackend):
     def compute(
         self, x: np.ndarray, weights: np.ndarray, eata_factor: np.ndarray | None
     ) -> Candidate:
-        eata = self._config.method == "eata"
+        eata = self._config.rules.entropy_weight
         fed = weights * eata_factor if eata and eata_factor is not None else weights
         self._module.train()
         self._module.lazy_reset_grad()

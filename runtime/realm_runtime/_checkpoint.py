@@ -217,7 +217,7 @@ def _layout(
     config: RealmConfig, shapes: dict[str, tuple[int, ...]]
 ) -> list[tuple[str, tuple[int, ...]]]:
     """The tensors of ``realm.params`` in order: the norm tensors, then α and λ (REALM)."""
-    tail = [(ALPHA_NAME, ()), (LAMBDA_NAME, ())] if config.learns_alpha_lambda else []
+    tail = [(ALPHA_NAME, ()), (LAMBDA_NAME, ())] if config.rules.learns_alpha_lambda else []
     return [*shapes.items(), *tail]
 
 
@@ -342,7 +342,7 @@ def graph_tensors(state: StateArrays, config: RealmConfig) -> dict[str, np.ndarr
     The parameter vectors keep the twin's dtype (the SDK may adapt a float64 model).
     """
     c = config.num_classes
-    realm = config.learns_alpha_lambda
+    realm = config.rules.learns_alpha_lambda
     dtype = next(iter(state.params.values())).dtype if state.params else np.dtype(np.float32)
 
     def flat(tensors: dict[str, np.ndarray], alpha: np.ndarray, lam: np.ndarray) -> np.ndarray:

@@ -11,13 +11,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numpy as np
+from ._guardrails import Guardrails
+from ._numbers import finite as _finite
+from .methods import BY_NAME, Method, method_named
 
-Method = Literal["realm", "tent", "eata", "sar"]
+MethodName = Literal["realm", "tent", "eata", "sar"]
 Preset = Literal["cifar", "imagenet"]
 LossScale = Literal["one", "lambda"]
 
-METHODS: tuple[str, ...] = ("realm", "tent", "eata", "sar")
+METHODS: tuple[str, ...] = tuple(BY_NAME)
 PRESETS: tuple[str, ...] = ("cifar", "imagenet")
 
 # Projection bounds of the robust-loss parameters (SPEC §2). α must stay below 2 (the loss is
@@ -25,71 +27,6 @@ PRESETS: tuple[str, ...] = ("cifar", "imagenet")
 ALPHA_MIN = 1e-3
 ALPHA_MAX = 1.999
 LAMBDA_MIN = 1e-4
-
-
-@dataclass(frozen=True)
-class Guardrails:
-    """What keeps an adapter that runs for months useful (SPEC §10); each is off with ``None``.
-
-    Every intervention is counted in the adaptation state, by reason. The defaults are those
-    the continual benchmark supports (docs/continual.md), chosen on its validation stream.
-    """
-
-    relax: float | None = 0.1  # share of α − α0 and λ − λ0 given back per update (REALM)
-    anchor: float | None = 0.003  # share of θ − θ0 given back per update (a soft drift bound)
-    max_drift: float | None = 0.02  # bound of ‖θ − θ0‖ / ‖θ0‖ on a natural shift's stream
-    # Update rate at which max_drift holds in full; below it the bound shrinks in proportion,
-    # as S_div refuses most junk and one-class frames (None: the bound is max_drift always).
-    full_rate: float | None = 0.5
-    collapse: float | None = None  # reset to the source when H(mean prediction) < this·ln C
-
-    def __post_init__(self) -> None:
-        errors = []
-        for name in ("relax", "anchor"):
-            value = getattr(self, name)
-            if value is not None and (not _finite(value) or not 0 < value < 1):
-                errors.append(f"{name} must be in (0, 1) or None, got {value!r}")
-        if self.max_drift is not None and (not _finite(self.max_drift) or self.max_drift <= 0):
-            errors.append(f"max_drift must be a finite number > 0 or None, got {self.max_drift!r}")
-        if self.full_rate is not None and (
-            not _finite(self.full_rate) or not 0 < self.full_rate <= 1
-        ):
-            errors.append(f"full_rate must be in (0, 1] or None, got {self.full_rate!r}")
-        if self.collapse is not None and (not _finite(self.collapse) or not 0 < self.collapse < 1):
-            errors.append(f"collapse must be in (0, 1) or None, got {self.collapse!r}")
-        if errors:
-            raise ValueError("invalid Guardrails: " + "; ".join(errors))
-
-    def drift_bound(self, update_rate: float | None) -> float | None:
-        """The bound of ‖θ − θ0‖ / ‖θ0‖ in force at ``update_rate`` (None: no bound).
-
-        ``max_drift·min(1, update_rate / full_rate)``; before any rate is known (at the start,
-        after a reset) the bound is ``max_drift``. In float32, operation for operation as the
-        adapt graph computes it from its float32 settings, so that every implementation
-        compares the drift with the same threshold.
-        """
-        if self.max_drift is None:
-            return None
-        bound = np.float32(self.max_drift)
-        if self.full_rate is None or update_rate is None:
-            return float(bound)
-        share = np.float32(update_rate) / np.float32(self.full_rate)
-        return float(bound * min(np.float32(1.0), share))
-
-    def collapse_limit(self, num_classes: int) -> float | None:
-        """The collapse guard's limit on H(p̄) in nats, ``collapse·ln C`` (None: off).
-
-        Rounded to float32: the value of the adapt graph's setting, which every
-        implementation compares with.
-        """
-        if self.collapse is None:
-            return None
-        return float(np.float32(self.collapse * math.log(num_classes)))
-
-    @classmethod
-    def off(cls) -> Guardrails:
-        """No guardrail: the methods exactly as their papers run them."""
-        return cls(relax=None, anchor=None, max_drift=None, full_rate=None, collapse=None)
 
 
 @dataclass(frozen=True)
@@ -102,7 +39,7 @@ class RealmConfig:
     """
 
     num_classes: int  # C of the classifier; sets λ0 and e0 of the ImageNet-style presets
-    method: Method = "realm"  # loss: REALM's ρ(H), Tent's H, EATA's weighted H, SAR's SAM on H
+    method: MethodName = "realm"  # which step: realm_runtime.methods, one file per method
     lr: float = 0.005  # SGD learning rate of the normalisation affine parameters θ
     lr_alpha_lambda: float = 5e-7  # SGD learning rate of α and λ (REALM only; docs/fmnist.md)
     momentum: float = 0.0  # SGD momentum (PyTorch semantics, dampening 0), shared by θ, α, λ
@@ -123,14 +60,13 @@ class RealmConfig:
     preset_name: str | None = field(default=None, compare=True)  # provenance, for manifests
 
     def __post_init__(self) -> None:
-        if self.guardrails is None:
-            default = Guardrails() if self.method == "realm" else Guardrails.off()
-            object.__setattr__(self, "guardrails", default)
         errors = []
+        if self.method not in BY_NAME:
+            errors.append(f"method must be one of {METHODS}, got {self.method!r}")
+        elif self.guardrails is None:
+            object.__setattr__(self, "guardrails", self.rules.guardrails)
         if not isinstance(self.num_classes, int) or self.num_classes < 2:
             errors.append(f"num_classes must be an integer ≥ 2, got {self.num_classes!r}")
-        if self.method not in METHODS:
-            errors.append(f"method must be one of {METHODS}, got {self.method!r}")
         if self.loss_scale not in ("one", "lambda"):
             errors.append(f"loss_scale must be 'one' or 'lambda', got {self.loss_scale!r}")
         for name in ("lr", "lr_alpha_lambda"):
@@ -160,7 +96,7 @@ class RealmConfig:
             errors.append(f"sam_rho must be a finite number > 0, got {self.sam_rho!r}")
         if not _finite(self.recovery_loss) or self.recovery_loss < 0:
             errors.append(f"recovery_loss must be a finite number ≥ 0, got {self.recovery_loss!r}")
-        if not isinstance(self.guardrails, Guardrails):
+        if self.guardrails is not None and not isinstance(self.guardrails, Guardrails):
             errors.append(f"guardrails must be a Guardrails, got {self.guardrails!r}")
         if not isinstance(self.frozen, tuple) or not all(isinstance(p, str) for p in self.frozen):
             errors.append(f"frozen must be a tuple of regex strings, got {self.frozen!r}")
@@ -181,23 +117,13 @@ class RealmConfig:
         return self.guardrails
 
     @property
-    def uses_diversity(self) -> bool:
-        """Whether S_div gates updates (REALM and EATA; Tent and SAR do without it)."""
-        return self.method in ("realm", "eata")
-
-    @property
-    def uses_entropy_cut(self) -> bool:
-        """Whether samples with H ≥ e0 are refused (EATA's and SAR's reliable-sample cut)."""
-        return self.method in ("eata", "sar")
-
-    @property
-    def learns_alpha_lambda(self) -> bool:
-        """Whether α and λ are parameters of the loss (REALM only)."""
-        return self.method == "realm"
+    def rules(self) -> Method:
+        """The method's description: which parts of the step it uses (``realm_runtime.methods``)."""
+        return method_named(self.method)
 
     @classmethod
     def preset(
-        cls, name: Preset, *, num_classes: int, method: Method = "realm", **overrides: Any
+        cls, name: Preset, *, num_classes: int, method: MethodName = "realm", **overrides: Any
     ) -> RealmConfig:
         """The paper's hyper-parameters (SPEC §4; REALM Sec. 4.1 and App. B).
 
@@ -266,15 +192,8 @@ class RealmConfig:
         try:
             if "frozen" in data:
                 data["frozen"] = tuple(data["frozen"])
-            # A configuration written before guardrails existed ran without them.
-            guard = data.get("guardrails", dataclasses.asdict(Guardrails.off()))
-            if isinstance(guard, dict):
-                # Written before full_rate existed: that bound did not read the update rate.
-                data["guardrails"] = Guardrails(**{"full_rate": None, **guard})
+            if isinstance(data.get("guardrails"), dict):
+                data["guardrails"] = Guardrails(**data["guardrails"])
             return cls(**data)
         except TypeError as exc:  # a missing field, or a value of a type no check expected
             raise ValueError(f"not a RealmConfig: {exc}") from exc
-
-
-def _finite(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -51,7 +51,7 @@ def step_settings(config: RealmConfig) -> dict[str, float]:
         ENTROPY_MARGIN_NAME: config.e0,
         SAM_RHO_NAME: config.sam_rho,
         ANCHOR_NAME: guard.anchor or 0.0,
-        RELAX_NAME: (guard.relax or 0.0) if config.learns_alpha_lambda else 0.0,
+        RELAX_NAME: (guard.relax or 0.0) if config.rules.learns_alpha_lambda else 0.0,
     }
 
 

@@ -382,7 +382,7 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
 
     def _assign_state(self, state: StateArrays) -> None:
         values, momentum = dict(state.params), dict(state.momentum)
-        if self.config.learns_alpha_lambda:
+        if self.config.rules.learns_alpha_lambda:
             values[ALPHA_NAME], values[LAMBDA_NAME] = state.alpha, state.lam
             momentum[ALPHA_NAME], momentum[LAMBDA_NAME] = state.alpha_momentum, state.lam_momentum
         self._backend.load(values, momentum)

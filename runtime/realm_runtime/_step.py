@@ -45,7 +45,7 @@ class Selection:
 
     keep: np.ndarray  # (B,) bool: passed EATA's entropy cut and S_div
     weights: np.ndarray  # (B,) float32 loss weights: 1/n on the n kept samples, else zero
-    eata_factor: np.ndarray | None  # (B,) EATA's detached exp(−(H − e0)); None for others
+    eata_factor: np.ndarray | None  # (B,) detached exp(−(H − e0)) of an entropy weight, or None
     probs: np.ndarray  # (B, C) float32 softmax of the pre-update logits
     uncertain: int  # samples refused by EATA's entropy threshold
     similar: int  # samples refused by S_div
@@ -63,13 +63,13 @@ def select(logits: np.ndarray, ema: np.ndarray | None, config: RealmConfig) -> S
     batch = logits.shape[0]
     keep = np.ones(batch, dtype=bool)
     uncertain = 0
-    h = None
-    if config.uses_entropy_cut:
-        h = entropy(logits)
+    rules = config.rules
+    h = entropy(logits) if rules.entropy_cut or rules.entropy_weight else None
+    if h is not None and rules.entropy_cut:
         keep = h < F32(config.e0)
         uncertain = int((~keep).sum())
     similar = 0
-    if config.uses_diversity and ema is not None:
+    if rules.diversity and ema is not None:
         diverse = np.abs(cosine_to(probs, ema)) < F32(config.diversity_margin)
         similar = int((keep & ~diverse).sum())
         keep = keep & diverse
@@ -78,7 +78,7 @@ def select(logits: np.ndarray, ema: np.ndarray | None, config: RealmConfig) -> S
     if n:
         weights[keep] = F32(1.0) / F32(n)
     factor = None
-    if config.method == "eata":
+    if h is not None and rules.entropy_weight:
         factor = np.exp(-(h - F32(config.e0))).astype(F32)
     return Selection(keep, weights, factor, probs, uncertain, similar)
 

@@ -25,9 +25,10 @@ from realm_runtime import (
 )
 
 from ._adapter import AdaptResult, RealmAdapter
-from ._loss import eata_loss, entropy, robust_loss
+from ._loss import entropy
 from ._margin import decision_margin, prediction_cosines
 from ._params import last_block_patterns, norm_affine_names, norm_layer_types, select_trainable
+from .methods import eata_loss, robust_loss
 
 __version__ = "0.1.0"
 

@@ -15,8 +15,9 @@ from realm_runtime.contract import OnlineAdaptation, StateArrays
 
 from ._batch_norm import contiguous_batch_norms
 from ._inputs import check_input, infer_sample_shape
-from ._loss import eata_loss, entropy, robust_loss
+from ._loss import entropy
 from ._params import select_trainable
+from .methods import per_sample_loss, sar
 
 
 @dataclass(frozen=True)
@@ -156,10 +157,10 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
         probs = F.softmax(logits, dim=-1)  # (B, C), no gradient
         keep = torch.ones(batch, dtype=torch.bool, device=logits.device)
         uncertain = similar = 0
-        if cfg.uses_entropy_cut:
+        if cfg.rules.entropy_cut:
             keep = h.detach() < cfg.e0
             uncertain = int((~keep).sum())
-        if cfg.uses_diversity and self._ema is not None:
+        if cfg.rules.diversity and self._ema is not None:
             cos = F.cosine_similarity(probs, self._ema.unsqueeze(0), dim=1)  # (B,)
             diverse = cos.abs() < cfg.diversity_margin
             similar = int((keep & ~diverse).sum())
@@ -167,54 +168,22 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
         return _Selection(keep, probs, h, uncertain, similar)
 
     def _compute(self, x: Tensor, forward: Tensor, sel: _Selection) -> _Candidate:
-        if self.config.method == "sar":
-            return self._compute_sar(x, sel)
-        learn_al = self.config.learns_alpha_lambda
+        if self.config.rules.sharpness:
+            params = list(self._params.values())
+            sharp = sar.sharp_step(self.model, params, x, sel.entropy, sel.keep, self.config)
+            return _Candidate(sharp.loss, sharp.finite, sharp.grads, kept=sharp.kept)
+        learn_al = self.config.rules.learns_alpha_lambda
         alpha = self._alpha.clone().requires_grad_(learn_al)
         lam = self._lam.clone().requires_grad_(learn_al)
+        loss_of = per_sample_loss(self.config)
         with torch.enable_grad():
-            loss = self._per_sample_loss(sel.entropy[sel.keep], alpha, lam).mean()
+            learned = (alpha, lam) if learn_al else ()
+            loss = loss_of(sel.entropy[sel.keep], learned, self.config.e0, self.config).mean()
             wrt = list(self._params.values()) + ([alpha, lam] if learn_al else [])
             grads = torch.autograd.grad(loss, wrt)
         loss_value = float(loss.detach())
         finite = np.isfinite(loss_value) and all(bool(g.isfinite().all()) for g in grads)
         return _Candidate(loss_value, finite, grads)
-
-    def _compute_sar(self, x: Tensor, sel: _Selection) -> _Candidate:
-        """SAR's step (Niu et al. 2023): the entropy's gradient at θ + ε, ε = ρ·g/‖g‖.
-
-        The samples kept at θ are cut again at θ + ε; θ itself is back in place on return.
-        """
-        params = list(self._params.values())
-        with torch.enable_grad():
-            first = sel.entropy[sel.keep].mean()
-            g1 = torch.autograd.grad(first, params)
-        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in g1]))
-        scale = self.config.sam_rho / (norm + 1e-12)  # SAM's guard against a zero gradient
-        saved = [p.detach().clone() for p in params]
-        try:
-            with torch.no_grad():
-                for p, g in zip(params, g1, strict=True):
-                    p.add_(g * scale)
-            with torch.enable_grad():
-                h2 = entropy(self.model(x))[sel.keep]
-                keep2 = h2.detach() < self.config.e0
-                kept = int(keep2.sum())
-                if kept == 0:
-                    return _Candidate(float(h2.detach().mean()), True, (), kept=0)
-                loss = h2[keep2].mean()
-                grads = torch.autograd.grad(loss, params)
-        finally:
-            with torch.no_grad():
-                for p, old in zip(params, saved, strict=True):
-                    p.copy_(old)
-        loss_value = float(loss.detach())
-        finite = (
-            np.isfinite(loss_value)
-            and bool(norm.isfinite())
-            and all(bool(g.isfinite().all()) for g in grads)
-        )
-        return _Candidate(loss_value, finite, grads, kept=kept)
 
     def _accept(self, candidate: _Candidate, sel: _Selection) -> None:
         cfg = self.config
@@ -312,14 +281,6 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
                 f"the model must return logits of shape {want} (batch, num_classes), got {got}"
             )
 
-    def _per_sample_loss(self, h: Tensor, alpha: Tensor, lam: Tensor) -> Tensor:
-        cfg = self.config
-        if cfg.method == "realm":
-            return robust_loss(h, alpha, lam, scale_by_lambda=cfg.loss_scale == "lambda")
-        if cfg.method == "eata":
-            return eata_loss(h, cfg.e0)
-        return h  # tent
-
     @torch.no_grad()
     def _sgd_momentum(self, grads: tuple[Tensor, ...]) -> None:
         # PyTorch SGD, dampening 0, no Nesterov, no weight decay: v ← μ·v + g; w ← w − lr·v.
@@ -331,7 +292,7 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
             v = self._momentum[n]
             v.mul_(mu).add_(g)
             p.sub_(cfg.lr * v)
-        if cfg.learns_alpha_lambda:
+        if cfg.rules.learns_alpha_lambda:
             g_alpha, g_lam = grads[-2], grads[-1]
             self._alpha_momentum = mu * self._alpha_momentum + g_alpha
             self._lam_momentum = mu * self._lam_momentum + g_lam
@@ -349,7 +310,7 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
         if guard.anchor is not None:  # lerp(θ, θ0, κ) = θ − κ(θ − θ0), fused over tensors
             params = list(self._params.values())
             torch._foreach_lerp_(params, [self._source[n] for n in self._params], guard.anchor)
-        if guard.relax is not None and self.config.learns_alpha_lambda:
+        if guard.relax is not None and self.config.rules.learns_alpha_lambda:
             cfg = self.config
             self._alpha = self._alpha - guard.relax * (self._alpha - cfg.alpha0)
             self._lam = self._lam - guard.relax * (self._lam - cfg.lambda0)

@@ -39,14 +39,14 @@ def decision_margin(adapter: RealmAdapter, x: np.ndarray) -> tuple[float, np.nda
     x_ref = torch.from_numpy(x).to(adapter.device)
     logits = adapter.predict(x_ref).detach().cpu().numpy().astype(np.float64)
     margin = math.inf
-    if cfg.uses_entropy_cut:
+    if cfg.rules.entropy_cut:
         shifted = logits - logits.max(axis=1, keepdims=True)
         log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
         h = -(np.exp(log_p) * log_p).sum(axis=1)
         margin = min(margin, float(np.abs(h - cfg.e0).min()))
     ema = adapter.state.ema
     cos = None
-    if cfg.uses_diversity and ema is not None:
+    if cfg.rules.diversity and ema is not None:
         cos = prediction_cosines(logits, ema)
         margin = min(margin, float(np.abs(np.abs(cos) - cfg.diversity_margin).min()))
     return margin, cos

@@ -57,11 +57,8 @@ def training_wanted(training: bool | None, config: RealmConfig) -> tuple[bool, s
         ImportError: ``training=True`` where onnxruntime-training is not installed.
         UnsupportedModelError: ``training=True`` for SAR, which they cannot hold.
     """
-    if config.method == "sar":
-        why = (
-            "SAR's step takes a second gradient at a perturbed point (SAM), which the legacy "
-            "training artifacts cannot hold"
-        )
+    why = config.rules.legacy_training
+    if why is not None:
         if training:
             raise UnsupportedModelError(f"training=True: {why}; export the portable graph")
         return False, f"not written: {why}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,7 +12,7 @@ import torch
 from torch import nn
 
 from realm_runtime.contract import CHECKPOINT, EVAL_MODEL, TRAINING_MODEL
-from realm_sdk import RealmConfig
+from realm_sdk import RealmConfig, entropy
 
 from .._errors import UnsupportedModelError
 from .._validate import ValidationReport, judge, new_report, sample_weights, torch_reference
@@ -55,7 +56,7 @@ def validate_artifacts(
         weights = sample_weights(x.shape[0])
         module.lazy_reset_grad()
         try:
-            loss_ort, logits_ort = module(x, weights)[:2]
+            loss_ort, logits_ort = module(x, fed_weights(model, config, x, weights))[:2]
         except RuntimeError as exc:
             raise UnsupportedModelError(training_graph_error(str(exc))) from exc
         reference = torch_reference(model, config, torch.from_numpy(x), weights)
@@ -72,6 +73,21 @@ def validate_artifacts(
         )
     del module
     return report
+
+
+def fed_weights(
+    model: nn.Module, config: RealmConfig, x: np.ndarray, weights: np.ndarray
+) -> np.ndarray:
+    """The sample weights the runtime feeds the training graph: an entropy weight inside.
+
+    The training graph's loss is ``Σ w_i H_i``; a method that weighs by ``exp(−(H − e0))``
+    (EATA) has the runtime fold that constant into ``w``, as done here.
+    """
+    if not config.rules.entropy_weight:
+        return weights
+    with torch.no_grad():
+        h = entropy(copy.deepcopy(model)(torch.from_numpy(x))).numpy()
+    return (weights * np.exp(-(h - np.float32(config.e0)))).astype(np.float32)
 
 
 def training_graph_error(message: str, doing: str = "run the training graph") -> str:

@@ -84,7 +84,7 @@ def forced_overrides(config: RealmConfig) -> dict[str, float]:
     exp(e0 − H) stay ≤ 1.11·C). Both are fields the runtime overrides without re-export.
     """
     out = {"diversity_margin": 1.0}
-    if config.uses_entropy_cut:
+    if config.rules.entropy_cut:
         out["entropy_margin"] = math.log(config.num_classes) + 0.1
     return out
 

@@ -184,10 +184,10 @@ def run_export(args: argparse.Namespace) -> int:
     except (UnsupportedModelError, FileNotFoundError, ValueError) as exc:
         print(f"realm export: {exc}", file=sys.stderr)
         return 1
-    n_norm = len(result.trainable) - (2 if config.learns_alpha_lambda else 0)
+    n_norm = len(result.trainable) - (2 if config.rules.learns_alpha_lambda else 0)
     print(
         f"wrote {result.directory} in {result.seconds:.1f} s: {n_norm} norm tensors"
-        f"{' + α, λ' if config.learns_alpha_lambda else ''} trainable"
+        f"{' + α, λ' if config.rules.learns_alpha_lambda else ''} trainable"
     )
     for role, path in result.files.items():
         size = path.stat().st_size

@@ -82,7 +82,7 @@ def run_demo(
             elapsed = time.perf_counter() - start
             acc[method] = result.accuracy * 100
             updates[method] = result.updates
-            if method == "realm":
+            if cfg.rules.learns_alpha_lambda:  # the demo's α, λ and speed columns
                 st = adapter.state
                 alpha, lam = float(st.alpha or 0.0), float(st.lam or 0.0)
                 ms = elapsed / len(x) * 1e3

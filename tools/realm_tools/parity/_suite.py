@@ -23,6 +23,7 @@ from torch import nn
 
 from realm_runtime import ALPHA_MAX, ALPHA_MIN, COUNTERS, LAMBDA_MIN, Guardrails, RealmConfig
 from realm_runtime.contract import INTERVENTIONS
+from realm_runtime.methods import method_named
 from realm_sdk import RealmAdapter, decision_margin, prediction_cosines
 
 from ..data import load_digits, load_fmnistc
@@ -440,11 +441,9 @@ def run_case(
                 tolerance={**TOLERANCES, **case.tolerance},
                 overrides=sorted(overrides),
             )
-            if backend == "ort-training" and case.method == "sar":
-                report.not_applicable = (
-                    "SAR's second gradient at a perturbed point is not in the legacy training "
-                    "artifacts (SPEC §4)"
-                )
+            legacy_gap = method_named(case.method).legacy_training
+            if backend == "ort-training" and legacy_gap is not None:
+                report.not_applicable = f"{legacy_gap} (SPEC §4)"
             elif backend in ("onnx", "onnx-steps") and case.batch > 1:
                 report.not_applicable = (
                     f"batch {case.batch}: the portable step graph takes one sample per step "

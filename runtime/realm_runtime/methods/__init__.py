@@ -1,0 +1,31 @@
+"""The adaptation methods, one file each (SPEC §4): what every layer reads about a method.
+
+A new method is a new file here, and where a layer needs its own form of it (torch ops in
+``realm_sdk.methods``, ONNX nodes in ``realm_export.methods``), one file of the same name
+there.
+"""
+
+from __future__ import annotations
+
+from ._method import Method
+from .eata import EATA
+from .realm import REALM
+from .sar import SAR
+from .tent import TENT
+
+BY_NAME: dict[str, Method] = {m.name: m for m in (REALM, TENT, EATA, SAR)}
+
+
+def method_named(name: str) -> Method:
+    """The method called ``name``.
+
+    Raises:
+        ValueError: no method has that name; the message lists those that do.
+    """
+    try:
+        return BY_NAME[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"method must be one of {tuple(BY_NAME)}, got {name!r}") from None
+
+
+__all__ = ["BY_NAME", "EATA", "REALM", "SAR", "TENT", "Method", "method_named"]

@@ -1,0 +1,31 @@
+"""What every layer reads about an adaptation method: its decision, loss, extras, defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .._guardrails import Guardrails
+
+
+@dataclass(frozen=True)
+class Method:
+    """One online test-time adaptation method, as the SDK, the graphs and the runtime read it.
+
+    The per-sample step of every method is SPEC §3's: predict with the pre-update logits,
+    decide which samples update (the entropy cut, S_div), take one SGD step of the loss of
+    the kept samples on the normalisation affine parameters θ, then commit. A method says
+    which parts of that step it uses; the forms a layer needs (torch ops in
+    ``realm_sdk.methods``, ONNX nodes in ``realm_export.methods``) are files of the same name.
+    """
+
+    name: str  # the value of RealmConfig.method
+    paper: str  # where its step is written down, for the docs and the error messages
+    diversity: bool  # S_div: refuse a sample whose prediction is close to the EMA of the past
+    entropy_cut: bool  # refuse samples with H ≥ e0 (the reliable-sample cut)
+    entropy_weight: bool  # weigh the loss by exp(−(H − e0)), a constant of the step
+    learns_alpha_lambda: bool  # the loss's shape α and scale λ are learned beside θ
+    sharpness: bool  # the gradient is taken again at θ + ρ·g/‖g‖ (SAM), the cut applied there
+    recovery: bool  # reset to the source when the EMA of the loss falls below recovery_loss
+    guardrails: Guardrails  # the bounds and resets in force when the configuration says None
+    # Why onnxruntime-training's artifacts cannot hold the step, as a clause (None: they can).
+    legacy_training: str | None = None

@@ -1,0 +1,22 @@
+"""REALM: entropy through a robust loss ρ(H; α, λ) with learned α, λ, and EATA's S_div.
+
+Seto et al., "REALM: Robust Entropy Adaptive Loss Minimization for Improved Single-Sample
+Test-Time Adaptation", WACV 2024, Eq. (rho) and Algorithm 1; SPEC §2.
+"""
+
+from __future__ import annotations
+
+from .._guardrails import Guardrails
+from ._method import Method
+
+REALM = Method(
+    name="realm",
+    paper="Seto et al., WACV 2024",
+    diversity=True,
+    entropy_cut=False,  # ρ down-weights uncertain samples instead of refusing them
+    entropy_weight=False,
+    learns_alpha_lambda=True,
+    sharpness=False,
+    recovery=False,
+    guardrails=Guardrails(),  # the SDK's own method runs bounded (SPEC §10)
+)

@@ -1,0 +1,68 @@
+"""Each method is described once (realm_runtime.methods) and every layer finds its forms."""
+
+from __future__ import annotations
+
+import typing
+
+import pytest
+import torch
+
+from realm_export.methods import ONNX_LOSSES
+from realm_runtime import METHODS, Guardrails, RealmConfig
+from realm_runtime.methods import BY_NAME, method_named
+from realm_sdk import entropy
+from realm_sdk.methods import LOSSES, per_sample_loss
+
+
+def test_the_config_type_names_exactly_the_described_methods():
+    literal = typing.get_type_hints(RealmConfig)["method"]
+    assert set(typing.get_args(literal)) == set(METHODS) == set(BY_NAME)
+
+
+def test_every_method_has_a_torch_loss_and_onnx_forms_name_real_methods():
+    assert set(LOSSES) == set(BY_NAME)
+    assert set(ONNX_LOSSES) <= set(BY_NAME)
+    # A method with learned loss parameters needs ONNX nodes for them in the training graph.
+    for name, method in BY_NAME.items():
+        if method.learns_alpha_lambda and method.legacy_training is None:
+            assert name in ONNX_LOSSES, name
+
+
+def test_unknown_method_is_one_sentence_listing_the_known():
+    with pytest.raises(ValueError, match=r"method must be one of .*'realm'.*got 'deyo2'"):
+        method_named("deyo2")
+    with pytest.raises(ValueError, match="method must be one of") as info:
+        RealmConfig(num_classes=10, method="nope")  # type: ignore[arg-type]
+    assert "guardrails" not in str(info.value)  # the one problem, not its echoes
+
+
+@pytest.mark.parametrize("name", sorted(BY_NAME))
+def test_guardrail_default_is_the_methods(name):
+    cfg = RealmConfig(num_classes=10, method=name)  # type: ignore[arg-type]
+    assert cfg.guard == method_named(name).guardrails
+    explicit = RealmConfig(num_classes=10, method=name, guardrails=Guardrails.off())  # type: ignore[arg-type]
+    assert explicit.guard == Guardrails.off()
+
+
+def test_losses_follow_their_papers_at_one_point():
+    # H = 0.5 nats; REALM's ρ with α = 1, λ = 1, C = 1: ε = 1, ρ = (0.5 + 1)^(1/2) − 1.
+    h = torch.tensor([0.5])
+    e0 = 0.9
+    learned = (torch.tensor(1.0), torch.tensor(1.0))
+    configs = {m: RealmConfig(num_classes=10, method=m) for m in BY_NAME}  # type: ignore[arg-type]
+    values = {m: float(per_sample_loss(c)(h, learned, e0, c)) for m, c in configs.items()}
+    assert values["tent"] == pytest.approx(0.5)
+    assert values["sar"] == pytest.approx(0.5)
+    assert values["eata"] == pytest.approx(0.5 * torch.exp(torch.tensor(0.4)).item())
+    assert values["realm"] == pytest.approx(1.5**0.5 - 1, rel=1e-6)
+
+
+def test_entropy_weight_is_a_constant_of_the_step():
+    logits = torch.tensor([[2.0, 0.0, -1.0]], requires_grad=True)
+    cfg = RealmConfig(num_classes=3, method="eata")
+    h = entropy(logits)
+    (g_eata,) = torch.autograd.grad(per_sample_loss(cfg)(h, (), 0.9, cfg).sum(), logits)
+    h = entropy(logits)
+    (g_h,) = torch.autograd.grad(h.sum(), logits)
+    scale = torch.exp(-(entropy(logits).detach() - 0.9))
+    torch.testing.assert_close(g_eata, g_h * scale)
