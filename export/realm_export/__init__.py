@@ -22,7 +22,6 @@ from ._errors import UnsupportedModelError
 from ._export import ExportInfo, export_realm_artifacts
 from ._layers import export_friendly_norms
 from ._options import ExportOptions
-from ._portable import PortableGraphs, build_portable_graphs
 from ._torchscript import declare_layer_norm_outputs, model_to_onnx
 from ._validate import (
     LOGITS_RTOL,
@@ -31,6 +30,7 @@ from ._validate import (
     reference_spread,
     torch_reference,
 )
+from .portable import PortableGraphs, build_portable_graphs
 
 __all__ = [
     "LOGITS_RTOL",

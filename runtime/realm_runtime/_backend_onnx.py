@@ -121,7 +121,7 @@ class PortableBackend(StepBackend):
             cuda = {"device_id": str(self._device_id), **CUDA_FLOAT32}
             providers.insert(0, ("CUDAExecutionProvider", cuda))
         self._providers = providers
-        # The adapt graph holds the step inside it: the step graph's session is only the twin's.
+        # The adapt graph holds the step inside it: only the host-step backend opens the step graph.
         step_file = directory / files[STEP_MODEL_KEY]
         self._step = None if adapt_graph else self._session(step_file, STEP_MODEL_KEY)
         # Made on first use, so an app that only adapts with the "train" schedule never pays

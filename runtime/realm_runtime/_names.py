@@ -43,7 +43,7 @@ ORT_OPERATORS_CONFIG = "required_operators.config"
 # The one adapt graph (SPEC §3 whole, for one sample): a client feeds the sample and the state
 # the manifest's "adapt" section lists, and takes each state's next value for the next call.
 ADAPT_MODEL = "adapt_model.onnx"
-# The decision graph alone (S_div, EATA's cut), for clients that step with the twins' graphs.
+# The decision graph alone (S_div, EATA's cut), for clients that run the graphs one by one.
 DECIDE_MODEL = "decide_model.onnx"
 # The legacy onnxruntime-training artifacts (backend "ort-training").
 TRAINING_MODEL = "training_model.onnx"

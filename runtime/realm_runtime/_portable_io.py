@@ -59,7 +59,7 @@ def adapt_settings(config: RealmConfig, slots: Sequence[str] = ADAPT_SETTINGS) -
     """The adapt graph's settings vector (``realm.settings``) of ``config``, float32.
 
     In ``slots`` order (a manifest's ``adapt.settings``; default :data:`ADAPT_SETTINGS`).
-    Each value is rounded to float32 from its float64 value, as the numpy twins round it;
+    Each value is rounded to float32 from its float64 value, as the host-step backends round it;
     ``realm.episodic`` is 1 or 0.
 
     Raises:

@@ -443,7 +443,7 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
             )
         if schedule is not None:
             raise ValueError(
-                "schedule chooses the order of the twins' graphs; the adapt graph "
+                "schedule chooses the order of the host-step backends' graphs; the adapt graph "
                 "(backend='onnx') has one order of its own: leave schedule out"
             )
         return backend

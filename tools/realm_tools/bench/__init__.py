@@ -15,6 +15,7 @@
     >>> print(format_speed(bench_model("digits", samples=5, warmup=2)))
 """
 
+from .._timing import TURN_BLOCKS, block_ratios, forced_overrides, take_turns, timed_side
 from ._adapt import AdaptCost, bench_adapt, format_adapt_costs
 from ._continual import (
     STREAM_METHODS,
@@ -40,9 +41,10 @@ from ._quality import (
     runs_to_json,
 )
 from ._runlog import RunLog, weights_digest
-from ._speed import MethodRow, SpeedRow, bench_model, format_speed, plot_speed, rows_to_json
+from ._speed import bench_model
+from ._speed_report import format_speed, plot_speed, rows_to_json
+from ._speed_rows import MethodRow, SpeedRow
 from ._stream_report import plot_streams, streams_tables
-from ._timing import TURN_BLOCKS, block_ratios, forced_overrides, take_turns, timed_side
 
 __all__ = [
     "QUALITY_METHODS",

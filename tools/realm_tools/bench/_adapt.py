@@ -44,8 +44,7 @@ from realm_runtime.contract import (
 )
 
 from ..models import build_model
-from ._flops import MachinePeak, machine_peak
-from ._speed import _counted_flops
+from ._flops import MachinePeak, machine_peak, step_flops
 
 RATES = (0.03, 0.6, 1.0)  # mostly skipped, mostly updated, every sample updated
 
@@ -145,7 +144,7 @@ def bench_adapt(
             if on_round is not None:
                 on_round(r + 1)
         ort_version = onnxruntime_module().__version__
-    step_gflop = _counted_flops(model, config, torch.from_numpy(xs[0]))[1]
+    step_gflop = step_flops(model, config, torch.from_numpy(xs[0]))[1]
     peak = peak or machine_peak(threads)
     mean = {k: float(np.mean(v)) for k, v in sides.items()}
     return AdaptCost(

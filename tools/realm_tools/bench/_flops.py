@@ -17,6 +17,7 @@ layer, whose input and weight both need no gradient, gets no backward at all.
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from collections.abc import Callable
@@ -25,6 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
+
+from realm_sdk import RealmAdapter, RealmConfig
+
+from .._timing import forced_overrides
 
 # FP32 FLOPs per core per cycle, by the widest vector FMA path in /proc/cpuinfo's flags:
 # (flag set that must be present, label, FLOPs/cycle, how that number is made up).
@@ -127,6 +133,17 @@ class MachinePeak:
             f"{self.flops_per_cycle} FLOP/cycle [{self.isa}: {self.flops_per_cycle_basis}, "
             f"assumed]){boost}"
         )
+
+
+def step_flops(model: nn.Module, config: RealmConfig, x: torch.Tensor) -> tuple[float, float]:
+    """GFLOPs of a predict and of an updating adapt step of a fresh (forced) reference."""
+    adapter = RealmAdapter(copy.deepcopy(model), config.with_overrides(**forced_overrides(config)))
+    predict = count_flops(lambda: adapter.predict(x))
+    results = []
+    step = count_flops(lambda: results.append(adapter.adapt(x)))
+    if not results[0].updated:  # counted a skip, not a step: the floor would be a forward's
+        raise RuntimeError(f"the counted {config.method} step did not update ({results[0].reason})")
+    return predict / 1e9, step / 1e9
 
 
 def machine_peak(threads: int, *, n: int = 2048, repeats: int = 5) -> MachinePeak:

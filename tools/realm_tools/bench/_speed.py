@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import os
 import tempfile
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,114 +31,15 @@ from torch import nn
 from realm_runtime import METHODS, RealmConfig
 from realm_sdk import RealmAdapter
 
+from .._timing import block_ratios, forced_overrides, take_turns, timed_side
 from ..models import build_model
 from ._external import ExternalRuntime
-from ._flops import MachinePeak, count_flops, machine_peak
+from ._flops import MachinePeak, machine_peak, step_flops
 from ._rss import runtime_only_peak_rss, torch_only_peak_rss
-from ._timing import block_ratios, forced_overrides, take_turns, timed_side
+from ._speed_rows import MethodRow, SpeedRow
 
 if TYPE_CHECKING:  # realm_export is imported where an export runs (bench_model)
     from realm_export import ExportInfo
-
-
-class _AdaptRatios:
-    """Runtime / torch ratios of the rows that time both sides' adapt and updating step."""
-
-    torch_adapt_ms: float
-    runtime_adapt_ms: float
-    torch_step_ms: float
-    runtime_step_ms: float
-
-    @property
-    def adapt_ratio(self) -> float:
-        """Runtime adapt time / torch adapt time (target ≤ 1)."""
-        return self.runtime_adapt_ms / self.torch_adapt_ms
-
-    @property
-    def step_ratio(self) -> float:
-        """Runtime / torch time of a step that updates (target ≤ 1)."""
-        return self.runtime_step_ms / self.torch_step_ms
-
-
-@dataclass(frozen=True)
-class MethodRow(_AdaptRatios):
-    """One method's cost on one model (milliseconds per sample, batch 1, medians)."""
-
-    model: str
-    backend: str  # the runtime backend of the runtime_* figures
-    method: str  # realm, tent or eata: the preset's settings with this method's loss/filters
-    threads: int
-    samples: int  # timed samples per measurement, after warm-up
-    step_gflop: float  # counted FLOPs of one updating step of this method (torch reference)
-    update_rate: float  # share of the runtime's normal-adapt samples that updated
-    step_update_rate: float  # lowest share (torch, runtime) of forced samples that updated
-    torch_adapt_ms: float  # adapt with the method's own filters
-    torch_step_ms: float  # adapt with the filters forced open: every sample updates
-    runtime_adapt_ms: float
-    runtime_step_ms: float
-
-
-@dataclass(frozen=True)
-class SpeedRow(_AdaptRatios):
-    """One model's figures on one runtime backend (milliseconds per sample, batch 1)."""
-
-    model: str
-    backend: str  # the runtime backend of the runtime_* figures ("onnx" or "ort-training")
-    threads: int
-    samples: int  # timed samples per measurement, after warm-up
-    update_rate: float  # share of the timed REALM samples that updated
-    torch_predict_ms: float  # median
-    torch_adapt_ms: float  # median
-    torch_adapt_p90_ms: float
-    torch_step_ms: float  # median of a REALM step that updates every sample (d = 1)
-    runtime_predict_ms: float  # median
-    runtime_adapt_ms: float  # median
-    runtime_adapt_p90_ms: float
-    runtime_step_ms: float  # median of a REALM step that updates every sample (d = 1)
-    torch_peak_rss_mb: float | None  # a torch-reference-only process; None: skipped (--quick)
-    runtime_peak_rss_mb: float  # a process with realm_runtime only, torch unimportable
-    predict_gflop: float  # counted FLOPs of one forward (matmul, conv, attention only)
-    step_gflop: float  # the same for one updating REALM step: forward + input-gradient backward
-    peak: MachinePeak  # the FLOP/s the floors divide by, at this row's thread count
-    methods: tuple[MethodRow, ...] = ()  # REALM/Tent/EATA cost on the same stream
-    # The REALM export the rows ran: wall time (validation included) and, per validated
-    # graph ("training", "portable"), its largest logits / loss / relative gradient error.
-    export_s: float | None = None
-    validation: dict[str, dict[str, float]] = field(default_factory=dict)
-    # The updating step's ratio in each of take_turns' blocks (ratio of the two sides'
-    # medians within the block): how far one run's noise moves the ratio.
-    step_ratio_blocks: tuple[float, ...] = ()
-
-    @property
-    def predict_ratio(self) -> float:
-        """Runtime predict time / torch predict time (target ≤ 1)."""
-        return self.runtime_predict_ms / self.torch_predict_ms
-
-    @property
-    def predict_floor_ms(self) -> float:
-        """Predict FLOPs / measured peak: no implementation on this machine beats it."""
-        return self.predict_gflop / self.peak.measured_gflops * 1e3
-
-    @property
-    def step_floor_ms(self) -> float:
-        """Updating-step FLOPs / measured peak."""
-        return self.step_gflop / self.peak.measured_gflops * 1e3
-
-    @property
-    def step_floor_theoretical_ms(self) -> float | None:
-        """Updating-step FLOPs / theoretical peak (None where the CPU's spec is unknown)."""
-        if self.peak.theoretical_gflops is None:
-            return None
-        return self.step_gflop / self.peak.theoretical_gflops * 1e3
-
-    def achieved(self) -> dict[str, float]:
-        """Floor / median time (share of the measured peak reached), per side and call."""
-        return {
-            "torch_predict_achieved": self.predict_floor_ms / self.torch_predict_ms,
-            "runtime_predict_achieved": self.predict_floor_ms / self.runtime_predict_ms,
-            "torch_step_achieved": self.step_floor_ms / self.torch_step_ms,
-            "runtime_step_achieved": self.step_floor_ms / self.runtime_step_ms,
-        }
 
 
 def _predict_sides(
@@ -211,17 +111,6 @@ def _runtime(
 
 def _rate(state: Any) -> float:
     return state.updates / max(state.samples, 1)  # type: ignore[no-any-return]
-
-
-def _counted_flops(model: nn.Module, config: RealmConfig, x: torch.Tensor) -> tuple[float, float]:
-    """GFLOPs of a predict and of an updating adapt step of a fresh (forced) reference."""
-    adapter = RealmAdapter(copy.deepcopy(model), config.with_overrides(**forced_overrides(config)))
-    predict = count_flops(lambda: adapter.predict(x))
-    results = []
-    step = count_flops(lambda: results.append(adapter.adapt(x)))
-    if not results[0].updated:  # counted a skip, not a step: the floor would be a forward's
-        raise RuntimeError(f"the counted {config.method} step did not update ({results[0].reason})")
-    return predict / 1e9, step / 1e9
 
 
 def bench_model(
@@ -300,8 +189,7 @@ def bench_model(
             backends = [b for b in backends if b != "ort-training"]
         torch.set_num_threads(threads)
         flops = {
-            m: _counted_flops(model, cfg, torch.from_numpy(xs[0][None]))
-            for m, cfg in configs.items()
+            m: step_flops(model, cfg, torch.from_numpy(xs[0][None])) for m, cfg in configs.items()
         }
         memory: dict[str, float] = {}
         external = (
@@ -430,179 +318,3 @@ def _speed_row(
         methods=method_rows,
         step_ratio_blocks=block_ratios(r_step["realm"][0], t_step["realm"][0]),
     )
-
-
-def _ratio(num: float, den: float | None) -> str:
-    return "—" if den is None else f"{num / den:.2f}"
-
-
-def format_speed(rows: list[SpeedRow]) -> str:
-    """Markdown: the speed table, the FLOP floor table and (if measured) the per-method table.
-
-    Milliseconds per sample (medians), ratios runtime/torch; "achieved" is the floor (FLOPs /
-    measured peak) over the median time: the share of the machine's matmul speed reached.
-    """
-    head = (
-        "| model | backend | threads | predict ms torch / runtime (ratio) | REALM adapt ms "
-        "torch / runtime (ratio), update rate | updating step ms torch / runtime (ratio; range "
-        "over the sides' alternating blocks) | "
-        "peak RSS MB torch-only / runtime-only (ratio) |"
-    )
-    lines = [head, "|" + "---|" * 7]
-    for r in rows:
-        torch_rss = "—" if r.torch_peak_rss_mb is None else f"{r.torch_peak_rss_mb:.0f}"
-        lines.append(
-            f"| {r.model} | {r.backend} | {r.threads} | {r.torch_predict_ms:.2f} / "
-            f"{r.runtime_predict_ms:.2f} "
-            f"({r.predict_ratio:.2f}) | {r.torch_adapt_ms:.2f} / {r.runtime_adapt_ms:.2f} "
-            f"({r.adapt_ratio:.2f}), {r.update_rate:.2f} | {r.torch_step_ms:.2f} / "
-            f"{r.runtime_step_ms:.2f} ({r.step_ratio:.2f}{_spread(r.step_ratio_blocks)}) | "
-            f"{torch_rss} / "
-            f"{r.runtime_peak_rss_mb:.0f} ({_ratio(r.runtime_peak_rss_mb, r.torch_peak_rss_mb)}) |"
-        )
-    tables = ["\n".join(lines), _format_floor(rows)]
-    if any(r.export_s is not None for r in rows):
-        tables.append(_format_exports(rows))
-    if any(r.methods for r in rows):
-        tables.append(_format_methods([m for r in rows for m in r.methods]))
-    return "\n\n".join(tables)
-
-
-def _spread(ratios: tuple[float, ...]) -> str:
-    return f"; blocks {min(ratios):.2f}–{max(ratios):.2f}" if ratios else ""
-
-
-def _format_floor(rows: list[SpeedRow]) -> str:
-    peaks = {r.peak.describe(): None for r in rows}  # one line per distinct peak, in order
-    lines = [
-        *(f"{line[0].upper()}{line[1:]}." for line in peaks),
-        "",
-        "| model | backend | GFLOP predict / updating step | floor ms predict / step "
-        "(measured peak) | floor ms step (theoretical peak) | achieved % predict torch / "
-        "runtime | achieved % step torch / runtime |",
-        "|" + "---|" * 7,
-    ]
-    for r in rows:
-        pct = {k: f"{100 * v:.3g}" for k, v in r.achieved().items()}
-        theory = r.step_floor_theoretical_ms
-        lines.append(
-            f"| {r.model} | {r.backend} | {r.predict_gflop:.3g} / {r.step_gflop:.3g} | "
-            f"{r.predict_floor_ms:.3g} / {r.step_floor_ms:.3g} | "
-            f"{'—' if theory is None else f'{theory:.3g}'} | "
-            f"{pct['torch_predict_achieved']} / {pct['runtime_predict_achieved']} | "
-            f"{pct['torch_step_achieved']} / {pct['runtime_step_achieved']} |"
-        )
-    return "\n".join(lines)
-
-
-def _format_exports(rows: list[SpeedRow]) -> str:
-    lines = [
-        "| model | export s (validation included) | training artifacts vs torch: logits / "
-        "loss / worst gradient (relative) | portable graph vs torch: logits / loss / worst "
-        "gradient (relative) |",
-        "|" + "---|" * 4,
-    ]
-    for r in {r.model: r for r in rows if r.export_s is not None}.values():
-        cells = []
-        for role in ("training", "portable"):
-            v = r.validation.get(role)
-            cells.append(
-                "not written"
-                if v is None
-                else f"{v['logits_max_abs']:.1e} / {v['loss_max_abs']:.1e} / "
-                f"{v['grad_max_rel']:.1e}"
-            )
-        lines.append(f"| {r.model} | {r.export_s:.1f} | {cells[0]} | {cells[1]} |")
-    return "\n".join(lines)
-
-
-def _format_methods(rows: list[MethodRow]) -> str:
-    lines = [
-        "| model | backend | method | GFLOP step | adapt ms torch / runtime (ratio), update "
-        "rate | updating step ms torch / runtime (ratio), update rate |",
-        "|" + "---|" * 6,
-    ]
-    for m in rows:
-        lines.append(
-            f"| {m.model} | {m.backend} | {m.method} | {m.step_gflop:.3g} | "
-            f"{m.torch_adapt_ms:.2f} / "
-            f"{m.runtime_adapt_ms:.2f} ({m.adapt_ratio:.2f}), {m.update_rate:.2f} | "
-            f"{m.torch_step_ms:.2f} / {m.runtime_step_ms:.2f} ({m.step_ratio:.2f}), "
-            f"{m.step_update_rate:.2f} |"
-        )
-    return "\n".join(lines)
-
-
-def rows_to_json(rows: list[SpeedRow]) -> str:
-    """Every figure of the rows as JSON: the peaks, the speed rows and the per-method rows.
-
-    ``{"peaks": [...], "speed": [...], "methods": [...]}``; ratios, floors and achieved
-    shares are included beside the measured figures.
-    """
-    peaks = {r.peak.threads: asdict(r.peak) | {"describe": r.peak.describe()} for r in rows}
-    speed = []
-    for r in rows:
-        row = {k: v for k, v in asdict(r).items() if k not in ("peak", "methods")}
-        speed.append(
-            row
-            | {
-                "adapt_ratio": r.adapt_ratio,
-                "predict_ratio": r.predict_ratio,
-                "step_ratio": r.step_ratio,
-                "peak_measured_gflops": r.peak.measured_gflops,
-                "peak_theoretical_gflops": r.peak.theoretical_gflops,
-                "predict_floor_ms": r.predict_floor_ms,
-                "step_floor_ms": r.step_floor_ms,
-                "step_floor_theoretical_ms": r.step_floor_theoretical_ms,
-            }
-            | r.achieved()
-        )
-    methods = [
-        asdict(m) | {"adapt_ratio": m.adapt_ratio, "step_ratio": m.step_ratio}
-        for r in rows
-        for m in r.methods
-    ]
-    return json.dumps({"peaks": list(peaks.values()), "speed": speed, "methods": methods}, indent=2)
-
-
-def plot_speed(figures: dict[str, Any], out: str | os.PathLike[str]) -> Path:
-    """Bar chart of runtime / torch time ratios per model, from :func:`rows_to_json`'s data.
-
-    Args:
-        figures: the parsed JSON (``{"speed": [...], ...}``).
-        out: the PNG to write.
-
-    Returns:
-        The path written.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = figures["speed"]
-    kinds = [("predict", "predict"), ("adapt", "REALM adapt"), ("step", "updating step")]
-    # Wide enough for one group of bars and a three-line label per row (model, backend).
-    fig, ax = plt.subplots(figsize=(max(8.0, 0.95 * len(rows)), 3.8), dpi=110)
-    width = 0.8 / len(kinds)
-    for k, (key, label) in enumerate(kinds):
-        xs = [i + (k - 1) * width for i in range(len(rows))]
-        ax.bar(xs, [r[f"{key}_ratio"] for r in rows], width, label=label)
-    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
-    top = max([r[f"{key}_ratio"] for r in rows for key, _ in kinds], default=1.0)
-    ax.set_ylim(0, max(top, 1.0) * 1.3)  # room for the legend above the bars
-    # "onnx@ORT 1.32.0 (py 3.13.0)" → "onnx" over "ORT 1.32.0": the Python version is in the
-    # JSON and the tables, not needed under a bar.
-    labels = [
-        f"{r['model']}\n" + r.get("backend", "").split(" (py")[0].replace("@", "\n") for r in rows
-    ]
-    ax.set_xticks(range(len(rows)), labels, fontsize=8 if len(rows) > 10 else None)
-    ax.set_ylabel("runtime / torch time")
-    threads = rows[0]["threads"] if rows else "?"
-    ax.set_title(f"RealmRuntime vs. the torch reference (batch 1, {threads} threads; < 1: faster)")
-    ax.legend(frameon=False, ncols=3, loc="upper left")
-    fig.tight_layout()
-    path = Path(out)
-    fig.savefig(path)
-    plt.close(fig)
-    return path

@@ -32,9 +32,9 @@ def add_parity_parser(sub: Any) -> None:
         "--backend",
         default="all",
         choices=("all", "onnx", "onnx-steps", "ort-training"),
-        help="runtime side(s) to compare with the SDK: the one adapt graph (onnx), the numpy "
-        "twin over the portable step graph (onnx-steps), and the legacy training artifacts "
-        "(ort-training) (default: all)",
+        help="runtime side(s) to compare with the SDK: the one adapt graph (onnx), the "
+        "host-step backend over the portable step graph (onnx-steps), and the legacy "
+        "training artifacts (ort-training) (default: all)",
     )
     parity.add_argument("--out", default=None, help="write <out>.md and <out>.json")
     parity.add_argument("--no-progress", action="store_true")

@@ -9,18 +9,11 @@ refused export is a finding: its :class:`CoverageRow` holds why.
     >>> print(format_coverage(run_coverage(["resnet18", "mobilenetv3_small_100"])))
 """
 
-from ._run import (
-    COVERAGE_MODELS,
-    WARMUP,
-    CoverageRow,
-    coverage_environment,
-    coverage_summary,
-    coverage_to_json,
-    format_coverage,
-    measure_model,
-    merge_rows,
-    run_coverage,
-)
+from ._measure import measure_model
+from ._models import COVERAGE_MODELS
+from ._report import coverage_environment, coverage_summary, coverage_to_json, format_coverage
+from ._row import WARMUP, CoverageRow
+from ._run import merge_rows, run_coverage
 
 __all__ = [
     "COVERAGE_MODELS",

@@ -30,18 +30,8 @@ from ._fashion import FashionMNIST, find_fashion_mnist, load_fashion_mnist
 from ._fashion import normalise as fashion_normalise
 from ._fashion import preprocessing as fashion_preprocessing
 from ._fashion_c import FashionMNISTC, load_fmnistc
-from ._realdata import (
-    CIFAR10_MEAN,
-    CIFAR10_STD,
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    Cifar10C,
-    ImageNetC,
-    LazyImages,
-    ShiftDataset,
-    load_cifar10c,
-    load_imagenetc,
-)
+from ._imagenet_c import IMAGENET_MEAN, IMAGENET_STD, ImageNetC, load_imagenetc
+from ._realdata import CIFAR10_MEAN, CIFAR10_STD, Cifar10C, LazyImages, ShiftDataset, load_cifar10c
 from ._streams import JUNK, NO_LABEL, SETTINGS, Stream, StreamSettings, build_stream
 
 __all__ = [

@@ -18,7 +18,7 @@ import numpy as np
 
 from ._cifar_c import CIFAR_C_CORRUPTIONS, CIFAR_C_EXTRAS, corrupt_gray32
 from ._fashion import FashionMNIST, load_fashion_mnist, normalise
-from ._realdata import _check_severity, _order
+from ._realdata import check_severity, stream_order
 
 SPLITS = ("test", "val")
 # The corruption seed of each split: the test split's is reported, the others are chosen on.
@@ -73,7 +73,7 @@ class FashionMNISTC:
                 f"unknown corruption {corruption!r} for Fashion-MNIST-C; known: "
                 f"{list(self.corruptions)}"
             )
-        _check_severity(severity)
+        check_severity(severity)
         key = (corruption, severity)
         if key not in self._memory:
             self._memory[key] = self._cached(corruption, severity)
@@ -115,7 +115,7 @@ class FashionMNISTC:
         """
         images = self.corrupted(corruption, severity)
         labels = self.data.split(self.split)[1]
-        rows = _order(len(labels), seed, limit)
+        rows = stream_order(len(labels), seed, limit)
         return normalise(images[rows]), labels[rows]
 
     def clean(self) -> tuple[np.ndarray, np.ndarray]:
@@ -124,7 +124,7 @@ class FashionMNISTC:
         Forgetting (clean accuracy after a stream) is measured on them after every run.
         """
         images, labels = self.data.split(self.split)
-        rows = np.sort(_order(len(labels), 0, self.clean_samples))
+        rows = np.sort(stream_order(len(labels), 0, self.clean_samples))
         return normalise(images[rows]), labels[rows]
 
 

@@ -15,7 +15,6 @@ Layouts (as the official archives unpack):
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,11 +48,6 @@ CORRUPTION_NAMES: tuple[str, ...] = BENCHMARK_CORRUPTIONS + EXTRA_CORRUPTIONS
 
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-
-_WNID = re.compile(r"n\d{8}")
-_IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png"}
 
 
 @runtime_checkable
@@ -101,32 +95,32 @@ class ShiftDataset(Protocol):
         ...
 
 
-def _check_severity(severity: int) -> None:
+def check_severity(severity: int) -> None:
     if isinstance(severity, bool) or severity not in SEVERITIES:
         raise ValueError(f"severity must be an integer 1–5, got {severity!r}")
 
 
-def _order(n: int, seed: int, limit: int | None) -> np.ndarray:
+def stream_order(n: int, seed: int, limit: int | None) -> np.ndarray:
     """The stream order: a seeded permutation of ``n`` samples, cut to ``limit``."""
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be ≥ 1 or None, got {limit!r}")
     return np.random.default_rng(seed).permutation(n)[:limit]
 
 
-def _sorted_corruptions(names: Sequence[str]) -> tuple[str, ...]:
+def sorted_corruptions(names: Sequence[str]) -> tuple[str, ...]:
     """The papers' order for known names, then any others alphabetically."""
     known = [c for c in CORRUPTION_NAMES if c in names]
     return tuple(known + sorted(set(names) - set(known)))
 
 
-def _normalise(images: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+def normalise(images: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
     """uint8 ``(N, H, W, 3)`` → float32 ``(N, 3, H, W)``, ``(x/255 − mean) / std``."""
     x = images.astype(np.float32) / np.float32(255.0)
     x = (x - mean.astype(np.float32)) / std.astype(np.float32)  # over the channel axis, last
     return np.ascontiguousarray(x.transpose(0, 3, 1, 2), dtype=np.float32)  # (N, 3, H, W)
 
 
-def _channel_stats(values: Sequence[float], what: str) -> np.ndarray:
+def channel_stats(values: Sequence[float], what: str) -> np.ndarray:
     arr = np.asarray(values, dtype=np.float32)
     if arr.shape != (3,) or not np.all(np.isfinite(arr)):
         raise ValueError(f"{what} must be 3 finite numbers (R, G, B), got {values!r}")
@@ -183,13 +177,13 @@ class Cifar10C:
                 f"unknown corruption {corruption!r} for CIFAR-10-C in {self.root}; "
                 f"present: {list(self.corruptions)}"
             )
-        _check_severity(severity)
+        check_severity(severity)
         images = _open_cifar_file(self.root / f"{corruption}.npy")
         labels = _open_cifar_labels(self.root, len(images), self.num_classes)
         start = (severity - 1) * self.per_severity
-        rows = start + _order(self.per_severity, seed, limit)
+        rows = start + stream_order(self.per_severity, seed, limit)
         # Fancy indexing a memmap reads just these rows.
-        x = _normalise(np.asarray(images[rows]), np.array(self.mean), np.array(self.std))
+        x = normalise(np.asarray(images[rows]), np.array(self.mean), np.array(self.std))
         return x, np.asarray(labels[rows], dtype=np.int64)
 
     def clean(self) -> None:
@@ -278,10 +272,10 @@ def load_cifar10c(
             f"{path / 'labels.npy'}: labels must lie in [0, {num_classes}), found "
             f"[{int(labels.min())}, {int(labels.max())}]"
         )
-    m, s = _channel_stats(mean, "mean"), _channel_stats(std, "std")
+    m, s = channel_stats(mean, "mean"), channel_stats(std, "std")
     return Cifar10C(
         root=path,
-        corruptions=_sorted_corruptions(found),
+        corruptions=sorted_corruptions(found),
         per_severity=n // len(SEVERITIES),
         mean=(float(m[0]), float(m[1]), float(m[2])),
         std=(float(s[0]), float(s[1]), float(s[2])),
@@ -345,171 +339,4 @@ class LazyImages(Sequence[np.ndarray]):
             left, top = (w - self.size) // 2, (h - self.size) // 2
             rgb = rgb.crop((left, top, left + self.size, top + self.size))
         pixels = np.asarray(rgb, dtype=np.uint8)[None]  # (1, S, S, 3)
-        return _normalise(pixels, np.array(self.mean), np.array(self.std))  # (1, 3, S, S)
-
-
-@dataclass(frozen=True)
-class ImageNetC:
-    """ImageNet-C on disk (see :func:`load_imagenetc`, which validates it)."""
-
-    root: Path  # folder of <corruption>/<severity>/<wnid>/*.JPEG
-    corruptions: tuple[str, ...]  # corruption folders found, in the papers' order
-    classes: tuple[str, ...]  # wnids in class-index order
-    mean: tuple[float, float, float]  # per-channel mean of [0, 1] pixels (ImageNet's)
-    std: tuple[float, float, float]  # per-channel std of [0, 1] pixels
-    image_size: int = 224  # model input side; ImageNet-C images already are 224×224
-    name: str = "imagenetc"  # for reports and artifact folders
-
-    @property
-    def num_classes(self) -> int:
-        """The length of the class list (1000 for a full ImageNet-C)."""
-        return len(self.classes)
-
-    @property
-    def input_shape(self) -> tuple[int, int, int, int]:
-        """``(1, 3, S, S)``."""
-        return (1, 3, self.image_size, self.image_size)
-
-    @property
-    def default_corruptions(self) -> tuple[str, ...]:
-        """The papers' 15 where present (all found corruptions if none of those is)."""
-        return tuple(c for c in self.corruptions if c in BENCHMARK_CORRUPTIONS) or self.corruptions
-
-    def files(self, corruption: str, severity: int) -> tuple[list[Path], np.ndarray]:
-        """Every image of one corruption and severity, sorted, with its class index."""
-        if corruption not in self.corruptions:
-            raise ValueError(
-                f"unknown corruption {corruption!r} for ImageNet-C in {self.root}; "
-                f"present: {list(self.corruptions)}"
-            )
-        _check_severity(severity)
-        folder = self.root / corruption / str(severity)
-        if not folder.is_dir():
-            raise FileNotFoundError(f"severity {severity} of {corruption!r} is missing: {folder}")
-        index = {wnid: k for k, wnid in enumerate(self.classes)}
-        paths: list[Path] = []
-        labels: list[int] = []
-        for wnid in _wnid_folders(folder):
-            if wnid not in index:
-                raise ValueError(
-                    f"{folder / wnid}: class {wnid} is not in the class list "
-                    f"({len(self.classes)} classes)"
-                )
-            images = sorted(
-                p for p in (folder / wnid).iterdir() if p.suffix.lower() in _IMAGE_SUFFIXES
-            )
-            if not images:
-                raise FileNotFoundError(f"{folder / wnid} has no images (*.JPEG)")
-            paths.extend(images)
-            labels.extend([index[wnid]] * len(images))
-        return paths, np.asarray(labels, dtype=np.int64)
-
-    def stream(
-        self, corruption: str, severity: int = 5, *, seed: int = 0, limit: int | None = None
-    ) -> tuple[LazyImages, np.ndarray]:
-        """One corruption at one severity as a shuffled, lazily loaded stream.
-
-        Args:
-            corruption: one of :attr:`corruptions`.
-            severity: 1–5.
-            seed: the stream order.
-            limit: keep only the first ``limit`` samples of the shuffled stream.
-
-        Returns:
-            ``(images, labels)``: a :class:`LazyImages` of ``(1, 3, 224, 224)`` float32
-            inputs, read from disk when indexed, and int64 ``(N,)`` labels, in stream order.
-        """
-        paths, labels = self.files(corruption, severity)
-        order = _order(len(paths), seed, limit)
-        images = LazyImages(tuple(paths[i] for i in order), self.image_size, self.mean, self.std)
-        return images, labels[order]
-
-    def clean(self) -> None:
-        """ImageNet-C has no clean split: forgetting is not measured on it."""
-        return None
-
-
-def _wnid_folders(folder: Path) -> list[str]:
-    """The sorted class folders of one severity folder, each checked to be a wnid."""
-    names = sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
-    if not names:
-        raise FileNotFoundError(f"{folder} has no class folders (<wnid>/ such as n01440764/)")
-    bad = [n for n in names if not _WNID.fullmatch(n)]
-    if bad:
-        raise ValueError(
-            f"{folder}: class folders must be WordNet ids such as n01440764, found {bad[:5]}"
-        )
-    return names
-
-
-def load_imagenetc(
-    root: str | os.PathLike[str],
-    *,
-    classes: Sequence[str] | None = None,
-    mean: Sequence[float] = IMAGENET_MEAN,
-    std: Sequence[float] = IMAGENET_STD,
-    image_size: int = 224,
-) -> ImageNetC:
-    """Find and check ImageNet-C in ``root``; images are read later, one per sample.
-
-    The class index of an image is the position of its wnid folder in ``classes``. By
-    default the list is the sorted wnid folders of the first corruption's lowest severity:
-    a complete ImageNet-C has all 1000 there, and sorted wnids are the standard class index
-    of torchvision's and timm's ImageNet models. For a subset of ImageNet-C (fewer class
-    folders) pass the full ordered list, or the indices will not match the model's.
-
-    Args:
-        root: the unpacked ``ImageNet-C`` folder (``<corruption>/<severity>/<wnid>/``).
-        classes: wnids in class-index order (default: found on disk, sorted).
-        mean: per-channel mean of [0, 1] pixels (default: ImageNet's).
-        std: per-channel standard deviation of [0, 1] pixels.
-        image_size: model input side (other image sizes are resized and center-cropped).
-
-    Returns:
-        The dataset, ready to :meth:`~ImageNetC.stream`.
-
-    Raises:
-        FileNotFoundError: no such folder, no corruption or severity folders, no class folders.
-        ValueError: a class folder or class-list entry that is not a wnid, or duplicates.
-    """
-    path = Path(root).expanduser()
-    if not path.is_dir():
-        raise FileNotFoundError(f"ImageNet-C root {path} does not exist or is not a folder")
-    found = [
-        p.name
-        for p in path.iterdir()
-        if p.is_dir() and not p.name.startswith(".") and any(_severity_folders(p))
-    ]
-    if not found:
-        raise FileNotFoundError(
-            f"no ImageNet-C corruption folders in {path}: expected <corruption>/<severity>/"
-            f"<wnid>/*.JPEG with names such as {list(CORRUPTION_NAMES[:3])}"
-        )
-    corruptions = _sorted_corruptions(found)
-    if classes is None:
-        first = path / corruptions[0]
-        classes = _wnid_folders(first / str(min(_severity_folders(first))))
-    else:
-        classes = [str(c).strip() for c in classes]
-        bad = [c for c in classes if not _WNID.fullmatch(c)]
-        if bad:
-            raise ValueError(f"class list entries must be wnids such as n01440764, got {bad[:5]}")
-        if len(set(classes)) != len(classes):
-            raise ValueError("the class list has duplicate wnids")
-    if len(classes) < 2:
-        raise ValueError(f"need at least 2 classes, found {list(classes)} in {path}")
-    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
-        raise ValueError(f"image_size must be a positive integer, got {image_size!r}")
-    m, s = _channel_stats(mean, "mean"), _channel_stats(std, "std")
-    return ImageNetC(
-        root=path,
-        corruptions=corruptions,
-        classes=tuple(classes),
-        mean=(float(m[0]), float(m[1]), float(m[2])),
-        std=(float(s[0]), float(s[1]), float(s[2])),
-        image_size=image_size,
-    )
-
-
-def _severity_folders(corruption_dir: Path) -> list[int]:
-    return [s for s in SEVERITIES if (corruption_dir / str(s)).is_dir()]
+        return normalise(pixels, np.array(self.mean), np.array(self.std))  # (1, 3, S, S)

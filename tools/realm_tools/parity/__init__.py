@@ -1,7 +1,7 @@
 """Parity (SPEC §5): RealmRuntime (ONNX Runtime) against RealmAdapter (torch), step by step.
 
 Each case is exported once and run on each runtime backend: ``onnx``, the one adapt graph
-(SPEC §11: decision, step and guardrails in one ONNX model), ``onnx-steps``, the numpy twin
+(SPEC §11: decision, step and guardrails in one ONNX model), ``onnx-steps``, the host-step backend
 over the portable step graph traced from torch's autograd (SPEC §8), and ``ort-training``,
 whose gradients come from ONNX Runtime's own gradient builder (independent of torch).
 They get the same source weights, configuration and input stream as the SDK; after every
@@ -39,19 +39,11 @@ updates and their S_div selections (computed from NaN or overflowed logits) are 
     >>> print(format_reports(run_case(CASES[0])))
 """
 
+from ._cases import BACKENDS, CASES, ParityCase, build_case, make_stream
 from ._exports import ExportCache
 from ._judge import OVERFLOW_INPUT, TIE_MARGIN, TOLERANCES, judge_step, relu_kink, step_tie
-from ._suite import (
-    BACKENDS,
-    CASES,
-    ParityCase,
-    ParityReport,
-    build_case,
-    format_reports,
-    make_stream,
-    reports_to_json,
-    run_case,
-)
+from ._report import ParityReport, format_reports, reports_to_json
+from ._suite import run_case
 
 __all__ = [
     "BACKENDS",

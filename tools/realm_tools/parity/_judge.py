@@ -21,33 +21,21 @@ from torch import nn
 
 from realm_sdk import RealmAdapter
 
-# Tolerances, in one place, with the reason for each (float32 on CPU, whole streams). Every
-# figure is a max abs difference over the run; the momentum buffers' is divided by the
-# run's largest buffer entry, λ's (λ grows under C = 1) by max(1, λ).
+# Tolerances, in one place; the measurements each rests on are in docs/parity.md. Every one
+# is a max abs difference over the run; momentum's is relative to the run's largest buffer
+# entry, λ's to max(1, λ) (λ grows under C = 1).
 TOLERANCES: dict[str, float] = {
-    # Logits: the two forwards differ in reduction order only (ORT's fused kernels vs.
-    # torch's); measured ≤ 3e-6 on the trained digits model, whose logits are O(10).
-    "logits": 1e-5,
-    # Norm parameters: O(1), updated from gradients that agree to ~1e-6 relative; measured
-    # ≤ 2e-7 after 100+ steps.
-    "params": 1e-5,
-    # Momentum buffers are accumulated gradients, compared relative to the largest buffer
-    # entry: two float32 backward passes with different reduction orders agree to ~1e-5 of
-    # the gradient scale (export validation: up to 4e-5 on norm tensors; Tent on the digits,
-    # whose buffers are its raw gradients: 2.6e-5).
-    "momentum": 1e-4,
-    # α ∈ [1e-3, 1.999]; λ relative to its scale (it grows under C = 1).
+    "logits": 1e-5,  # the forwards differ in reduction order only
+    "params": 1e-5,  # O(1), from gradients that agree to float32's few ULP
+    "momentum": 1e-4,  # accumulated gradients: two float32 backwards' reduction orders
     "alpha": 1e-5,
     "lam": 1e-5,
-    # The EMA is a probability vector.
-    "ema": 1e-5,
+    "ema": 1e-5,  # a probability vector
 }
 QUANTITIES = tuple(TOLERANCES)
 
-# A decision this close to its threshold may flip with the CPU's float32 kernels: 100× the
-# largest |cos| difference between the sides measured on the fast tier (docs/BENCHMARKS.md,
-# "How close is the runtime to the PyTorch reference?"), and below the gaps between the
-# streams' samples (the rule acts on a few steps at most; the tests bound how many).
+# A decision this close to its threshold may flip with the CPU's float32 kernels (its
+# measured basis: docs/parity.md); the tests bound how many steps the rule acts on.
 TIE_MARGIN = 1e-4
 # An input this large overflows float32 in the first layers (see "Overflow ties" above).
 OVERFLOW_INPUT = 1e30

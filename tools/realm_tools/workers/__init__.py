@@ -7,8 +7,10 @@ only what it names itself. ``runtime_server`` and ``runtime_rss`` need numpy, on
 - ``runtime_server``: ``RealmRuntime`` objects timed on request, one JSON line each way
   (the other side of :class:`realm_tools.bench.ExternalRuntime`);
 - ``runtime_rss``: a stream through ``RealmRuntime`` with torch unimportable; its peak RSS;
-- ``torch_rss``: the same stream through the torch reference alone; its peak RSS;
-- ``coverage``: one model of ``realm coverage``, its row as one JSON line.
+- ``torch_rss``: the same stream through the torch reference alone; its peak RSS.
+
+The coverage worker lives beside its concept (``realm_tools.coverage._worker``): it needs
+torch, and the light import this package keeps is what the workers here need.
 
 The constants name each worker's module, for the ``python -m`` command lines that start them.
 """
@@ -16,6 +18,5 @@ The constants name each worker's module, for the ``python -m`` command lines tha
 RUNTIME_SERVER = f"{__name__}.runtime_server"
 RUNTIME_RSS = f"{__name__}.runtime_rss"
 TORCH_RSS = f"{__name__}.torch_rss"
-COVERAGE = f"{__name__}.coverage"
 
-__all__ = ["COVERAGE", "RUNTIME_RSS", "RUNTIME_SERVER", "TORCH_RSS"]
+__all__ = ["RUNTIME_RSS", "RUNTIME_SERVER", "TORCH_RSS"]

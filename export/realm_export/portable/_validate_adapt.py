@@ -1,7 +1,8 @@
 """Export validation of the one adapt graph: its trajectory against the PyTorch reference.
 
-The step graph inside it is validated gradient by gradient (:func:`._validate.validate_portable`);
-what the adapt graph adds is the decision, the commit and the bookkeeping. So the graph and a
+The step graph inside it is validated gradient by gradient
+(:func:`._validate_step.validate_portable`); what the adapt graph adds is the decision, the
+commit and the bookkeeping. So the graph and a
 ``RealmAdapter`` on the source model take the same short stream, each validation input twice
 (the repeat meets S_div, a skipped sample), and every step's reason, logits and parameters are
 compared, then the counters.
@@ -39,7 +40,7 @@ from realm_runtime.contract import (
 )
 from realm_sdk import RealmAdapter, RealmConfig, decision_margin
 
-from ._validate import LOGITS_RTOL, quiet_session
+from .._validate import LOGITS_RTOL, quiet_session
 
 # The adapt graph's parameters after k steps, against the reference's: relative to how far the
 # reference moved them. The step graph's gradients pass within grad_rtol of torch's, or within

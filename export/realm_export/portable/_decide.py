@@ -15,7 +15,7 @@ from onnx import TensorProto, helper
 
 from realm_runtime import RealmConfig
 
-from ._onnx_builder import GraphBuilder
+from .._onnx_builder import GraphBuilder
 
 DECIDE_OPSET = 18  # the portable graphs' opset: the adapt graph inlines this one
 

@@ -76,9 +76,10 @@ from realm_runtime.contract import (
 from realm_sdk import RealmConfig, entropy
 from realm_sdk.methods import per_sample_loss, sar
 
-from ._errors import UnsupportedModelError
-from ._onnx_builder import GraphBuilder
-from ._trace import count_ops, max_pool_translation, trace
+from .._errors import UnsupportedModelError
+from .._onnx_builder import GraphBuilder
+from .._trace import count_ops, trace
+from .._trace_rewrites import max_pool_translation
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""``python -m realm_tools.workers.coverage``: one model of ``realm coverage``, alone.
+"""``python -m realm_tools.coverage._worker``: one model of ``realm coverage``, alone.
 
 Prints the model's row (``CoverageRow.to_dict``) as one JSON line on stdout, and nothing else
 there: whatever the export and ONNX Runtime print (Python or C++) goes to stderr. The parent,
@@ -13,12 +13,12 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ..coverage import measure_model
+from ._measure import measure_model
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure the model named in ``argv`` and print its row; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m realm_tools.workers.coverage")
+    parser = argparse.ArgumentParser(prog="python -m realm_tools.coverage._worker")
     parser.add_argument("model", help="a timm architecture")
     parser.add_argument("--work-dir", required=True, help="an existing folder for the artifacts")
     parser.add_argument("--image-size", type=int, default=128)

@@ -44,15 +44,16 @@ from realm_runtime.contract import (
     WEIGHTS_KEY,
 )
 
+from .._errors import UnsupportedModelError
+from .._ort_format import CONVERTER, OPTIMIZATION_STYLE, TARGET_PLATFORM, write_ort_format
+from .._plan import Built, Plan, Traced
+from .._validate import ValidationError, ValidationReport
+from .._weights import save_with_shared_weights
 from ._adapt import write_adapt
 from ._decide import decide_model
-from ._errors import UnsupportedModelError
-from ._ort_format import CONVERTER, OPTIMIZATION_STYLE, TARGET_PLATFORM, write_ort_format
-from ._plan import Built, Plan, Traced
-from ._portable import PortableGraphs, build_portable_graphs
-from ._validate import ValidationError, ValidationReport, validate_portable
+from ._step import PortableGraphs, build_portable_graphs
 from ._validate_adapt import validate_adapt, validate_adapt_graphs
-from ._weights import save_with_shared_weights
+from ._validate_step import validate_portable
 
 log = logging.getLogger(__name__)
 
