@@ -91,6 +91,7 @@ CASES = {
     "tent": ({"method": "tent"}, "shifted"),
     "eata": ({"method": "eata"}, "shifted"),
     "sar-recovering": ({"method": "sar", "recovery_loss": 0.8}, "shifted"),
+    "deyo": ({"method": "deyo"}, "shifted"),
     "guardrails": (
         {
             "lr": 0.02,

@@ -65,9 +65,10 @@ def _runtime_steps(
         {"method": "tent"},
         {"method": "eata"},
         {"method": "sar", "recovery_loss": 0.8},
+        {"method": "deyo"},
         {"lr": 0.02, "guardrails": Guardrails(relax=0.05, anchor=0.01, max_drift=0.004)},
     ],
-    ids=["realm", "tent", "eata", "sar-recovering", "guardrails"],
+    ids=["realm", "tent", "eata", "sar-recovering", "deyo", "guardrails"],
 )
 def test_node_app_takes_the_runtimes_steps(digits_model, stream, tmp_path, overrides):
     artifacts = tmp_path / "artifacts"

@@ -15,6 +15,7 @@ import pytest
 import torch
 from conftest import has_cuda, needs_fashion_mnist
 
+from realm_runtime.methods import method_named
 from realm_tools.parity import (
     CASES,
     OVERFLOW_INPUT,
@@ -37,10 +38,10 @@ def _check(case: ParityCase, reports, backends=None) -> None:
     print(format_reports(reports))
     assert [r.backend for r in reports] == list(backends)
     for report in reports:
-        if report.not_applicable:  # batches on the batch-1 graph; SAR on the legacy artifacts
+        if report.not_applicable:  # batches on the batch-1 graph; SAR, DeYO on legacy ones
             batch = report.backend in ("onnx", "onnx-steps") and case.batch > 1
-            sar = report.backend == "ort-training" and case.method == "sar"
-            assert batch or sar, report.not_applicable
+            legacy = method_named(case.method).legacy_training
+            assert batch or (report.backend == "ort-training" and legacy), report.not_applicable
             continue
         _check_one(case, report)
 
@@ -56,9 +57,10 @@ def _check_one(case: ParityCase, report) -> None:
     assert report.step_ties <= max(1, case.steps // 50)  # a kink within rounding is rare
     # Only the stream's 3e38 samples (every 13th step) may overflow on one side alone.
     assert report.overflow_resynced <= case.steps // 13
-    if case.method in ("realm", "eata"):  # both S_div branches ran
+    rules = method_named(case.method)
+    if rules.diversity:  # both S_div branches ran
         assert report.skipped_diversity > 0
-    if case.method in ("eata", "sar"):  # and the entropy cut refused some
+    if rules.entropy_cut:  # and the entropy cut (or the step's own) refused some
         assert report.skipped_entropy > 0
     # Each guardrail and SAR's recovery that the case sets up acted, alike on both sides.
     if "guardrails" in case.name:

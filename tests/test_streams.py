@@ -421,3 +421,17 @@ def test_an_episodic_part_keeps_a_short_trace_in_the_run_log(shift, digits_model
     run = json.loads(path.read_text().splitlines()[1])["run"]
     assert 10 <= len(run["trace_at"]) <= 20 and run["trace_at"][-1] == 39
     assert all(len(v) == len(run["trace_at"]) for v in run["trace"].values())
+
+
+def test_a_run_log_keeps_runs_made_before_a_setting_existed_while_it_holds_its_default(tmp_path):
+    from realm_tools.bench import RunLog
+
+    log = RunLog(tmp_path / "runs.jsonl", {"data": "x"})
+    log.add("a", {"accuracy": 1.0}, {"lr": 0.005})
+    defaults = {"lr": 0.005, "patch_grid": 4}
+    assert log.holds("a", {"lr": 0.005, "patch_grid": 4}, defaults)  # added since, at default
+    assert not log.holds("a", {"lr": 0.005, "patch_grid": 2}, defaults)  # added, not default
+    assert not log.holds("a", {"lr": 0.005, "patch_grid": 4})  # no defaults: exact only
+    assert not log.holds("a", {"lr": 0.001, "patch_grid": 4}, defaults)  # a stored one moved
+    assert not log.holds("a", {"patch_grid": 4}, defaults)  # a stored one is gone
+    assert not log.holds("a", {"lr": 0.005, "other": 1}, defaults)  # no default known

@@ -161,6 +161,7 @@ CASES = {
     "tent": {"method": "tent"},
     "eata": {"method": "eata"},
     "sar": {"method": "sar", "recovery_loss": 0.8},
+    "deyo": {"method": "deyo"},
 }
 
 

@@ -20,7 +20,7 @@ from torch import nn
 from realm_runtime import RealmRuntime, onnxruntime_module
 from realm_runtime.contract import ALPHA_NAME, LAMBDA_NAME
 from realm_sdk import RealmAdapter, RealmConfig, entropy
-from realm_sdk.methods import per_sample_loss, sar
+from realm_sdk.methods import deyo, per_sample_loss, sar
 
 # Logits are held to atol + LOGITS_RTOL · max|logits|: float32 keeps ~7 digits, and a deep
 # network's rounding leaves ~1e-6 of the logits' scale (random-init BatchNorm nets reach
@@ -334,15 +334,27 @@ def torch_reference(
     with torch.enable_grad():
         logits = ref(x)
         h = entropy(logits)
+        w = torch.from_numpy(weights)
         if config.rules.sharpness:
-            per_sample = sar.sharp_reference(ref, config, x, h, weights, params)
+            loss = (sar.sharp_reference(ref, config, x, h, weights, params) * w).sum()
+        elif config.rules.shuffle:
+            loss = deyo.plpd_loss(
+                lambda shuffled: ref(shuffled).detach(),
+                x,
+                logits,
+                h,
+                w,
+                config.e0,
+                config.plpd_threshold,
+                config.patch_grid,
+                config.shuffle_seed,
+            )[0]
         else:
             learned = (alpha, lam) if config.rules.learns_alpha_lambda else ()
-            per_sample = per_sample_loss(config)(h, learned, config.e0, config)
+            loss = (per_sample_loss(config)(h, learned, config.e0, config) * w).sum()
         wrt, names = params, list(adapter.trainable_names)
         if config.rules.learns_alpha_lambda:
             wrt, names = [*wrt, alpha, lam], [*names, ALPHA_NAME, LAMBDA_NAME]
-        loss = (per_sample * torch.from_numpy(weights)).sum()
         grads = torch.autograd.grad(loss, wrt)
     return (
         logits.detach().numpy(),

@@ -328,7 +328,7 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
 
         candidate = self._compute(x, forward, sel)
         kept = n_keep if candidate.kept is None else candidate.kept
-        if kept == 0:  # SAR: every kept sample failed the cut again at the perturbed θ
+        if kept == 0:  # the step's own cut refused every kept sample (SAR at θ + ε, DeYO)
             self._counters[COUNTER_SKIPPED_ENTROPY] += n_keep
             return self._result(logits, sel, False, candidate.loss, REASON_ENTROPY)
         if not candidate.finite:

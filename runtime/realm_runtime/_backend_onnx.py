@@ -147,10 +147,11 @@ class PortableBackend(StepBackend):
         # Bind only what the graph declares, so a graph without one of these still loads.
         self._hyper = {k: np.array(v, dtype=F32) for k, v in hyper.items() if k in graph_inputs}
         self._counts_kept = step is not None and KEPT_NAME in {o.name for o in step.get_outputs()}
-        if step is not None and config.rules.sharpness and not self._counts_kept:
+        if step is not None and config.rules.step_cut and not self._counts_kept:
             raise ArtifactError(
-                f"{directory}: the step graph has no {KEPT_NAME} output, so it is not SAR's: "
-                f"these artifacts were exported for method {manifest.config.get('method')!r}"
+                f"{directory}: the step graph has no {KEPT_NAME} output, so it is not "
+                f"{config.method}'s: these artifacts were exported for method "
+                f"{manifest.config.get('method')!r}"
             )
         # The one adapt graph (SPEC §11), opened on first use by the "graph" schedule.
         self._adapt: Any = None

@@ -13,9 +13,10 @@ from typing import Any, Literal
 
 from ._guardrails import Guardrails
 from ._numbers import finite as _finite
+from ._numbers import integer as _integer
 from .methods import BY_NAME, Method, method_named
 
-MethodName = Literal["realm", "tent", "eata", "sar"]
+MethodName = Literal["realm", "tent", "eata", "sar", "deyo"]
 Preset = Literal["cifar", "imagenet"]
 LossScale = Literal["one", "lambda"]
 
@@ -48,9 +49,12 @@ class RealmConfig:
     loss_scale: LossScale = "one"  # C of ρ: 1, or the live λ (removes λ from the grad's scale)
     diversity_margin: float = 0.4  # d: update only if |cos(p, ema)| < d (EATA's S_div)
     ema_beta: float = 0.9  # β of the EMA of the predictions of updated samples
-    entropy_margin: float | None = None  # e0 of EATA and SAR (None: 0.4·ln(num_classes))
+    entropy_margin: float | None = None  # e0 of the entropy cut (None: the method's share·ln C)
     sam_rho: float = 0.05  # SAR: radius ρ of SAM's step to θ + ρ·g/‖g‖ (SAR's and SAM's value)
     recovery_loss: float = 0.2  # SAR: reset to the source when its loss EMA falls below e_m
+    plpd_threshold: float = 0.2  # DeYO: update only if PLPD > this (DeYO's τ_PLPD)
+    patch_grid: int = 4  # DeYO: patches per side of the shuffle (DeYO's patch_len)
+    shuffle_seed: int = 0  # DeYO: seed of the one patch order every implementation applies
     frozen: tuple[str, ...] = ()  # regexes matched at the start of parameter names to freeze
     freeze_last_block: bool = False  # also freeze the model's last block (SAR/REALM ImageNet)
     episodic: bool = False  # reset to the source model after every adapt() call
@@ -96,6 +100,12 @@ class RealmConfig:
             errors.append(f"sam_rho must be a finite number > 0, got {self.sam_rho!r}")
         if not _finite(self.recovery_loss) or self.recovery_loss < 0:
             errors.append(f"recovery_loss must be a finite number ≥ 0, got {self.recovery_loss!r}")
+        if not _finite(self.plpd_threshold) or not -1 <= self.plpd_threshold < 1:
+            errors.append(f"plpd_threshold must be in [-1, 1), got {self.plpd_threshold!r}")
+        if not _integer(self.patch_grid) or self.patch_grid < 2:
+            errors.append(f"patch_grid must be an integer ≥ 2, got {self.patch_grid!r}")
+        if not _integer(self.shuffle_seed) or self.shuffle_seed < 0:
+            errors.append(f"shuffle_seed must be an integer ≥ 0, got {self.shuffle_seed!r}")
         if self.guardrails is not None and not isinstance(self.guardrails, Guardrails):
             errors.append(f"guardrails must be a Guardrails, got {self.guardrails!r}")
         if not isinstance(self.frozen, tuple) or not all(isinstance(p, str) for p in self.frozen):
@@ -105,10 +115,13 @@ class RealmConfig:
 
     @property
     def e0(self) -> float:
-        """EATA's entropy threshold: ``entropy_margin`` or 0.4·ln(num_classes)."""
+        """The entropy cut's threshold: ``entropy_margin``, or the method's share of ln C.
+
+        0.4·ln C for EATA and SAR, 0.5·ln C for DeYO.
+        """
         if self.entropy_margin is not None:
             return self.entropy_margin
-        return 0.4 * math.log(self.num_classes)
+        return self.rules.entropy_share * math.log(self.num_classes)
 
     @property
     def guard(self) -> Guardrails:
@@ -131,8 +144,8 @@ class RealmConfig:
             name: ``"cifar"`` (plain SGD, C = 1, d = 0.4) or ``"imagenet"`` (momentum 0.9,
                 C = λ, d = 0.05, λ0 = 0.4·ln(num_classes), last block frozen).
             num_classes: number of classes of the classifier.
-            method: ``"realm"``, or the ``"tent"`` / ``"eata"`` / ``"sar"`` baselines on the
-                same settings (the REALM paper runs all of them on SAR's, App. B).
+            method: ``"realm"``, or a baseline (``"tent"``, ``"eata"``, ``"sar"``, ``"deyo"``)
+                on the same settings (the REALM paper runs all of them on SAR's, App. B).
             **overrides: any other field, applied after the preset.
 
         Returns:

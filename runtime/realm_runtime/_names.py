@@ -106,7 +106,7 @@ VELOCITY_NAME = "realm.velocity"  # (P,) their SGD momentum buffers, same layout
 NEW_PARAMS_NAME = "realm.new_params"  # (P,) output: the updated, projected parameters
 NEW_VELOCITY_NAME = "realm.new_velocity"  # (P,) output: the updated momentum buffers
 FINITE_NAME = "realm.finite"  # bool output: the loss and every gradient are finite
-KEPT_NAME = "realm.kept"  # SAR: samples that passed the cut again at θ + ε (scalar output)
+KEPT_NAME = "realm.kept"  # samples the step's own cut kept (SAR at θ + ε, DeYO's PLPD)
 # The adapt graph's outputs besides the logits.
 ADAPT_UPDATED_NAME = "realm.updated"  # bool scalar output: the step was applied
 ADAPT_SELECTED_NAME = "realm.selected"  # bool scalar output: the sample passed the filters
@@ -144,6 +144,7 @@ FULL_RATE_NAME = "realm.full_rate"  # update rate at which max_drift holds in fu
 COLLAPSE_LIMIT_NAME = "realm.collapse_limit"  # collapse·ln C (0: off)
 RECOVERY_LOSS_NAME = "realm.recovery_loss"  # SAR's e_m
 EPISODIC_NAME = "realm.episodic"  # 1: back to the source after every call, 0: not
+PLPD_THRESHOLD_NAME = "realm.plpd_threshold"  # DeYO: keep a sample only if PLPD > this
 ADAPT_SETTINGS = (
     LR_NAME,
     LR_ALPHA_LAMBDA_NAME,
@@ -159,7 +160,8 @@ ADAPT_SETTINGS = (
     COLLAPSE_LIMIT_NAME,
     RECOVERY_LOSS_NAME,
     EPISODIC_NAME,
-    FULL_RATE_NAME,  # last: older graphs' slots keep their places
+    FULL_RATE_NAME,  # after the others: older graphs' slots keep their places
+    PLPD_THRESHOLD_NAME,
 )  # a slot added later must mean "as before" at 0: graphs that predate it run it so
 
 # ------------------------------------------------------------------ counters

@@ -27,6 +27,7 @@ from ._names import (
     MAX_DRIFT_NAME,
     MOMENTUM_NAME,
     NEXT_SUFFIX,
+    PLPD_THRESHOLD_NAME,
     RECOVERY_LOSS_NAME,
     RELAX_NAME,
     SAM_RHO_NAME,
@@ -52,6 +53,7 @@ def step_settings(config: RealmConfig) -> dict[str, float]:
         SAM_RHO_NAME: config.sam_rho,
         ANCHOR_NAME: guard.anchor or 0.0,
         RELAX_NAME: (guard.relax or 0.0) if config.rules.learns_alpha_lambda else 0.0,
+        PLPD_THRESHOLD_NAME: config.plpd_threshold,
     }
 
 

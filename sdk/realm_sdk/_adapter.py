@@ -17,7 +17,7 @@ from ._batch_norm import contiguous_batch_norms
 from ._inputs import check_input, infer_sample_shape
 from ._loss import entropy
 from ._params import select_trainable
-from .methods import per_sample_loss, sar
+from .methods import deyo, per_sample_loss, sar
 
 
 @dataclass(frozen=True)
@@ -134,6 +134,8 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
 
     def _check_input(self, x: object) -> None:
         check_input(x, self._sample_shape, self._dtype)
+        if self.config.rules.shuffle:
+            deyo.check_image(x, self.config.patch_grid)  # type: ignore[arg-type]
 
     @torch.no_grad()
     def _infer(self, x: Tensor) -> Tensor:
@@ -168,10 +170,16 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
         return _Selection(keep, probs, h, uncertain, similar)
 
     def _compute(self, x: Tensor, forward: Tensor, sel: _Selection) -> _Candidate:
-        if self.config.rules.sharpness:
-            params = list(self._params.values())
-            sharp = sar.sharp_step(self.model, params, x, sel.entropy, sel.keep, self.config)
-            return _Candidate(sharp.loss, sharp.finite, sharp.grads, kept=sharp.kept)
+        rules, params = self.config.rules, list(self._params.values())
+        if rules.sharpness or rules.shuffle:
+            cut = (
+                sar.sharp_step(self.model, params, x, sel.entropy, sel.keep, self.config)
+                if rules.sharpness
+                else deyo.plpd_step(
+                    self.model, params, x, forward, sel.entropy, sel.keep, self.config
+                )
+            )
+            return _Candidate(cut.loss, cut.finite, cut.grads, kept=cut.kept)
         learn_al = self.config.rules.learns_alpha_lambda
         alpha = self._alpha.clone().requires_grad_(learn_al)
         lam = self._lam.clone().requires_grad_(learn_al)

@@ -13,13 +13,18 @@ import numpy as np
 import torch
 
 from ._adapter import RealmAdapter
+from .methods import deyo
+
+
+def _softmax64(logits: np.ndarray) -> np.ndarray:
+    z = np.asarray(logits, np.float64)
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    return p / p.sum(axis=1, keepdims=True)
 
 
 def prediction_cosines(logits: np.ndarray, ema: np.ndarray) -> np.ndarray:
     """``(B,)`` cosine of each row's softmax with ``ema``, in float64."""
-    z = np.asarray(logits, np.float64)
-    p = np.exp(z - z.max(axis=1, keepdims=True))
-    p /= p.sum(axis=1, keepdims=True)
+    p = _softmax64(logits)
     m = np.asarray(ema, np.float64)
     return (p @ m) / np.maximum(np.linalg.norm(p, axis=1) * np.linalg.norm(m), 1e-12)
 
@@ -44,6 +49,14 @@ def decision_margin(adapter: RealmAdapter, x: np.ndarray) -> tuple[float, np.nda
         log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
         h = -(np.exp(log_p) * log_p).sum(axis=1)
         margin = min(margin, float(np.abs(h - cfg.e0).min()))
+    if cfg.rules.shuffle:  # DeYO's cut: PLPD against its threshold
+        shuffled = deyo.patch_shuffle(x_ref, cfg.patch_grid, cfg.shuffle_seed)
+        q = _softmax64(adapter.predict(shuffled).detach().cpu().numpy())
+        p = _softmax64(logits)
+        top = p.argmax(axis=1)
+        rows = np.arange(len(top))
+        drop = p[rows, top] - q[rows, top]
+        margin = min(margin, float(np.abs(drop - cfg.plpd_threshold).min()))
     ema = adapter.state.ema
     cos = None
     if cfg.rules.diversity and ema is not None:

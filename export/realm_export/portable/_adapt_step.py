@@ -60,15 +60,16 @@ def step_branch(
     """The step and its commit inside ``If(keep)``; a skipped sample passes its state through.
 
     The then branch runs the rest of the step graph (backward, SGD, projections, relax and
-    anchor), then commits: θ, momentum and the EMA when the step is finite (and, for SAR, a
-    sample passed the cut again at θ + ε), the drift bound, the loss EMA and recovery.
+    anchor), then commits: θ, momentum and the EMA when the step is finite (and, where the
+    step cuts, a sample passed that cut: SAR's at θ + ε, DeYO's PLPD), the drift bound, the
+    loss EMA and recovery.
 
     Returns:
         The ``If``'s outputs by role: ``loss``, ``finite``, ``any_kept``, ``updated``,
         ``clip``, ``recover``, ``params``, ``velocity``, ``ema``, ``loss_ema``,
         ``known_loss``.
     """
-    sharp, recovers = config.rules.sharpness, config.rules.recovery
+    cuts, recovers = config.rules.step_cut, config.rules.recovery
     guard_drift = drift.norm0 > 0
     zero = b.const("zero", 0.0)
     false = b.const("false", False, np.bool_)
@@ -77,7 +78,7 @@ def step_branch(
 
     def commit() -> dict[str, str]:
         op = b.step
-        any_kept = op("Greater", [KEPT_NAME, zero], "any_kept") if sharp else None
+        any_kept = op("Greater", [KEPT_NAME, zero], "any_kept") if cuts else None
         u = FINITE_NAME if any_kept is None else op("And", [FINITE_NAME, any_kept], "u")
         params = op("Where", [u, NEW_PARAMS_NAME, PARAMS_NAME], "params")
         velocity = op("Where", [u, NEW_VELOCITY_NAME, VELOCITY_NAME], "velocity")

@@ -22,8 +22,10 @@ exporter (opset 18, IR ≤ 10):
   nodes instead of four per tensor. With ``μ = 0`` and a zero buffer,
   ``realm.new_velocity`` *is* the gradient: that is how validation reads the gradients.
   SAR's graph also takes ``realm.sam_rho`` and returns ``realm.kept``: its loss is the
-  entropy at θ + ρ·g/‖g‖ of the samples that pass the cut ``H < e0`` there too, and
-  ``realm.kept`` counts them (none: the runtime skips the sample).
+  entropy at θ + ρ·g/‖g‖ of the samples that pass the cut ``H < e0`` there too. DeYO's
+  takes ``realm.plpd_threshold`` and returns ``realm.kept``: its loss weighs the samples
+  whose PLPD under the patch shuffle passes the threshold. ``realm.kept`` counts the
+  samples the step kept (none: the runtime skips the sample).
 
 ``forward_model.onnx`` — ``input`` and the same ``realm.params`` (α, λ unused; a required
 input with no default: ONNX Runtime's JavaScript bindings cannot feed an input that also has
@@ -67,6 +69,7 @@ from realm_runtime.contract import (
     NEW_PARAMS_NAME,
     NEW_VELOCITY_NAME,
     PARAMS_NAME,
+    PLPD_THRESHOLD_NAME,
     RELAX_NAME,
     SAM_RHO_NAME,
     SAMPLE_WEIGHT_NAME,
@@ -74,7 +77,7 @@ from realm_runtime.contract import (
     TensorSlot,
 )
 from realm_sdk import RealmConfig, entropy
-from realm_sdk.methods import per_sample_loss, sar
+from realm_sdk.methods import deyo, per_sample_loss, sar
 
 from .._errors import UnsupportedModelError
 from .._onnx_builder import GraphBuilder
@@ -127,7 +130,12 @@ def build_portable_graphs(
             f"export shape has batch {example.shape[0]}"
         )
     realm = config.rules.learns_alpha_lambda
-    sharp = config.rules.sharpness
+    sharp, shuffle = config.rules.sharpness, config.rules.shuffle
+    if shuffle:
+        try:
+            deyo.check_image(example, config.patch_grid)
+        except ValueError as exc:
+            raise UnsupportedModelError(str(exc)) from None
     names = [*norm_names, *((ALPHA_NAME, LAMBDA_NAME) if realm else ())]
     n_norm = len(norm_names)
     named = dict(model.named_parameters())
@@ -176,12 +184,20 @@ def build_portable_graphs(
         anchor: Tensor,
         method_input: Tensor,
     ) -> tuple[Tensor, ...]:
-        # method_input: REALM's relax (κ of α and λ), SAR's ρ; unused by the others
+        # method_input: REALM's relax (κ of α and λ), SAR's ρ, DeYO's τ; unused by the others
         logits, params = logits_at(x, flat)
         h = entropy(logits)
         extra: tuple[Tensor, ...] = ()
         if sharp:
             loss, count, g1 = sar.sharp_loss(logits_only, x, weight, e0, flat, method_input, h)
+            extra = (count,)
+        elif shuffle:
+
+            def frozen(shuffled: Tensor) -> Tensor:  # x̃'s forward: no gradient to θ
+                return logits_only(shuffled, flat.detach())
+
+            grid, seed = config.patch_grid, config.shuffle_seed
+            loss, count = deyo.plpd_loss(frozen, x, logits, h, weight, e0, method_input, grid, seed)
             extra = (count,)
         else:
             learned = params[n_norm:]  # REALM's α, λ; empty for the others
@@ -216,7 +232,7 @@ def build_portable_graphs(
         source.clone().requires_grad_(True),
         torch.zeros_like(source),
         torch.tensor(0.0),
-        torch.tensor(config.sam_rho if sharp else 0.0),
+        torch.tensor(config.sam_rho if sharp else config.plpd_threshold if shuffle else 0.0),
     ]
     step_gm = trace(step, step_args)
     forward_args = [example, source.clone()]
@@ -231,10 +247,11 @@ def build_portable_graphs(
         PARAMS_NAME,
         VELOCITY_NAME,
         ANCHOR_NAME,
-        SAM_RHO_NAME if sharp else RELAX_NAME,  # unused by Tent and EATA: no input of the graph
+        # unused by Tent and EATA: no input of the graph
+        SAM_RHO_NAME if sharp else PLPD_THRESHOLD_NAME if shuffle else RELAX_NAME,
     ]
     step_outputs = [LOSS_NAME, LOGITS_NAME, FINITE_NAME, NEW_PARAMS_NAME, NEW_VELOCITY_NAME]
-    if sharp:
+    if config.rules.step_cut:
         step_outputs.append(KEPT_NAME)
     step_proto = to_onnx(step_gm, step_args, step_inputs, step_outputs)
     forward_proto = to_onnx(forward_gm, forward_args, [INPUT_NAME, PARAMS_NAME], [LOGITS_NAME])

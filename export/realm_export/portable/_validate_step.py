@@ -23,6 +23,7 @@ from .._validate import (
 )
 
 OPEN_CUT = 1e9  # an entropy margin no sample reaches: SAR's cut passes every sample
+OPEN_PLPD = -1.0  # PLPD = p_ŷ − q_ŷ > −1 always (ŷ is p's argmax): DeYO's cut passes all
 
 
 def validate_portable(
@@ -66,6 +67,7 @@ def validate_portable(
         MOMENTUM_NAME,
         NEW_VELOCITY_NAME,
         PARAMS_NAME,
+        PLPD_THRESHOLD_NAME,
         RELAX_NAME,
         SAM_RHO_NAME,
         VELOCITY_NAME,
@@ -78,6 +80,8 @@ def validate_portable(
     out_names = [o.name for o in step.get_outputs()]
     if config.rules.sharpness:
         config = config.with_overrides(entropy_margin=OPEN_CUT)
+    if config.rules.shuffle:
+        config = config.with_overrides(plpd_threshold=OPEN_PLPD)
     report = new_report(config, len(inputs), atol=atol, grad_rtol=grad_rtol)
     for x in inputs:
         weights = sample_weights(1)  # an entropy weight is the graph's, as the reference's
@@ -95,6 +99,7 @@ def validate_portable(
             SAM_RHO_NAME: np.array(config.sam_rho, np.float32),
             ANCHOR_NAME: np.array(0.0, np.float32),  # the gradient is read from the momentum
             RELAX_NAME: np.array(0.0, np.float32),
+            PLPD_THRESHOLD_NAME: np.array(config.plpd_threshold, np.float32),
         }
         out = dict(
             zip(

@@ -8,12 +8,13 @@ there.
 from __future__ import annotations
 
 from ._method import Method
+from .deyo import DEYO
 from .eata import EATA
 from .realm import REALM
 from .sar import SAR
 from .tent import TENT
 
-BY_NAME: dict[str, Method] = {m.name: m for m in (REALM, TENT, EATA, SAR)}
+BY_NAME: dict[str, Method] = {m.name: m for m in (REALM, TENT, EATA, SAR, DEYO)}
 
 
 def method_named(name: str) -> Method:
@@ -28,4 +29,4 @@ def method_named(name: str) -> Method:
         raise ValueError(f"method must be one of {tuple(BY_NAME)}, got {name!r}") from None
 
 
-__all__ = ["BY_NAME", "EATA", "REALM", "SAR", "TENT", "Method", "method_named"]
+__all__ = ["BY_NAME", "DEYO", "EATA", "REALM", "SAR", "TENT", "Method", "method_named"]

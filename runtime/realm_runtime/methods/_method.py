@@ -27,5 +27,17 @@ class Method:
     sharpness: bool  # the gradient is taken again at θ + ρ·g/‖g‖ (SAM), the cut applied there
     recovery: bool  # reset to the source when the EMA of the loss falls below recovery_loss
     guardrails: Guardrails  # the bounds and resets in force when the configuration says None
+    # A second forward on a patch-shuffled copy decides and weighs each sample (PLPD).
+    shuffle: bool = False
+    entropy_share: float = 0.4  # e0 = this·ln C unless RealmConfig.entropy_margin says
     # Why onnxruntime-training's artifacts cannot hold the step, as a clause (None: they can).
     legacy_training: str | None = None
+
+    @property
+    def step_cut(self) -> bool:
+        """Whether the step itself refuses samples and counts those it keeps (``realm.kept``).
+
+        SAR cuts again at θ + ε, DeYO on the shuffled copy's prediction; a step that keeps
+        none is skipped.
+        """
+        return self.sharpness or self.shuffle

@@ -8,7 +8,6 @@ for the traced step graph, and on a private copy for the export's reference.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -17,6 +16,7 @@ from torch import Tensor, nn
 from realm_runtime import RealmConfig
 
 from .._loss import entropy
+from ._form import CutStep
 
 SAM_GUARD = 1e-12  # SAM's guard against a zero gradient: ε = ρ·g/(‖g‖ + guard)
 
@@ -28,16 +28,6 @@ def per_sample_loss(
     return h
 
 
-@dataclass(frozen=True)
-class SharpStep:
-    """SAR's gradient at the perturbed point, for the SDK's step."""
-
-    loss: float  # mean entropy at θ + ε of the samples that passed the cut there
-    finite: bool  # the loss, ‖g‖ and every gradient are finite
-    grads: tuple[Tensor, ...]  # ∂loss/∂θ at θ + ε (empty when none passed)
-    kept: int  # samples that passed the cut again at θ + ε
-
-
 def sharp_step(
     model: nn.Module,
     params: list[nn.Parameter],
@@ -45,7 +35,7 @@ def sharp_step(
     h: Tensor,
     keep: Tensor,
     config: RealmConfig,
-) -> SharpStep:
+) -> CutStep:
     """SAR's step on ``model`` in place: θ is moved to θ + ε, measured there, and put back.
 
     Args:
@@ -71,7 +61,7 @@ def sharp_step(
             keep2 = h2.detach() < config.e0
             kept = int(keep2.sum())
             if kept == 0:
-                return SharpStep(float(h2.detach().mean()), True, (), 0)
+                return CutStep(float(h2.detach().mean()), True, (), 0)
             loss = h2[keep2].mean()
             grads = torch.autograd.grad(loss, params)
     finally:
@@ -84,7 +74,7 @@ def sharp_step(
         and bool(norm.isfinite())
         and all(bool(g.isfinite().all()) for g in grads)
     )
-    return SharpStep(value, finite, tuple(grads), kept)
+    return CutStep(value, finite, tuple(grads), kept)
 
 
 def sharp_loss(

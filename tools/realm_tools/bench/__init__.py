@@ -18,6 +18,7 @@
 from .._timing import TURN_BLOCKS, block_ratios, forced_overrides, take_turns, timed_side
 from ._adapt import AdaptCost, bench_adapt, format_adapt_costs
 from ._continual import (
+    DEFAULT_STREAM_METHODS,
     STREAM_METHODS,
     StreamRun,
     bench_streams,
@@ -47,6 +48,7 @@ from ._speed_rows import MethodRow, SpeedRow
 from ._stream_report import plot_streams, streams_tables
 
 __all__ = [
+    "DEFAULT_STREAM_METHODS",
     "QUALITY_METHODS",
     "STREAM_METHODS",
     "TURN_BLOCKS",

@@ -107,6 +107,26 @@ class RunLog:
         self.cpus[label] = self._cpu
         self.configs[label] = config
 
-    def holds(self, label: str, config: Any = None) -> bool:
-        """Whether a run of ``label`` with this configuration (JSON-ready) is kept."""
-        return label in self.done and self.configs.get(label) == json.loads(json.dumps(config))
+    def holds(
+        self, label: str, config: Any = None, defaults: Mapping[str, Any] | None = None
+    ) -> bool:
+        """Whether a run of ``label`` with this configuration (JSON-ready) is kept.
+
+        ``defaults``: field → default of the configuration's type. A field the stored run
+        does not name (it was added since) matches when it holds its default: the run ran
+        as the default does.
+        """
+        if label not in self.done:
+            return False
+        stored, now = self.configs.get(label), json.loads(json.dumps(config))
+        if stored == now:
+            return True
+        if not (isinstance(stored, dict) and isinstance(now, dict) and defaults is not None):
+            return False
+        added = set(now) - set(stored)
+        normal = json.loads(json.dumps({k: defaults.get(k) for k in added}))
+        return (
+            set(stored) <= set(now)
+            and all(stored[k] == now[k] for k in stored)
+            and all(k in defaults and now[k] == normal[k] for k in added)
+        )

@@ -95,7 +95,7 @@ def add_quality_parser(bench: Any) -> None:
         nargs="+",
         default=None,
         help=f"default: {' '.join(QUALITY_DEFAULT_METHODS)}; with --settings: "
-        "none tent eata sar realm realm-guarded",
+        "none tent eata sar realm realm-guarded (deyo too, when named)",
     )
     quality.add_argument(
         "--settings",
@@ -356,6 +356,7 @@ def _bench_streams(
     from dataclasses import asdict
 
     from ..bench import (
+        DEFAULT_STREAM_METHODS,
         STREAM_METHODS,
         RunLog,
         bench_streams,
@@ -373,7 +374,7 @@ def _bench_streams(
         print(overrides, file=sys.stderr)
         return 2
     settings = list(SETTINGS) if "all" in args.settings else list(args.settings)
-    methods = args.methods or list(STREAM_METHODS)
+    methods = args.methods or list(DEFAULT_STREAM_METHODS)
     bad = [m for m in methods if m not in STREAM_METHODS]
     if bad:
         print(

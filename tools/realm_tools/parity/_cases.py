@@ -101,6 +101,7 @@ CASES: tuple[ParityCase, ...] = (
     ),
     ParityCase("digits-cifar-realm-batch4", "digits_gn", "cifar", steps=30, batch=4),
     ParityCase("digits-cifar-sar", "digits_gn", "cifar", "sar", steps=100),
+    ParityCase("digits-cifar-deyo", "digits_gn", "cifar", "deyo", steps=100),
     # The paper's CIFAR architecture, trained on Fashion-MNIST, on a Fashion-MNIST-C stream.
     ParityCase(
         "fmnist-resnet26gn-cifar-realm",

@@ -1,0 +1,51 @@
+"""DeYO: entropy and the pseudo-label probability difference (PLPD) under a patch shuffle.
+
+Lee et al., "Entropy is not Enough for Test-Time Adaptation: From the Perspective of
+Disentangled Factors", ICLR 2024, Eq. (5)–(8). A sample updates when its entropy is under
+e0 (0.5·ln C) and shuffling its image patches lowers the probability of its predicted class
+by more than ``plpd_threshold``; its entropy is weighed by exp(−(H − 0.8·e0)) + exp(PLPD).
+One departure, so that every implementation shuffles alike: the patch order is one fixed
+permutation (``shuffle_seed``), not a fresh one per sample (SPEC §4).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._guardrails import Guardrails
+from ._method import Method
+
+DEYO = Method(
+    name="deyo",
+    paper="Lee et al., ICLR 2024",
+    diversity=False,
+    entropy_cut=True,
+    entropy_weight=False,  # its weight reads the shuffled copy's prediction: the step's
+    learns_alpha_lambda=False,
+    sharpness=False,
+    recovery=False,
+    guardrails=Guardrails.off(),  # a baseline runs as its paper does
+    shuffle=True,
+    entropy_share=0.5,  # DeYO's entropy filter; its weight's margin is 0.4·ln C
+    legacy_training="DeYO's second forward, on a patch-shuffled copy of the sample, is not in "
+    "the legacy training artifacts",
+)
+
+WEIGHT_MARGIN_SHARE = 0.8  # the weight's margin over the filter's: 0.4·ln C / 0.5·ln C
+
+
+def patch_permutation(grid: int, seed: int) -> np.ndarray:
+    """The order of the ``grid × grid`` patches after the shuffle: never the identity.
+
+    Args:
+        grid: patches per side.
+        seed: ``RealmConfig.shuffle_seed``.
+
+    Returns:
+        ``(grid², )`` int64: the patch now at position k is the one that was at ``perm[k]``.
+    """
+    rng = np.random.default_rng(seed)
+    while True:
+        perm = rng.permutation(grid * grid).astype(np.int64)
+        if (perm != np.arange(grid * grid)).any():
+            return perm
