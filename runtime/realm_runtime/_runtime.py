@@ -22,6 +22,7 @@ from ._backend import (
     StepBackend,
     parse_device,
 )
+from ._backend_choice import open_backend
 from ._checkpoint import StateArrays
 from ._config import RealmConfig
 from ._graph_state import Slots, read_watch_tensors, watch_tensors
@@ -63,6 +64,8 @@ _GRAPH_FIELDS = frozenset(
         "frozen",
         "freeze_last_block",
         "preset_name",
+        "patch_grid",  # DeYO's patch order is a constant of the step graph
+        "shuffle_seed",
     }
 )
 
@@ -509,23 +512,3 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
                 f"(its graphs are exported for the on-device protocol), got batch "
                 f"{x.shape[0]}: call adapt() per sample, or use backend='ort-training'"
             )
-
-
-def open_backend(backend: BackendName, request: BackendRequest) -> StepBackend:
-    """The backend that runs ``backend`` (``"onnx"`` and ``"onnx-steps"``: the portable one).
-
-    Each backend's module is imported only when chosen, so the onnx backend never touches
-    onnxruntime-training and the other never needs a current onnxruntime.
-    """
-    if backend in ("onnx", "onnx-steps"):
-        from ._backend_onnx import PortableBackend
-
-        return PortableBackend(request, adapt_graph=backend == "onnx")
-    if request.graph_format == "ort":
-        raise ValueError(
-            "graph_format='ort' runs the portable graphs' ORT-format copies: it needs the onnx "
-            "backend, not ort-training"
-        )
-    from ._backend_training import TrainingBackend
-
-    return TrainingBackend(request)
