@@ -128,6 +128,9 @@ fmnist-tables: $(STAMP) data
 		$(FMNIST_BENCH) --model $$m --settings episodic --seeds $(FMNIST_SEEDS) --limit 1000 \
 			--out docs/fmnist/$$m || exit 1; \
 	done
+	$(FMNIST_BENCH) --settings episodic --seeds 0 --limit 1000 --methods eata sar realm \
+		--set lr=0.0003125 lr_alpha_lambda=0.000625 freeze_last_block=true \
+		--out docs/fmnist/resnet26_gn-sar-reading
 	@for m in $(FMNIST_MODELS); do \
 		$(FMNIST_BENCH) --model $$m --settings $(FMNIST_LONG) --seeds $(FMNIST_SEEDS) --limit 100 \
 			--passes 2 --horizon 10000 --junk-length 500 --out docs/fmnist/$$m-streams || exit 1; \
@@ -144,4 +147,6 @@ fmnist-val: $(STAMP) data
 	$(FMNIST_VAL) --methods realm --set lr_alpha_lambda=0.0005 --out docs/fmnist/resnet26_gn-val-lr-al-small
 	$(FMNIST_VAL) --methods realm --set lr_alpha_lambda=5e-7 --out docs/fmnist/resnet26_gn-val-lr-al-frozen
 	$(FMNIST_VAL) --methods realm --set diversity_margin=1.0 --out docs/fmnist/resnet26_gn-val-no-sdiv
+	$(FMNIST_VAL) --methods realm --set loss_scale=lambda --out docs/fmnist/resnet26_gn-val-scale-lambda
+	$(FMNIST_VAL) --methods realm --set freeze_last_block=true --out docs/fmnist/resnet26_gn-val-frozen-block
 	$(FMNIST_VAL) --methods eata realm --set lr=0.01 lr_alpha_lambda=0.02 --out docs/fmnist/resnet26_gn-val-lr0.01
