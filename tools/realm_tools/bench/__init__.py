@@ -17,17 +17,7 @@
 
 from .._timing import TURN_BLOCKS, block_ratios, forced_overrides, take_turns, timed_side
 from ._adapt import AdaptCost, bench_adapt, format_adapt_costs
-from ._continual import (
-    DEFAULT_STREAM_METHODS,
-    STREAM_METHODS,
-    StreamRun,
-    bench_streams,
-    method_config,
-    run_stream,
-    streams_fingerprint,
-    streams_from_json,
-    streams_to_json,
-)
+from ._continual import bench_streams, streams_fingerprint, streams_from_json, streams_to_json
 from ._evaluate import OnlineResult, run_online
 from ._examples import plot_examples
 from ._external import ExternalRuntime, ExternalSide
@@ -46,6 +36,13 @@ from ._speed import bench_model
 from ._speed_report import format_speed, plot_speed, rows_to_json
 from ._speed_rows import MethodRow, SpeedRow
 from ._stream_report import plot_streams, streams_tables
+from ._stream_run import (
+    DEFAULT_STREAM_METHODS,
+    STREAM_METHODS,
+    StreamRun,
+    method_config,
+    run_stream,
+)
 
 __all__ = [
     "DEFAULT_STREAM_METHODS",

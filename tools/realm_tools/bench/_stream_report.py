@@ -15,7 +15,7 @@ import numpy as np
 from realm_runtime import Guardrails
 
 from ..data import JUNK
-from ._continual import EVENTS, STREAM_LABELS, STREAM_METHODS, StreamRun
+from ._stream_run import EVENTS, STREAM_LABELS, STREAM_METHODS, StreamRun
 from ._table1 import episodic_table
 
 
