@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -54,12 +53,12 @@ def validate_artifacts(
     report = new_report(config, len(inputs), atol=atol, grad_rtol=grad_rtol)
     for x in inputs:
         weights = sample_weights(x.shape[0])
+        reference = torch_reference(model, config, torch.from_numpy(x), weights)
         module.lazy_reset_grad()
         try:
-            loss_ort, logits_ort = module(x, fed_weights(model, config, x, weights))[:2]
+            loss_ort, logits_ort = module(x, fed_weights(reference[0], config, weights))[:2]
         except RuntimeError as exc:
             raise UnsupportedModelError(training_graph_error(str(exc))) from exc
-        reference = torch_reference(model, config, torch.from_numpy(x), weights)
         grads_t, names = reference[2], reference[3]
         grads = {n: np.asarray(state.parameters[n].grad).reshape(grads_t[n].shape) for n in names}
         judge(
@@ -75,18 +74,16 @@ def validate_artifacts(
     return report
 
 
-def fed_weights(
-    model: nn.Module, config: RealmConfig, x: np.ndarray, weights: np.ndarray
-) -> np.ndarray:
+def fed_weights(logits: np.ndarray, config: RealmConfig, weights: np.ndarray) -> np.ndarray:
     """The sample weights the runtime feeds the training graph: an entropy weight inside.
 
     The training graph's loss is ``Σ w_i H_i``; a method that weighs by ``exp(−(H − e0))``
-    (EATA) has the runtime fold that constant into ``w``, as done here.
+    (EATA) has the runtime fold that constant into ``w``, as done here from the reference's
+    own ``logits`` of the input.
     """
     if not config.rules.entropy_weight:
         return weights
-    with torch.no_grad():
-        h = entropy(copy.deepcopy(model)(torch.from_numpy(x))).numpy()
+    h = entropy(torch.from_numpy(logits)).numpy()
     return (weights * np.exp(-(h - np.float32(config.e0)))).astype(np.float32)
 
 

@@ -203,13 +203,13 @@ def validate_adapt_graphs(
     atol: float,
     grad_rtol: float,
 ) -> list[AdaptReport]:
-    """:func:`validate_adapt` on the written graph and, for EATA and SAR, on its cut opened.
+    """:func:`validate_adapt` on the written graph and, with an entropy cut, on it opened.
 
-    An untrained or badly shifted model is unsure of every input, so EATA's and SAR's cut
-    refuses them all and the written graph never runs its update. An entropy margin above
-    ``ln C`` keeps every sample (and SAR's second cut too), so the update,
-    the commit and the recovery are compared as well: the written graph, fed that margin
-    through ``realm.settings``.
+    An untrained or badly shifted model is unsure of every input, so an entropy cut (EATA's,
+    SAR's, DeYO's) refuses them all and the written graph never runs its update. An entropy
+    margin above ``ln C`` keeps every sample (and SAR's second cut too), so the update, the
+    commit and the recovery are compared as well: the written graph, fed that margin through
+    ``realm.settings``.
     """
     reports = [
         validate_adapt(directory, section, model, config, inputs, atol=atol, grad_rtol=grad_rtol)
