@@ -16,11 +16,12 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.func import functional_call
 
 from realm_runtime import RealmRuntime, onnxruntime_module
-from realm_runtime.contract import ALPHA_NAME, LAMBDA_NAME
+from realm_runtime.contract import ALPHA_NAME, LAMBDA_NAME, method_input
 from realm_sdk import RealmAdapter, RealmConfig, entropy
-from realm_sdk.methods import deyo, per_sample_loss, sar
+from realm_sdk.methods import StepInputs, torch_form
 
 # Logits are held to atol + LOGITS_RTOL · max|logits|: float32 keeps ~7 digits, and a deep
 # network's rounding leaves ~1e-6 of the logits' scale (random-init BatchNorm nets reach
@@ -327,35 +328,29 @@ def torch_reference(
     """
     ref = copy.deepcopy(model)
     adapter = RealmAdapter(ref, config)  # the SDK's parameter selection and configuration
+    names = list(adapter.trainable_names)
     named = dict(ref.named_parameters())
-    params = [named[n] for n in adapter.trainable_names]
-    alpha = torch.tensor(config.alpha0, dtype=torch.float32, requires_grad=True)
-    lam = torch.tensor(config.lambda0, dtype=torch.float32, requires_grad=True)
+    params = [named[n] for n in names]
+    learned = (
+        [torch.tensor(v, requires_grad=True) for v in (config.alpha0, config.lambda0)]
+        if config.rules.learns_alpha_lambda
+        else []
+    )
+
+    def logits_at(inputs: torch.Tensor, theta: Sequence[torch.Tensor]) -> torch.Tensor:
+        return functional_call(ref, dict(zip(names, theta, strict=True)), (inputs,))
+
+    knob = method_input(config)
     with torch.enable_grad():
         logits = ref(x)
-        h = entropy(logits)
         w = torch.from_numpy(weights)
-        if config.rules.sharpness:
-            loss = (sar.sharp_reference(ref, config, x, h, weights, params) * w).sum()
-        elif config.rules.shuffle:
-            loss = deyo.plpd_loss(
-                lambda shuffled: ref(shuffled).detach(),
-                x,
-                logits,
-                h,
-                w,
-                config.e0,
-                config.plpd_threshold,
-                config.patch_grid,
-                config.shuffle_seed,
-            )[0]
-        else:
-            learned = (alpha, lam) if config.rules.learns_alpha_lambda else ()
-            loss = (per_sample_loss(config)(h, learned, config.e0, config) * w).sum()
-        wrt, names = params, list(adapter.trainable_names)
-        if config.rules.learns_alpha_lambda:
-            wrt, names = [*wrt, alpha, lam], [*names, ALPHA_NAME, LAMBDA_NAME]
-        grads = torch.autograd.grad(loss, wrt)
+        inputs = StepInputs(
+            logits_at, x, params, logits, entropy(logits), w, learned, config.e0, knob, config
+        )
+        loss = torch_form(config).step_loss(inputs).loss
+        grads = torch.autograd.grad(loss, [*params, *learned])
+    if learned:
+        names = [*names, ALPHA_NAME, LAMBDA_NAME]
     return (
         logits.detach().numpy(),
         float(loss.detach()),

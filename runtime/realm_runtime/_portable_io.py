@@ -57,6 +57,12 @@ def step_settings(config: RealmConfig) -> dict[str, float]:
     }
 
 
+def method_input(config: RealmConfig) -> float:
+    """The value of the method's own step input (``Method.step_input``; 0 where it has none)."""
+    name = config.rules.step_input
+    return step_settings(config)[name] if name else 0.0
+
+
 def adapt_settings(config: RealmConfig, slots: Sequence[str] = ADAPT_SETTINGS) -> np.ndarray:
     """The adapt graph's settings vector (``realm.settings``) of ``config``, float32.
 

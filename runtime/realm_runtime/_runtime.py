@@ -22,7 +22,7 @@ from ._backend import (
     StepBackend,
     parse_device,
 )
-from ._backend_choice import open_backend
+from ._backend_choice import choose_backend, open_backend
 from ._checkpoint import StateArrays
 from ._config import RealmConfig
 from ._graph_state import Slots, read_watch_tensors, watch_tensors
@@ -36,19 +36,13 @@ from ._names import (
     ADAPT_REASON_KEY,
     ADAPT_REASONS_KEY,
     ADAPT_SELECTED_KEY,
-    ADAPT_SETTINGS,
-    ADAPT_SETTINGS_KEY,
     ADAPT_UPDATED_KEY,
     ADAPT_WATCH_KEY,
     ALPHA_NAME,
-    ERROR_KEY,
-    FILE_KEY,
     LAMBDA_NAME,
     MANIFEST_NAME,
-    STEP_MODEL_KEY,
 )
 from ._ort import DEFAULT_SESSION_CONFIG
-from ._portable_io import adapt_settings
 from ._step import F32, Selection, ema_update, select, softmax
 from ._untrusted import ArtifactError
 
@@ -175,7 +169,9 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
             raise ArtifactError(f"{self.directory / MANIFEST_NAME}: its config: {exc}") from exc
         self.config = RealmConfig.from_dict({**self.manifest.config, **(overrides or {})})
         self.device = device
-        backend = self._choose_backend(backend, overrides or {}, schedule)
+        backend = choose_backend(
+            backend, self.manifest, self.config, overrides or {}, schedule, self.directory
+        )
         # The one adapt graph runs the whole step, its own episodic reset included.
         self._graph = backend == "onnx"
         self._resets_in_step = self._graph
@@ -392,64 +388,6 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
         self._ema = state.ema
 
     # ------------------------------------------------------------------ the one adapt graph
-
-    def _check_slots(self, slots: object) -> None:
-        """The manifest's ``adapt.settings``: absent, or names this runtime knows."""
-        if slots is None:
-            return
-        try:  # the same check as the graph's settings vector is built with
-            adapt_settings(self.config, slots)  # type: ignore[arg-type]
-        except ValueError as exc:
-            raise ArtifactError(f"{self.directory / MANIFEST_NAME}: {exc}") from None
-
-    def _choose_backend(
-        self, backend: str, overrides: dict[str, Any], schedule: Schedule | None
-    ) -> str:
-        """The backend that runs: ``"auto"`` resolved, and ``"onnx"`` checked (SPEC §11)."""
-        portable, adapt = self.manifest.portable, self.manifest.adapt
-        baked = self.manifest.config
-        changed = sorted(k for k, v in overrides.items() if baked.get(k) != v)
-        has_graph = bool(portable.get(STEP_MODEL_KEY) and adapt.get(FILE_KEY))
-        # Graphs exported before their settings were state hold them as constants, and a
-        # graph exported before a setting's slot runs it as off (0); the config may not differ.
-        slots = adapt.get(ADAPT_SETTINGS_KEY)
-        self._check_slots(slots)
-        if slots is None:
-            fixed = changed
-        else:
-            ours = zip(ADAPT_SETTINGS, adapt_settings(self.config).tolist(), strict=True)
-            missing = [name for name, value in ours if value and name not in slots]
-            fixed = [f"{name} (a setting this graph predates)" for name in missing]
-        if backend == "auto":
-            if has_graph and not fixed and schedule is None:
-                return "onnx"
-            return "onnx-steps" if portable.get(STEP_MODEL_KEY) else "ort-training"
-        if backend != "onnx":
-            return backend
-        if not portable.get(STEP_MODEL_KEY):
-            why = portable.get(ERROR_KEY, "exported without it")
-            raise ArtifactError(
-                f"{self.directory}: these artifacts have no portable step graph ({why}), so no "
-                "adapt graph: use backend='ort-training', or re-export with a current realm-tta"
-            )
-        if not has_graph:
-            why = adapt.get(ERROR_KEY, "exported before it existed")
-            raise ArtifactError(
-                f"{self.directory}: backend='onnx' runs the one adapt graph, and these "
-                f"artifacts have none ({why}); use backend='onnx-steps', or re-export"
-            )
-        if fixed:
-            raise ValueError(
-                f"this adapt graph holds the export's settings as constants (it was exported "
-                f"before realm.settings), and {fixed} differ from them: re-export, or use "
-                "backend='onnx-steps' to apply them at run time"
-            )
-        if schedule is not None:
-            raise ValueError(
-                "schedule chooses the order of the host-step backends' graphs; the adapt graph "
-                "(backend='onnx') has one order of its own: leave schedule out"
-            )
-        return backend
 
     def _pull_graph_state(self) -> None:
         """The host values of the state from the adapt graph's (copied from the device)."""

@@ -149,7 +149,7 @@ from ._names import (
     WATCH_NAME,
     WEIGHTS_KEY,
 )
-from ._portable_io import TensorSlot, adapt_settings, next_name, step_settings
+from ._portable_io import TensorSlot, adapt_settings, method_input, next_name, step_settings
 
 
 def contract_values() -> dict[str, Any]:
@@ -332,6 +332,7 @@ __all__ = [
     "input_nonfinite_error",
     "input_type_error",
     "load_state",
+    "method_input",
     "next_name",
     "parse_manifest",
     "read_state",

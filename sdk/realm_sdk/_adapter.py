@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -9,15 +10,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.func import functional_call
 
 from realm_runtime import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmConfig
-from realm_runtime.contract import OnlineAdaptation, StateArrays
+from realm_runtime.contract import OnlineAdaptation, StateArrays, method_input
 
 from ._batch_norm import contiguous_batch_norms
 from ._inputs import check_input, infer_sample_shape
 from ._loss import entropy
 from ._params import select_trainable
-from .methods import deyo, per_sample_loss, sar
+from .methods import StepInputs, torch_form
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,7 @@ class _Candidate:
     loss: float  # the mean loss of the kept samples
     finite: bool  # the loss and every gradient are finite
     grads: tuple[Tensor, ...]  # of the adapted parameters, then α and λ where they learn
-    kept: int | None = None  # SAR: samples that passed the cut again at θ + ε (None: all)
+    kept: int | None = None  # samples the step's own cut kept (SAR, DeYO; None: all)
 
 
 class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
@@ -134,8 +136,7 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
 
     def _check_input(self, x: object) -> None:
         check_input(x, self._sample_shape, self._dtype)
-        if self.config.rules.shuffle:
-            deyo.check_image(x, self.config.patch_grid)  # type: ignore[arg-type]
+        torch_form(self.config).check_input(x, self.config)  # type: ignore[arg-type]
 
     @torch.no_grad()
     def _infer(self, x: Tensor) -> Tensor:
@@ -170,28 +171,32 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
         return _Selection(keep, probs, h, uncertain, similar)
 
     def _compute(self, x: Tensor, forward: Tensor, sel: _Selection) -> _Candidate:
-        rules, params = self.config.rules, list(self._params.values())
-        if rules.sharpness or rules.shuffle:
-            cut = (
-                sar.sharp_step(self.model, params, x, sel.entropy, sel.keep, self.config)
-                if rules.sharpness
-                else deyo.plpd_step(
-                    self.model, params, x, forward, sel.entropy, sel.keep, self.config
-                )
-            )
-            return _Candidate(cut.loss, cut.finite, cut.grads, kept=cut.kept)
-        learn_al = self.config.rules.learns_alpha_lambda
-        alpha = self._alpha.clone().requires_grad_(learn_al)
-        lam = self._lam.clone().requires_grad_(learn_al)
-        loss_of = per_sample_loss(self.config)
+        cfg = self.config
+        names, params = list(self._params), list(self._params.values())
+        learned = (
+            (self._alpha.clone().requires_grad_(True), self._lam.clone().requires_grad_(True))
+            if cfg.rules.learns_alpha_lambda
+            else ()
+        )
+
+        def logits_at(inputs: Tensor, theta: Sequence[Tensor]) -> Tensor:
+            return functional_call(self.model, dict(zip(names, theta, strict=True)), (inputs,))
+
+        weight = sel.keep.to(forward.dtype) / int(sel.keep.sum())
+        knob = method_input(cfg)
         with torch.enable_grad():
-            learned = (alpha, lam) if learn_al else ()
-            loss = loss_of(sel.entropy[sel.keep], learned, self.config.e0, self.config).mean()
-            wrt = list(self._params.values()) + ([alpha, lam] if learn_al else [])
-            grads = torch.autograd.grad(loss, wrt)
-        loss_value = float(loss.detach())
-        finite = np.isfinite(loss_value) and all(bool(g.isfinite().all()) for g in grads)
-        return _Candidate(loss_value, finite, grads)
+            inputs = StepInputs(
+                logits_at, x, params, forward, sel.entropy, weight, learned, cfg.e0, knob, cfg
+            )
+            step = torch_form(cfg).step_loss(inputs)
+            kept = None if step.kept is None else int(step.kept)
+            if kept == 0:  # the step's own cut refused them all: nothing to differentiate
+                return _Candidate(float(step.loss.detach()), True, (), kept=0)
+            grads = torch.autograd.grad(step.loss, [*params, *learned])
+        loss_value = float(step.loss.detach())
+        checked = [*grads, *(() if step.checked is None else (step.checked,))]
+        finite = np.isfinite(loss_value) and all(bool(g.isfinite().all()) for g in checked)
+        return _Candidate(loss_value, finite, grads, kept=kept)
 
     def _accept(self, candidate: _Candidate, sel: _Selection) -> None:
         cfg = self.config

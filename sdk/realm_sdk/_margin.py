@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ._adapter import RealmAdapter
-from .methods import deyo
+from .methods import torch_form
 
 
 def _softmax64(logits: np.ndarray) -> np.ndarray:
@@ -49,14 +49,11 @@ def decision_margin(adapter: RealmAdapter, x: np.ndarray) -> tuple[float, np.nda
         log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
         h = -(np.exp(log_p) * log_p).sum(axis=1)
         margin = min(margin, float(np.abs(h - cfg.e0).min()))
-    if cfg.rules.shuffle:  # DeYO's cut: PLPD against its threshold
-        shuffled = deyo.patch_shuffle(x_ref, cfg.patch_grid, cfg.shuffle_seed)
-        q = _softmax64(adapter.predict(shuffled).detach().cpu().numpy())
-        p = _softmax64(logits)
-        top = p.argmax(axis=1)
-        rows = np.arange(len(top))
-        drop = p[rows, top] - q[rows, top]
-        margin = min(margin, float(np.abs(drop - cfg.plpd_threshold).min()))
+
+    def predict(inputs: torch.Tensor) -> np.ndarray:
+        return adapter.predict(inputs).detach().cpu().numpy()
+
+    margin = min(margin, torch_form(cfg).cut_margin(x_ref, logits, predict, cfg))
     ema = adapter.state.ema
     cos = None
     if cfg.rules.diversity and ema is not None:

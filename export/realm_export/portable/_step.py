@@ -69,15 +69,14 @@ from realm_runtime.contract import (
     NEW_PARAMS_NAME,
     NEW_VELOCITY_NAME,
     PARAMS_NAME,
-    PLPD_THRESHOLD_NAME,
     RELAX_NAME,
-    SAM_RHO_NAME,
     SAMPLE_WEIGHT_NAME,
     VELOCITY_NAME,
     TensorSlot,
+    method_input,
 )
 from realm_sdk import RealmConfig, entropy
-from realm_sdk.methods import deyo, per_sample_loss, sar
+from realm_sdk.methods import StepInputs, torch_form
 
 from .._errors import UnsupportedModelError
 from .._onnx_builder import GraphBuilder
@@ -129,13 +128,12 @@ def build_portable_graphs(
             f"the portable step graph is written for batch 1 (the on-device protocol), the "
             f"export shape has batch {example.shape[0]}"
         )
-    realm = config.rules.learns_alpha_lambda
-    sharp, shuffle = config.rules.sharpness, config.rules.shuffle
-    if shuffle:
-        try:
-            deyo.check_image(example, config.patch_grid)
-        except ValueError as exc:
-            raise UnsupportedModelError(str(exc)) from None
+    rules, form = config.rules, torch_form(config)
+    realm = rules.learns_alpha_lambda
+    try:
+        form.check_input(example, config)
+    except ValueError as exc:
+        raise UnsupportedModelError(str(exc)) from None
     names = [*norm_names, *((ALPHA_NAME, LAMBDA_NAME) if realm else ())]
     n_norm = len(norm_names)
     named = dict(model.named_parameters())
@@ -162,15 +160,12 @@ def build_portable_graphs(
             part.reshape(shape) for part, shape in zip(split_tree(flat, sizes), shapes, strict=True)
         ]
 
-    loss_of = per_sample_loss(config)
+    def logits_of(x: Tensor, params: Sequence[Tensor]) -> Tensor:
+        return functional_call(model, dict(zip(norm_names, params[:n_norm], strict=True)), (x,))
 
-    def logits_at(x: Tensor, flat: Tensor) -> tuple[Tensor, list[Tensor]]:
-        params = unflatten(flat)
-        named = dict(zip(norm_names, params[:n_norm], strict=True))
-        return functional_call(model, named, (x,)), params
-
-    def logits_only(x: Tensor, flat: Tensor) -> Tensor:
-        return logits_at(x, flat)[0]
+    def logits_at(x: Tensor, theta: Sequence[Tensor]) -> Tensor:
+        (flat,) = theta
+        return logits_of(x, unflatten(flat))
 
     def step(
         x: Tensor,
@@ -182,43 +177,34 @@ def build_portable_graphs(
         flat: Tensor,
         velocity: Tensor,
         anchor: Tensor,
-        method_input: Tensor,
+        knob: Tensor,
     ) -> tuple[Tensor, ...]:
-        # method_input: REALM's relax (κ of α and λ), SAR's ρ, DeYO's τ; unused by the others
-        logits, params = logits_at(x, flat)
-        h = entropy(logits)
-        extra: tuple[Tensor, ...] = ()
-        if sharp:
-            loss, count, g1 = sar.sharp_loss(logits_only, x, weight, e0, flat, method_input, h)
-            extra = (count,)
-        elif shuffle:
-
-            def frozen(shuffled: Tensor) -> Tensor:  # x̃'s forward: no gradient to θ
-                return logits_only(shuffled, flat.detach())
-
-            grid, seed = config.patch_grid, config.shuffle_seed
-            loss, count = deyo.plpd_loss(frozen, x, logits, h, weight, e0, method_input, grid, seed)
-            extra = (count,)
-        else:
-            learned = params[n_norm:]  # REALM's α, λ; empty for the others
-            loss = (loss_of(h, learned, e0, config) * weight).sum()
-        (grad,) = torch.autograd.grad(loss, [flat])
+        # knob: Method.step_input (REALM's relax, SAR's ρ, DeYO's τ); else unused
+        params = unflatten(flat)
+        logits = logits_of(x, params)
+        learned = params[n_norm:]  # REALM's α, λ; empty for the others
+        inputs = StepInputs(
+            logits_at, x, [flat], logits, entropy(logits), weight, learned, e0, knob, config
+        )
+        out = form.step_loss(inputs)
+        (grad,) = torch.autograd.grad(out.loss, [flat])
         # g·0 is 0 for every finite g and NaN otherwise: a finiteness test that cannot
         # overflow, in two nodes over the whole parameter vector.
-        checked = loss + (grad * 0).sum() + ((g1 * 0).sum() if sharp else 0)
+        checked = out.loss + (grad * 0).sum()
+        if out.checked is not None:
+            checked = checked + out.checked
         finite = torch.isfinite(checked)
         v_new = mu * velocity + grad
         rate = lr.expand(total) if not realm else torch.cat([lr.expand(total - 2), lr_al.expand(2)])
         p_new = torch.minimum(torch.maximum(flat - rate * v_new, lower), upper)
         # SPEC §10's relax and anchor, v ← v − κ·(v − v0), as inputs: 0 gives back nothing
-        kappa = torch.cat([anchor.expand(total - 2), method_input.expand(2)]) if realm else anchor
+        kappa = torch.cat([anchor.expand(total - 2), knob.expand(2)]) if realm else anchor
         p_new = p_new - kappa * (p_new - initial)
-        return loss, logits, finite, p_new, v_new, *extra
+        kept = () if out.kept is None else (out.kept,)
+        return out.loss, logits, finite, p_new, v_new, *kept
 
     def forward(x: Tensor, flat: Tensor) -> Tensor:
-        # The whole vector, α and λ unused: one OrtValue serves both graphs.
-        params = unflatten(flat)[:n_norm]
-        return functional_call(model, dict(zip(norm_names, params, strict=True)), (x,))
+        return logits_at(x, [flat])  # the whole vector, α and λ unused: one OrtValue for both
 
     source = initial.clone()
     scalar = torch.tensor(0.0)
@@ -232,7 +218,7 @@ def build_portable_graphs(
         source.clone().requires_grad_(True),
         torch.zeros_like(source),
         torch.tensor(0.0),
-        torch.tensor(config.sam_rho if sharp else config.plpd_threshold if shuffle else 0.0),
+        torch.tensor(method_input(config)),
     ]
     step_gm = trace(step, step_args)
     forward_args = [example, source.clone()]
@@ -247,11 +233,10 @@ def build_portable_graphs(
         PARAMS_NAME,
         VELOCITY_NAME,
         ANCHOR_NAME,
-        # unused by Tent and EATA: no input of the graph
-        SAM_RHO_NAME if sharp else PLPD_THRESHOLD_NAME if shuffle else RELAX_NAME,
+        rules.step_input or RELAX_NAME,  # Tent's and EATA's: unused, no input of the graph
     ]
     step_outputs = [LOSS_NAME, LOGITS_NAME, FINITE_NAME, NEW_PARAMS_NAME, NEW_VELOCITY_NAME]
-    if config.rules.step_cut:
+    if rules.step_cut:
         step_outputs.append(KEPT_NAME)
     step_proto = to_onnx(step_gm, step_args, step_inputs, step_outputs)
     forward_proto = to_onnx(forward_gm, forward_args, [INPUT_NAME, PARAMS_NAME], [LOGITS_NAME])

@@ -12,6 +12,7 @@ from torch import nn
 
 from realm_runtime.contract import LOSS_NAME, SAMPLE_WEIGHT_NAME
 from realm_sdk import RealmConfig
+from realm_sdk.methods import torch_form
 
 from .._validate import (
     ValidationReport,
@@ -21,9 +22,6 @@ from .._validate import (
     sample_weights,
     torch_reference,
 )
-
-OPEN_CUT = 1e9  # an entropy margin no sample reaches: SAR's cut passes every sample
-OPEN_PLPD = -1.0  # PLPD = p_ŷ − q_ŷ > −1 always (ŷ is p's argmax): DeYO's cut passes all
 
 
 def validate_portable(
@@ -53,8 +51,8 @@ def validate_portable(
         atol: tolerance on logits and loss.
         grad_rtol: relative tolerance on gradients (see :class:`ValidationReport`).
 
-    SAR's graph is compared with its cut open (e0 above any entropy), so that every input
-    exercises the gradient at the perturbed point; the cut itself is the parity suite's.
+    A step with a cut of its own (SAR's at θ + ε, DeYO's PLPD) is compared with that cut
+    open, so that every input exercises its gradient; the cut itself is the parity suite's.
     """
     from realm_runtime.contract import (
         ANCHOR_NAME,
@@ -78,10 +76,7 @@ def validate_portable(
     source = np.load(directory / files["source_params"])
     step_inputs = {i.name for i in step.get_inputs()}
     out_names = [o.name for o in step.get_outputs()]
-    if config.rules.sharpness:
-        config = config.with_overrides(entropy_margin=OPEN_CUT)
-    if config.rules.shuffle:
-        config = config.with_overrides(plpd_threshold=OPEN_PLPD)
+    config = torch_form(config).open_cut(config)
     report = new_report(config, len(inputs), atol=atol, grad_rtol=grad_rtol)
     for x in inputs:
         weights = sample_weights(1)  # an entropy weight is the graph's, as the reference's

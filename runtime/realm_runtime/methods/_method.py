@@ -24,20 +24,15 @@ class Method:
     entropy_cut: bool  # refuse samples with H ≥ e0 (the reliable-sample cut)
     entropy_weight: bool  # weigh the loss by exp(−(H − e0)), a constant of the step
     learns_alpha_lambda: bool  # the loss's shape α and scale λ are learned beside θ
-    sharpness: bool  # the gradient is taken again at θ + ρ·g/‖g‖ (SAM), the cut applied there
     recovery: bool  # reset to the source when the EMA of the loss falls below recovery_loss
     guardrails: Guardrails  # the bounds and resets in force when the configuration says None
-    # A second forward on a patch-shuffled copy decides and weighs each sample (PLPD).
-    shuffle: bool = False
+    # What its step computes besides the loss at θ, as a clause (None: nothing more).
+    second_forward: str | None = None
+    # Its step refuses samples of its own and counts those it keeps (realm.kept); a step that
+    # keeps none is skipped.
+    step_cut: bool = False
+    # The step graph's input of its own scalar (contract name; None: it has none).
+    step_input: str | None = None
     entropy_share: float = 0.4  # e0 = this·ln C unless RealmConfig.entropy_margin says
     # Why onnxruntime-training's artifacts cannot hold the step, as a clause (None: they can).
     legacy_training: str | None = None
-
-    @property
-    def step_cut(self) -> bool:
-        """Whether the step itself refuses samples and counts those it keeps (``realm.kept``).
-
-        SAR cuts again at θ + ε, DeYO on the shuffled copy's prediction; a step that keeps
-        none is skipped.
-        """
-        return self.sharpness or self.shuffle

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._guardrails import Guardrails
+from .._names import PLPD_THRESHOLD_NAME
 from ._method import Method
 
 DEYO = Method(
@@ -22,10 +23,11 @@ DEYO = Method(
     entropy_cut=True,
     entropy_weight=False,  # its weight reads the shuffled copy's prediction: the step's
     learns_alpha_lambda=False,
-    sharpness=False,
     recovery=False,
     guardrails=Guardrails.off(),  # a baseline runs as its paper does
-    shuffle=True,
+    second_forward="a forward of a patch-shuffled copy, whose prediction decides and weighs",
+    step_cut=True,
+    step_input=PLPD_THRESHOLD_NAME,
     entropy_share=0.5,  # DeYO's entropy filter; its weight's margin is 0.4·ln C
     legacy_training="DeYO's second forward, on a patch-shuffled copy of the sample, is not in "
     "the legacy training artifacts",

@@ -16,7 +16,6 @@ EATA = Method(
     entropy_cut=True,
     entropy_weight=True,
     learns_alpha_lambda=False,
-    sharpness=False,
     recovery=False,
     guardrails=Guardrails.off(),  # a baseline runs as its paper does
 )

@@ -7,6 +7,7 @@ Test-Time Adaptation", WACV 2024, Eq. (rho) and Algorithm 1; SPEC §2.
 from __future__ import annotations
 
 from .._guardrails import Guardrails
+from .._names import RELAX_NAME
 from ._method import Method
 
 REALM = Method(
@@ -16,7 +17,7 @@ REALM = Method(
     entropy_cut=False,  # ρ down-weights uncertain samples instead of refusing them
     entropy_weight=False,
     learns_alpha_lambda=True,
-    sharpness=False,
     recovery=False,
     guardrails=Guardrails(),  # the SDK's own method runs bounded (SPEC §10)
+    step_input=RELAX_NAME,  # not the loss's: the guardrails' share of α − α0, λ − λ0 given back
 )

@@ -7,6 +7,7 @@ and Algorithm 1; SAM: Foret et al., ICLR 2021.
 from __future__ import annotations
 
 from .._guardrails import Guardrails
+from .._names import SAM_RHO_NAME
 from ._method import Method
 
 SAR = Method(
@@ -16,9 +17,11 @@ SAR = Method(
     entropy_cut=True,
     entropy_weight=False,
     learns_alpha_lambda=False,
-    sharpness=True,
     recovery=True,
     guardrails=Guardrails.off(),  # a baseline runs as its paper does
+    second_forward="the entropy's gradient again at θ + ρ·g/‖g‖ (SAM), the cut applied there",
+    step_cut=True,
+    step_input=SAM_RHO_NAME,
     legacy_training="SAR's second gradient at a perturbed point is not in the legacy training "
     "artifacts",
 )

@@ -15,7 +15,6 @@ TENT = Method(
     entropy_cut=False,
     entropy_weight=False,
     learns_alpha_lambda=False,
-    sharpness=False,
     recovery=False,
     guardrails=Guardrails.off(),  # a baseline runs as its paper does
 )

@@ -1,40 +1,52 @@
 """The torch form of each method (one file per method, as in ``realm_runtime.methods``).
 
-Each file gives the method's per-sample loss ``L(H_i)``, and where its step needs more
-(SAR's second gradient at a perturbed point, DeYO's shuffled forward), the torch
-code of that too.
+Each file defines ``FORM``, a :class:`TorchForm`: the loss of the method's step, and where
+its step needs more (SAR's second gradient at a perturbed point, DeYO's shuffled forward),
+the torch code of that too. The file is found by the method's name.
 """
 
 from __future__ import annotations
 
+from functools import cache
+from importlib import import_module
+
 from realm_runtime import RealmConfig
+from realm_runtime.methods import method_named
 
 from . import deyo, eata, realm, sar, tent
-from ._form import CutStep, PerSampleLoss
+from ._form import LogitsAt, PerSampleLoss, StepInputs, StepLoss, TorchForm
 from .eata import eata_loss
 from .realm import robust_loss
 
-LOSSES: dict[str, PerSampleLoss] = {
-    "realm": realm.per_sample_loss,
-    "tent": tent.per_sample_loss,
-    "eata": eata.per_sample_loss,
-    "sar": sar.per_sample_loss,
-    "deyo": deyo.per_sample_loss,
-}
+
+@cache
+def _form_named(name: str) -> TorchForm:
+    method_named(name)  # an unknown name: the runtime's one sentence
+    try:
+        return import_module(f"{__name__}.{name}").FORM
+    except (ImportError, AttributeError):
+        raise NotImplementedError(
+            f"method {name!r} has no torch form: add realm_sdk/methods/{name}.py defining FORM"
+        ) from None
 
 
-def per_sample_loss(config: RealmConfig) -> PerSampleLoss:
-    """The per-sample loss of ``config.method``, in torch."""
-    return LOSSES[config.method]
+def torch_form(config: RealmConfig) -> TorchForm:
+    """The torch form of ``config.method``."""
+    return _form_named(config.method)
 
 
 __all__ = [
-    "LOSSES",
-    "CutStep",
+    "LogitsAt",
     "PerSampleLoss",
+    "StepInputs",
+    "StepLoss",
+    "TorchForm",
     "deyo",
+    "eata",
     "eata_loss",
-    "per_sample_loss",
+    "realm",
     "robust_loss",
     "sar",
+    "tent",
+    "torch_form",
 ]

@@ -3,29 +3,23 @@
 PLPD = p_ŷ(x) − p_ŷ(x̃), ŷ the prediction on x and x̃ the image with its patches shuffled
 (``realm_runtime.methods.deyo``: one fixed order). A sample kept by the entropy cut updates
 when PLPD > ``plpd_threshold``; its entropy is weighed by exp(−(H − 0.8·e0)) + exp(PLPD),
-both constants of the step. Two forms of one step: the SDK's on its model, and a functional
-one for the traced step graph and the export's reference.
+both constants of the step.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from realm_runtime import RealmConfig
 from realm_runtime.methods.deyo import WEIGHT_MARGIN_SHARE, patch_permutation
 
-from ._form import CutStep
+from ._form import StepInputs, StepLoss, TorchForm
 
-
-def per_sample_loss(
-    h: Tensor, learned: Sequence[Tensor], e0: Tensor | float, config: RealmConfig
-) -> Tensor:
-    """H: DeYO's weight reads the shuffled copy, so its step supplies it (:func:`plpd_loss`)."""
-    return h
+OPEN_PLPD = -1.0  # PLPD = p_ŷ − q_ŷ > −1 always (ŷ is p's argmax): the cut passes every sample
 
 
 def check_image(x: Tensor, grid: int) -> None:
@@ -65,85 +59,40 @@ def plpd(logits: Tensor, shuffled_logits: Tensor) -> Tensor:
     return (p.gather(1, top) - q.gather(1, top)).reshape(-1)
 
 
-def plpd_loss(
-    logits_of: Callable[[Tensor], Tensor],
-    x: Tensor,
-    logits: Tensor,
-    h: Tensor,
-    weight: Tensor,
-    e0: Tensor | float,
-    threshold: Tensor | float,
-    grid: int,
-    seed: int,
-) -> tuple[Tensor, Tensor]:
-    """DeYO's loss over the samples it keeps, functional (the step graph's and the SDK's).
+def plpd_loss(s: StepInputs) -> StepLoss:
+    """DeYO's loss over the samples it keeps.
 
-    Args:
-        logits_of: ``x̃ → logits`` at the step's θ, with no gradient to θ.
-        x: the batch.
-        logits: its logits at θ (their values only are read).
-        h: its entropies at θ, with their autograd graph.
-        weight: (B,) sample weights (0: refused by the entropy cut).
-        e0: the entropy cut's margin; the weight's is 0.8·e0.
-        threshold: ``plpd_threshold``.
-        grid: patches per side.
-        seed: the shuffle's seed.
-
-    Returns:
-        ``Σ w̃_i · c_i · H_i`` with ``w̃`` 1/n over the n samples kept (weight > 0 and PLPD >
-        threshold) and ``c = exp(−(H − 0.8·e0)) + exp(PLPD)``, and n.
+    ``Σ w̃_i · c_i · H_i`` with ``w̃`` 1/n over the n samples kept (weight > 0 and PLPD >
+    τ, the step's knob) and ``c = exp(−(H − 0.8·e0)) + exp(PLPD)``, a constant of the step.
+    The shuffled copy's forward is at θ with no gradient to it.
     """
-    shuffled = logits_of(patch_shuffle(x, grid, seed)).detach()
-    drop = plpd(logits.detach(), shuffled)
-    kept = ((weight > 0) & (drop > threshold)).to(h.dtype)
+    frozen = [p.detach() for p in s.theta]
+    grid, seed = s.config.patch_grid, s.config.shuffle_seed
+    shuffled = s.logits_at(patch_shuffle(s.x, grid, seed), frozen).detach()
+    drop = plpd(s.logits.detach(), shuffled)
+    h = s.entropy
+    kept = ((s.weight > 0) & (drop > s.knob)).to(h.dtype)
     count = kept.sum()
-    coeff = torch.exp(-(h.detach() - WEIGHT_MARGIN_SHARE * e0)) + torch.exp(drop)
-    return (h * coeff * kept / torch.clamp(count, min=1.0)).sum(), count
+    coeff = torch.exp(-(h.detach() - WEIGHT_MARGIN_SHARE * s.e0)) + torch.exp(drop)
+    return StepLoss((h * coeff * kept / torch.clamp(count, min=1.0)).sum(), count)
 
 
-def plpd_step(
-    model: nn.Module,
-    params: list[nn.Parameter],
-    x: Tensor,
-    logits: Tensor,
-    h: Tensor,
-    keep: Tensor,
-    config: RealmConfig,
-) -> CutStep:
-    """DeYO's step on ``model``: the shuffled forward, the PLPD cut, the weighted loss's grads.
+def plpd_margin(
+    x: Tensor, logits: np.ndarray, predict: Callable[[Tensor], np.ndarray], config: RealmConfig
+) -> float:
+    """The smallest distance of a sample's PLPD from ``plpd_threshold``, in float64."""
+    shuffled = predict(patch_shuffle(x, config.patch_grid, config.shuffle_seed))
+    drop = plpd(torch.from_numpy(logits).double(), torch.from_numpy(shuffled).double())
+    return float((drop - config.plpd_threshold).abs().min())
 
-    Args:
-        model: the adapted model.
-        params: its adapted parameters θ.
-        x: the batch.
-        logits: its logits at θ.
-        h: its entropies at θ, with their autograd graph.
-        keep: (B,) bool, the samples the entropy cut kept.
-        config: ``e0``, ``plpd_threshold``, ``patch_grid``, ``shuffle_seed``.
-    """
+
+def _check(x: Tensor, config: RealmConfig) -> None:
     check_image(x, config.patch_grid)
 
-    def logits_of(shuffled: Tensor) -> Tensor:
-        with torch.no_grad():
-            return model(shuffled)
 
-    weight = keep.to(h.dtype)
-    with torch.enable_grad():
-        loss, count = plpd_loss(
-            logits_of,
-            x,
-            logits,
-            h,
-            weight,
-            config.e0,
-            config.plpd_threshold,
-            config.patch_grid,
-            config.shuffle_seed,
-        )
-        kept = int(count)
-        if kept == 0:
-            return CutStep(float(loss.detach()), True, (), 0)
-        grads = torch.autograd.grad(loss, params)
-    value = float(loss.detach())
-    finite = np.isfinite(value) and all(bool(g.isfinite().all()) for g in grads)
-    return CutStep(value, finite, tuple(grads), kept)
+FORM = TorchForm(
+    plpd_loss,
+    check_input=_check,
+    cut_margin=plpd_margin,
+    open_cut=lambda config: config.with_overrides(plpd_threshold=OPEN_PLPD),
+)

@@ -9,6 +9,8 @@ from torch import Tensor
 
 from realm_runtime import RealmConfig
 
+from ._form import TorchForm
+
 
 def eata_loss(h: Tensor, e0: Tensor | float) -> Tensor:
     """EATA's sample-weighted entropy ``exp(−(H − e0)) · H`` (without the Fisher term).
@@ -31,3 +33,6 @@ def per_sample_loss(
 ) -> Tensor:
     """``exp(−(H − e0)) · H``."""
     return eata_loss(h, e0)
+
+
+FORM = TorchForm.weighted(per_sample_loss)

@@ -9,6 +9,8 @@ from torch import Tensor
 
 from realm_runtime import RealmConfig
 
+from ._form import TorchForm
+
 
 def robust_loss(h: Tensor, alpha: Tensor, lam: Tensor, *, scale_by_lambda: bool) -> Tensor:
     """REALM's robust loss ρ(H; α, λ) (paper Eq. "rho", SPEC §2).
@@ -40,3 +42,6 @@ def per_sample_loss(
     """ρ(H; α, λ) with ``learned = (α, λ)``; e0 is not REALM's."""
     alpha, lam = learned
     return robust_loss(h, alpha, lam, scale_by_lambda=config.loss_scale == "lambda")
+
+
+FORM = TorchForm.weighted(per_sample_loss)

@@ -8,9 +8,14 @@ from torch import Tensor
 
 from realm_runtime import RealmConfig
 
+from ._form import TorchForm
+
 
 def per_sample_loss(
     h: Tensor, learned: Sequence[Tensor], e0: Tensor | float, config: RealmConfig
 ) -> Tensor:
     """H, unweighted."""
     return h
+
+
+FORM = TorchForm.weighted(per_sample_loss)
