@@ -367,6 +367,30 @@ def test_onnx_sessions_share_one_arena_unless_told_otherwise(digits_artifacts, d
         assert np.array_equal(value, own.trainable_parameters()[name]), name
 
 
+def test_planner_and_arena_switches_reach_the_sessions_and_change_no_number(
+    digits_artifacts, digits_stream
+):
+    """``realm.memory_pattern`` and ``realm.cpu_arena`` set the SessionOptions switches ORT
+    keeps outside its entries; the runtime reads them and ORT never sees them."""
+    entries = {"realm.memory_pattern": "0", "realm.cpu_arena": "0"}
+    xs = digits_stream[0][:30]
+    plain = RealmRuntime(digits_artifacts[0], backend="onnx")
+    bare = RealmRuntime(digits_artifacts[0], backend="onnx", session_config=entries)
+    for i in range(len(xs)):
+        a, b = plain.adapt(xs[i : i + 1]), bare.adapt(xs[i : i + 1])
+        assert a.updated == b.updated
+        assert np.array_equal(a.logits, b.logits)
+    assert plain.state.updates == bare.state.updates > 0
+    bare.predict(xs[:1])  # makes the forward session too
+    b = bare._backend  # white-box: ORT's own options
+    options = [s.get_session_options() for s in (b._adapt, b._forward)]
+    assert [(o.enable_mem_pattern, o.enable_cpu_mem_arena) for o in options] == [(False, False)] * 2
+    for o in options:
+        assert o.get_session_config_entry("session.use_env_allocators") == "0"
+        with pytest.raises(RuntimeError, match="does not have configuration"):
+            o.get_session_config_entry("realm.cpu_arena")
+
+
 def test_graphs_keep_their_weights_once_in_a_shared_file(digits_artifacts, digits_stream):
     """The portable graphs' weights are stored once, in weights.bin (external data).
 

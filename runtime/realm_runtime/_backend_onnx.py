@@ -45,7 +45,14 @@ from ._names import (
     VELOCITY_NAME,
     WEIGHTS_KEY,
 )
-from ._ort import SHARED_ARENA_ENTRY, onnxruntime_module, session_options, share_cpu_arena
+from ._ort import (
+    CPU_ARENA_ENTRY,
+    MEMORY_PATTERN_ENTRY,
+    SHARED_ARENA_ENTRY,
+    onnxruntime_module,
+    session_options,
+    share_cpu_arena,
+)
 from ._portable_io import TensorSlot, adapt_settings, step_settings
 from ._step import F32
 from ._untrusted import ArtifactError
@@ -103,11 +110,15 @@ class PortableBackend(StepBackend):
             else None
         )
         entries = {SHARED_ARENA_ENTRY: "1", **(session_config or {})}
+        if entries.get(CPU_ARENA_ENTRY) == "0":
+            entries[SHARED_ARENA_ENTRY] = "0"  # no arena: none of its own, nor the shared one
         if entries[SHARED_ARENA_ENTRY] == "1":
             share_cpu_arena(ort)  # before the first session that uses it
         if weights is not None and weights.gemm_bytes > LEAN_GEMM_BYTES:
             entries.setdefault(PREPACKING_ENTRY, "1")
-        self._lean = entries.get(PREPACKING_ENTRY) == "1"  # the planner goes with pre-packing
+        self._lean = entries.get(PREPACKING_ENTRY) == "1"
+        if self._lean:  # the planner goes with pre-packing unless the caller says
+            entries.setdefault(MEMORY_PATTERN_ENTRY, "0")
         # Lean sessions keep every weight as it is: one buffer for both. Sessions that
         # pre-pack (and re-lay out convolution weights) read the file each and free what they
         # transform; given a shared buffer, they would keep it beside their own copies. On
@@ -332,8 +343,6 @@ class PortableBackend(StepBackend):
 
     def _session(self, path: Path, role: str) -> Any:
         options = session_options(self._ort, self._threads, quiet=True, config=self._entries)
-        if self._lean:
-            options.enable_mem_pattern = False
         if self._weights is not None:
             self._weights.add_to(options, role, self._ort)
         try:

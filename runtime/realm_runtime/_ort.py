@@ -111,6 +111,14 @@ DEFAULT_SESSION_CONFIG: dict[str, str] = {"session.force_spinning_stop": "1"}
 # "How much memory does the runtime need?"). The arena outlives the runtimes: its blocks are
 # reused, not returned to the operating system, until the process ends.
 SHARED_ARENA_ENTRY = "session.use_env_allocators"
+
+# Two entries the runtime reads itself and ONNX Runtime never sees, for the SessionOptions
+# switches ORT keeps outside its configuration entries ("1" on, "0" off):
+# - the memory-pattern planner: one block per session holding every activation of a run;
+MEMORY_PATTERN_ENTRY = "realm.memory_pattern"
+# - the CPU arena: pooled blocks that are reused, never returned to the operating system.
+CPU_ARENA_ENTRY = "realm.cpu_arena"
+RUNTIME_ENTRIES = (MEMORY_PATTERN_ENTRY, CPU_ARENA_ENTRY)
 _arena_lock = threading.Lock()
 _arena_registered = False
 
@@ -151,7 +159,8 @@ def session_options(
         threads: intra-op threads; inter-op stays at 1 (one sample, one graph at a time).
         quiet: log errors only (graph inputs with default values are meant, not a warning).
         config: session configuration entries (``add_session_config_entry``), on top of
-            :data:`DEFAULT_SESSION_CONFIG` (an entry named in both takes ``config``'s value).
+            :data:`DEFAULT_SESSION_CONFIG` (an entry named in both takes ``config``'s value);
+            :data:`RUNTIME_ENTRIES` set the SessionOptions switches of the same name.
     """
     options = ort.SessionOptions()
     if threads is not None:
@@ -159,6 +168,12 @@ def session_options(
         options.inter_op_num_threads = 1
     if quiet:
         options.log_severity_level = 3
-    for key, value in (DEFAULT_SESSION_CONFIG | (config or {})).items():
-        options.add_session_config_entry(key, value)
+    entries = DEFAULT_SESSION_CONFIG | (config or {})
+    if MEMORY_PATTERN_ENTRY in entries:
+        options.enable_mem_pattern = entries[MEMORY_PATTERN_ENTRY] == "1"
+    if CPU_ARENA_ENTRY in entries:
+        options.enable_cpu_mem_arena = entries[CPU_ARENA_ENTRY] == "1"
+    for key, value in entries.items():
+        if key not in RUNTIME_ENTRIES:
+            options.add_session_config_entry(key, value)
     return options

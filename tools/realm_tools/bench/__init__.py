@@ -7,6 +7,8 @@
   another interpreter;
 - the adapt graph (``realm bench adapt``): its cost per sample at several update rates
   (:func:`bench_adapt`);
+- memory (``realm bench memory``): the peak of each role of a torch-free process beside the
+  floor the graphs allow, and each session setting's share (:func:`bench_memory`);
 - quality (``realm bench quality``): online accuracy on corrupted streams, episodic
   (:func:`bench_quality`) or long-running (:func:`bench_streams`), through
   :func:`run_online`.
@@ -22,6 +24,7 @@ from ._evaluate import OnlineResult, run_online
 from ._examples import plot_examples
 from ._external import ExternalRuntime, ExternalSide
 from ._flops import MachinePeak, count_flops, machine_peak
+from ._memory import MemoryRow, bench_memory, format_memory, live_peak_mb, probe
 from ._quality import METHODS as QUALITY_METHODS  # the quality table's rows, not RealmConfig's
 from ._quality import (
     QualityRun,
@@ -53,6 +56,7 @@ __all__ = [
     "ExternalRuntime",
     "ExternalSide",
     "MachinePeak",
+    "MemoryRow",
     "MethodRow",
     "OnlineResult",
     "QualityRun",
@@ -60,6 +64,7 @@ __all__ = [
     "SpeedRow",
     "StreamRun",
     "bench_adapt",
+    "bench_memory",
     "bench_model",
     "bench_quality",
     "bench_streams",
@@ -67,13 +72,16 @@ __all__ = [
     "count_flops",
     "forced_overrides",
     "format_adapt_costs",
+    "format_memory",
     "format_speed",
+    "live_peak_mb",
     "machine_peak",
     "method_config",
     "plot_examples",
     "plot_quality",
     "plot_speed",
     "plot_streams",
+    "probe",
     "quality_table",
     "rows_to_json",
     "run_online",

@@ -1,6 +1,6 @@
 """The ``realm`` command line: one module per sub-command, its flags beside its handler.
 
-``realm demo``, ``realm keygen``, ``realm bench speed|quality|adapt``, ``realm parity``,
+``realm demo``, ``realm keygen``, ``realm bench speed|quality|adapt|memory``, ``realm parity``,
 ``realm export`` and ``realm coverage`` each parse their flags and print or write their
 results over the library functions of ``realm_tools``' subpackages; :func:`main` assembles
 them (also ``python -m realm_tools``). Importing this package imports no torch: each command

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._bench_adapt import add_adapt_parser
+from ._bench_memory import add_memory_parser
 from ._bench_quality import add_quality_parser
 from ._bench_speed import add_speed_parser
 from ._coverage import add_coverage_parser
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_speed_parser(bench)
     add_quality_parser(bench)
     add_adapt_parser(bench)
+    add_memory_parser(bench)
     add_parity_parser(sub)
     add_train_parser(sub)
     for command, add in (("export", add_export_parser), ("coverage", add_coverage_parser)):

@@ -27,6 +27,11 @@ class _NoTorch(importlib.abc.MetaPathFinder):
         return None
 
 
+def block_torch() -> None:
+    """Make torch unimportable in this process, as on a device (before numpy is imported)."""
+    sys.meta_path.insert(0, _NoTorch())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the stream named in ``argv`` and print the peak RSS; returns the exit code."""
     parser = argparse.ArgumentParser(prog="python -m realm_tools.workers.runtime_rss")
@@ -35,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("stream", help="a .npy file of samples, (N, C, H, W)")
     parser.add_argument("threads", type=int, help="ONNX Runtime intra-op threads")
     args = parser.parse_args(argv)
-    sys.meta_path.insert(0, _NoTorch())  # before numpy and the runtime are imported
+    block_torch()  # before numpy and the runtime are imported
     import numpy as np
 
     from realm_runtime import RealmRuntime

@@ -1,0 +1,46 @@
+"""``realm bench memory``'s instruments: the graphs' live-tensor peak and the probe process."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from realm_tools.bench import live_peak_mb, probe
+
+MB = 1 << 20
+
+
+def test_live_peak_counts_what_is_alive_at_once(tmp_path):
+    # x (input) → a = Relu(x) [1 MB] → b = Neg(a) [1 MB] → c = Add(a, b) [1 MB] → d = Neg(c)
+    # While Add runs, a, b and c are alive (3 MB); a and b die there, then d (1 MB) joins c.
+    n = MB // 4
+    vec = [n]
+
+    def info(name: str) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, vec)
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["a"]),
+            helper.make_node("Neg", ["a"], ["b"]),
+            helper.make_node("Add", ["a", "b"], ["c"]),
+            helper.make_node("Neg", ["c"], ["d"]),
+        ],
+        "chain",
+        [info("x")],
+        [info("d")],
+    )
+    path = tmp_path / "chain.onnx"
+    onnx.save(helper.make_model(graph), path)
+    assert live_peak_mb(path) == 3.0
+
+
+def test_the_probe_reports_each_role_without_torch(digits_artifacts, tmp_path):
+    stream = tmp_path / "stream.npy"
+    np.save(stream, np.random.default_rng(0).standard_normal((4, 1, 32, 32)).astype(np.float32))
+    bare = probe(digits_artifacts[0], "bare", stream, 1)
+    update = probe(digits_artifacts[0], "update", stream, 1, None, {"realm.cpu_arena": "0"})
+    inference = probe(digits_artifacts[0], "inference", stream, 1)
+    assert bare["ms"] is None and update["ms"] > 0 and inference["ms"] > 0
+    assert 0 < bare["peak"] < update["peak"] and bare["peak"] < inference["peak"]

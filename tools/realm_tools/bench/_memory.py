@@ -1,0 +1,217 @@
+"""Memory: where an adapting process's peak goes, beside the floor the graphs allow.
+
+Each figure is the peak RSS (VmHWM) of a fresh torch-free process in one role
+(``realm_tools.workers.memory_probe``): the bare runtime, plain inference, and
+``RealmRuntime`` adapting with every sample refused (skip) or updating, each under several
+session settings. The floor is computed from the graphs, not measured: the inference
+process's peak plus what the step must hold beyond inference, the largest sum of tensors
+alive at once in ``step_model.onnx`` (the adapt graph's updating branch) less the same in
+``inference_model.onnx``, each tensor alive from the node that makes it to its last reader.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+
+from realm_runtime import RealmConfig
+
+from ..models import build_model
+from ..workers import MEMORY_PROBE
+from ._external import checkout_env
+
+MB = 1 << 20
+# Session settings of the update role (RealmRuntime's session_config), each against the
+# runtime's default: what each of ONNX Runtime's allocations adds to the peak.
+VARIANTS: Mapping[str, Mapping[str, str]] = {
+    "default": {},
+    "planner off": {"realm.memory_pattern": "0"},
+    "arena off": {"realm.cpu_arena": "0"},
+    "pre-packing off": {"session.disable_prepacking": "1"},
+    "planner and arena off": {"realm.memory_pattern": "0", "realm.cpu_arena": "0"},
+}
+# Bytes per element of ONNX's tensor types; the rest (strings) do not occur in these graphs.
+_ELEMENT_BYTES = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 16: 2}
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    """One model's memory figures, MB, and the medians per sample, ms."""
+
+    model: str
+    input_shape: tuple[int, ...]  # (C, H, W)
+    samples: int  # samples each process ran
+    onnxruntime: str  # the version the probes ran
+    bare: float  # numpy, onnxruntime and realm_runtime imported, the stream loaded
+    inference: float  # a plain InferenceSession on inference_model.onnx, ORT's defaults
+    skip: float  # RealmRuntime, every sample after the first refused
+    update: float  # RealmRuntime, every sample updating
+    step_extra: float  # live-tensor peak of the step graph less the inference graph's
+    variants: dict[str, float] = field(default_factory=dict)  # update peak per VARIANTS
+    ms: dict[str, float] = field(default_factory=dict)  # median per sample, by role/variant
+
+    @property
+    def floor(self) -> float:
+        """The least an updating process needs: inference plus what the step must hold."""
+        return self.inference + self.step_extra
+
+    def shares(self) -> dict[str, float]:
+        """How much of the default update peak each session setting accounts for, MB."""
+        base = self.variants.get("default", self.update)
+        return {name: base - peak for name, peak in self.variants.items() if name != "default"}
+
+
+def live_peak_mb(path: Path) -> float:
+    """The largest sum of tensors alive at once when the graph's nodes run in file order.
+
+    Shapes come from ONNX shape inference, a symbolic dimension counted as 1 (batch 1);
+    inputs and initializers are not counted (they are alive the whole run in any process).
+    A node's outputs are alive from it to their last reader (or to the end, for outputs).
+    """
+    graph = onnx.shape_inference.infer_shapes(onnx.load(path, load_external_data=False)).graph
+    size: dict[str, int] = {}
+    for info in (*graph.value_info, *graph.output):
+        t = info.type.tensor_type
+        dims = [d.dim_value if d.dim_value > 0 else 1 for d in t.shape.dim]
+        size[info.name] = int(np.prod(dims)) * _ELEMENT_BYTES.get(t.elem_type, 4)
+    last = {name: k for k, node in enumerate(graph.node) for name in node.input}
+    kept = {o.name for o in graph.output}
+    live = peak = 0
+    for k, node in enumerate(graph.node):
+        live += sum(size.get(o, 0) for o in node.output)
+        peak = max(peak, live)
+        live -= sum(size.get(i, 0) for i in set(node.input) if last.get(i) == k and i not in kept)
+    return peak / MB
+
+
+def probe(
+    artifacts: Path,
+    role: str,
+    stream: Path,
+    threads: int,
+    python: str | None = None,
+    session_config: Mapping[str, str] | None = None,
+) -> dict[str, float]:
+    """One fresh torch-free process in ``role``: its peak RSS (MB) and median ms per sample.
+
+    Raises:
+        RuntimeError: the process failed or imported torch, with its last error line.
+    """
+    command = [python or sys.executable, "-m", MEMORY_PROBE, str(artifacts), role, str(stream)]
+    command += [str(threads), "--session-config", json.dumps(dict(session_config or {}))]
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=1800, env=checkout_env(), check=False
+    )
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"the {role} memory probe of {artifacts} failed: {last}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if result["torch"]:
+        raise RuntimeError("the memory probe imported torch")
+    return {"peak": float(result["peak_rss_mb"]), "ms": result["median_ms"]}
+
+
+def bench_memory(
+    name: str,
+    *,
+    samples: int = 12,
+    threads: int = 2,
+    image_size: int | None = None,
+    python: str | None = None,
+    seed: int = 0,
+    on_step: Callable[[str], None] | None = None,
+) -> MemoryRow:
+    """Export ``name`` (no legacy files, no validation) and measure every role and variant.
+
+    Args:
+        name: a key of ``realm_tools.models.MODELS`` or ``timm:<model>``.
+        samples: random samples each process runs (the same stream for all).
+        threads: ONNX Runtime intra-op threads.
+        image_size: square input side instead of the model's.
+        python: the interpreter of the probes (e.g. ``.venv-runtime/bin/python``).
+        seed: of the weights and the stream.
+        on_step: told the name of each step as it starts (a progress bar's hook).
+    """
+    from realm_export import ExportOptions, export_realm_artifacts
+
+    tell = on_step or (lambda _: None)
+    torch.manual_seed(seed)
+    model, shape, classes = build_model(name, image_size)
+    config = RealmConfig.preset("cifar" if classes == 10 else "imagenet", num_classes=classes)
+    xs = np.random.default_rng(seed).standard_normal((samples, *shape)).astype(np.float32)
+    with tempfile.TemporaryDirectory() as tmp:
+        directory, stream = Path(tmp) / "artifacts", Path(tmp) / "stream.npy"
+        np.save(stream, xs)
+        tell("export")
+        options = ExportOptions(
+            config=config, input_shape=(1, *shape), training=False, validate=False
+        )
+        export_realm_artifacts(model, directory, options)
+        extra = live_peak_mb(directory / "step_model.onnx") - live_peak_mb(
+            directory / "inference_model.onnx"
+        )
+        figures: dict[str, dict[str, float]] = {}
+        for role in ("bare", "inference", "skip"):
+            tell(role)
+            figures[role] = probe(directory, role, stream, threads, python)
+        for variant, entries in VARIANTS.items():
+            tell(f"update, {variant}")
+            figures[variant] = probe(directory, "update", stream, threads, python, entries)
+        version = subprocess.run(
+            [python or sys.executable, "-c", "import onnxruntime; print(onnxruntime.__version__)"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    return MemoryRow(
+        model=name,
+        input_shape=tuple(shape),
+        samples=samples,
+        onnxruntime=version,
+        bare=figures["bare"]["peak"],
+        inference=figures["inference"]["peak"],
+        skip=figures["skip"]["peak"],
+        update=figures["default"]["peak"],
+        step_extra=extra,
+        variants={v: figures[v]["peak"] for v in VARIANTS},
+        ms={k: v["ms"] for k, v in figures.items() if v["ms"] is not None},
+    )
+
+
+def format_memory(rows: list[MemoryRow]) -> str:
+    """The memory tables: the roles against the floor, then each setting's share."""
+    lines = [
+        "| model | input | bare | inference | adapt, skip | adapt, update | floor "
+        "| update / floor | update / inference |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.model} | {'×'.join(map(str, r.input_shape))} | {r.bare:.0f} | "
+            f"{r.inference:.0f} | {r.skip:.0f} | {r.update:.0f} | {r.floor:.0f} | "
+            f"{r.update / r.floor:.2f}× | {r.update / r.inference:.2f}× |"
+        )
+    names = [v for v in VARIANTS if v != "default"]
+    lines += [
+        "",
+        "Update peak (MB) and median ms per sample under each session setting:",
+        "",
+        "| model | " + " | ".join(["default", *names]) + " |",
+        "|---|" + "---|" * (len(names) + 1),
+    ]
+    for r in rows:
+        cells = [
+            f"{r.variants[v]:.0f} MB, {r.ms.get(v, float('nan')):.1f} ms"
+            for v in ("default", *names)
+        ]
+        lines.append(f"| {r.model} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,78 @@
+"""``realm bench memory``: an adapting process's peak memory, where it goes, and its floor."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from .._machine import cpu_name
+from ._common import run_header, write_atomic
+
+DEFAULT_MODELS = [
+    "timm:mobilenetv3_small_100",
+    "timm:mobilenetv3_large_100",
+    "timm:efficientnet_b0",
+    "timm:resnet18",
+    "timm:mobilevit_xxs",
+    "vit_tiny",
+    "resnet50_gn",
+    "fmnist_resnet26_gn",
+    "fmnist_mobilenetv3_bn",
+    "fmnist_vit_ln",
+]
+
+
+def add_memory_parser(bench: Any) -> None:
+    """Register ``memory`` on the ``bench`` sub-parser set."""
+    memory = bench.add_parser(
+        "memory", help="peak memory of inference and adaptation beside the floor, torch-free"
+    )
+    memory.add_argument(
+        "--models", nargs="+", default=DEFAULT_MODELS, help="names in MODELS or timm:<name>"
+    )
+    memory.add_argument("--threads", type=int, default=2)
+    memory.add_argument("--samples", type=int, default=12, help="samples each process runs")
+    memory.add_argument("--image-size", type=int, default=None, help="input side (model's)")
+    memory.add_argument(
+        "--runtime-python",
+        default=None,
+        help="the probes' interpreter, e.g. .venv-runtime/bin/python (default: this one)",
+    )
+    memory.add_argument("--out", default=None, help="write memory.md and memory.json here")
+    memory.set_defaults(func=run_memory_command)
+
+
+def run_memory_command(args: argparse.Namespace) -> int:
+    """Run ``realm bench memory`` with parsed arguments; returns the exit code."""
+    from tqdm import tqdm
+
+    from ..bench import bench_memory, format_memory
+
+    rows = []
+    with tqdm(args.models, desc="models", unit="model", file=sys.stderr) as bar:
+        for name in bar:
+            rows.append(
+                bench_memory(
+                    name,
+                    samples=args.samples,
+                    threads=args.threads,
+                    image_size=args.image_size,
+                    python=args.runtime_python,
+                    on_step=lambda step, name=name: bar.set_postfix_str(f"{name}: {step}"),
+                )
+            )
+    head = (
+        f"CPU: {cpu_name()}, {args.threads} threads; onnxruntime {rows[0].onnxruntime} "
+        f"(the probes'); {args.samples} random samples per process; peak RSS (VmHWM), MB"
+    )
+    table = format_memory(rows)
+    print(head, table, sep="\n\n")
+    if args.out:
+        out = Path(args.out)
+        write_atomic(out / "memory.md", run_header("Memory", sys.argv) + head + "\n\n" + table)
+        write_atomic(out / "memory.json", json.dumps([asdict(r) for r in rows], indent=1))
+    return 0
