@@ -451,7 +451,8 @@ def _options(config):
 
 
 def test_gemm_heavy_weights_make_lean_sessions(digits_artifacts, digits_stream, tmp_path):
-    """Where many weights feed matrix products: no pre-packing, no memory pattern.
+    """Where many weights feed matrix products: no pre-packing (and, as everywhere, no
+    memory-pattern planner unless session_config turns it on).
 
     ORT's pre-packed copies would double a transformer's weights per session. The rule reads
     the manifest's ``gemm_bytes``; the same stream takes the same decisions (plain and
@@ -470,7 +471,11 @@ def test_gemm_heavy_weights_make_lean_sessions(digits_artifacts, digits_stream, 
     assert _config_entry(asked, key, xs[:1]) == ["0", "0"]
     assert RealmRuntime(digits_artifacts[0]).manifest.portable["weights"]["gemm_bytes"] < 1 << 20
     usual.predict(xs[:1])  # its forward session too
-    for rt, pattern in ((lean, False), (usual, True), (asked, True)):
+    planned = RealmRuntime(
+        digits_artifacts[0], backend="onnx-steps", session_config={"realm.memory_pattern": "1"}
+    )
+    planned.predict(xs[:1])
+    for rt, pattern in ((lean, False), (usual, False), (asked, False), (planned, True)):
         sessions = (rt._backend._step, rt._backend._forward)  # white-box: ORT's own objects
         assert [s.get_session_options().enable_mem_pattern for s in sessions] == [pattern] * 2
     for i in range(len(xs)):

@@ -137,8 +137,10 @@ def share_cpu_arena(ort: ModuleType) -> None:
         info = ort.OrtMemoryInfo(
             "Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT
         )
-        try:  # ORT's defaults: no limit, chunks growing by powers of two
-            ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, 0, -1, -1))
+        # No limit; chunks of the size asked for, not rounded up to powers of two (ORT's
+        # default), which held tens of MB never used (docs/BENCHMARKS.md, "memory").
+        try:
+            ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, 1, -1, -1))
         except RuntimeError as exc:
             if "already been registered" not in str(exc):
                 raise

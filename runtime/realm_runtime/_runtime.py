@@ -111,7 +111,9 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
             this value). The onnx backend turns pre-packing off where the weights that feed
             matrix products (``portable.weights.gemm_bytes``) pass ``LEAN_GEMM_BYTES``, as it
             would hold a second copy of them; ``{"session.disable_prepacking": "0"}`` or
-            ``"1"`` decides it for any model.
+            ``"1"`` decides it for any model. Two entries are the runtime's own, for switches
+            ORT keeps outside its entries: ``"realm.memory_pattern"`` (``"0"``, default: off)
+            and ``"realm.cpu_arena"`` (``"1"``, default: on, shared; ``"0"`` off, slower).
         graph_format: which files the onnx backend loads: ``"onnx"``, ``"ort"`` (the
             ORT-format copies of ``realm export --ort-format``, made for ONNX Runtime's mobile
             and minimal builds), or ``"auto"`` (default): ``"ort"`` where the export wrote

@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -31,13 +32,12 @@ from ._external import checkout_env
 
 MB = 1 << 20
 # Session settings of the update role (RealmRuntime's session_config), each against the
-# runtime's default: what each of ONNX Runtime's allocations adds to the peak.
+# runtime's default: what each of ONNX Runtime's allocations adds to the peak, and costs.
 VARIANTS: Mapping[str, Mapping[str, str]] = {
     "default": {},
-    "planner off": {"realm.memory_pattern": "0"},
+    "planner on": {"realm.memory_pattern": "1"},
     "arena off": {"realm.cpu_arena": "0"},
     "pre-packing off": {"session.disable_prepacking": "1"},
-    "planner and arena off": {"realm.memory_pattern": "0", "realm.cpu_arena": "0"},
 }
 # Bytes per element of ONNX's tensor types; the rest (strings) do not occur in these graphs.
 _ELEMENT_BYTES = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 16: 2}
@@ -57,17 +57,19 @@ class MemoryRow:
     update: float  # RealmRuntime, every sample updating
     step_extra: float  # live-tensor peak of the step graph less the inference graph's
     variants: dict[str, float] = field(default_factory=dict)  # update peak per VARIANTS
-    ms: dict[str, float] = field(default_factory=dict)  # median per sample, by role/variant
+    ms: dict[str, float] = field(default_factory=dict)  # median per sample, by role
+    # median ms per sample of each variant, skipping and updating, taking turns in one process
+    turns: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def floor(self) -> float:
         """The least an updating process needs: inference plus what the step must hold."""
         return self.inference + self.step_extra
 
-    def shares(self) -> dict[str, float]:
-        """How much of the default update peak each session setting accounts for, MB."""
-        base = self.variants.get("default", self.update)
-        return {name: base - peak for name, peak in self.variants.items() if name != "default"}
+    def time_ratio(self, mode: str, variant: str) -> float:
+        """``variant``'s median time over the default's, ``mode`` "skip" or "update"."""
+        times = self.turns[mode]
+        return times[variant] / times["default"]
 
 
 def live_peak_mb(path: Path) -> float:
@@ -100,14 +102,18 @@ def probe(
     threads: int,
     python: str | None = None,
     session_config: Mapping[str, str] | None = None,
-) -> dict[str, float]:
+    variants: Mapping[str, Mapping[str, str]] | None = None,
+) -> dict[str, Any]:
     """One fresh torch-free process in ``role``: its peak RSS (MB) and median ms per sample.
+
+    Role ``turns`` times ``variants`` instead: ``{"turns": {mode: {variant: median ms}}}``.
 
     Raises:
         RuntimeError: the process failed or imported torch, with its last error line.
     """
     command = [python or sys.executable, "-m", MEMORY_PROBE, str(artifacts), role, str(stream)]
     command += [str(threads), "--session-config", json.dumps(dict(session_config or {}))]
+    command += ["--variants", json.dumps({k: dict(v) for k, v in (variants or {}).items()})]
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=1800, env=checkout_env(), check=False
     )
@@ -117,6 +123,8 @@ def probe(
     result = json.loads(done.stdout.strip().splitlines()[-1])
     if result["torch"]:
         raise RuntimeError("the memory probe imported torch")
+    if role == "turns":
+        return {"turns": result["turns"]}
     return {"peak": float(result["peak_rss_mb"]), "ms": result["median_ms"]}
 
 
@@ -166,6 +174,8 @@ def bench_memory(
         for variant, entries in VARIANTS.items():
             tell(f"update, {variant}")
             figures[variant] = probe(directory, "update", stream, threads, python, entries)
+        tell("timing the settings, taking turns")
+        turns = probe(directory, "turns", stream, threads, python, variants=VARIANTS)["turns"]
         version = subprocess.run(
             [python or sys.executable, "-c", "import onnxruntime; print(onnxruntime.__version__)"],
             capture_output=True,
@@ -184,13 +194,14 @@ def bench_memory(
         step_extra=extra,
         variants={v: figures[v]["peak"] for v in VARIANTS},
         ms={k: v["ms"] for k, v in figures.items() if v["ms"] is not None},
+        turns=turns,
     )
 
 
 def format_memory(rows: list[MemoryRow]) -> str:
-    """The memory tables: the roles against the floor, then each setting's share."""
+    """The memory tables: the roles against the floor, then each session setting's effect."""
     lines = [
-        "| model | input | bare | inference | adapt, skip | adapt, update | floor "
+        "| model | input | bare | inference | adapt, skip¹ | adapt, update | floor "
         "| update / floor | update / inference |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
@@ -203,15 +214,22 @@ def format_memory(rows: list[MemoryRow]) -> str:
     names = [v for v in VARIANTS if v != "default"]
     lines += [
         "",
-        "Update peak (MB) and median ms per sample under each session setting:",
+        "¹ Every sample after the first refused by the decision; the first updates (S_div "
+        "has no history yet), so the step's memory is part of this peak too.",
         "",
-        "| model | " + " | ".join(["default", *names]) + " |",
+        "Updating peak (MB) under each session setting, and its time per sample over the "
+        "default's, skipping / updating (medians, the settings taking turns in one process):",
+        "",
+        "| model | default | " + " | ".join(names) + " |",
         "|---|" + "---|" * (len(names) + 1),
     ]
     for r in rows:
-        cells = [
-            f"{r.variants[v]:.0f} MB, {r.ms.get(v, float('nan')):.1f} ms"
-            for v in ("default", *names)
+        base = r.turns.get("update", {}).get("default", float("nan"))
+        cells = [f"{r.variants['default']:.0f} MB ({base:.1f} ms updating)"]
+        cells += [
+            f"{r.variants[v]:.0f} MB, {r.time_ratio('skip', v):.2f}× / "
+            f"{r.time_ratio('update', v):.2f}×"
+            for v in names
         ]
         lines.append(f"| {r.model} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -3,8 +3,11 @@
 Roles: ``bare`` (numpy, onnxruntime and ``realm_runtime`` imported, nothing loaded),
 ``inference`` (a plain ``InferenceSession`` on ``inference_model.onnx``, ORT's defaults),
 ``skip`` (``RealmRuntime`` with every sample after the first refused by its decision) and
-``update`` (every sample updating). Torch is made unimportable, as on a device. Prints
-``{"peak_rss_mb", "median_ms", "updates", "torch"}`` as one JSON line.
+``update`` (every sample updating); and ``turns``, which times instead of measuring memory:
+one runtime per session setting named in ``--variants``, skipping and updating, taking turns
+on the stream in this one process, so their ratios hold on a busy machine. Torch is made
+unimportable, as on a device. Prints ``{"peak_rss_mb", "median_ms", "updates", "torch"}``
+(``turns``: ``{"turns": {mode: {variant: median ms}}, "torch"}``) as one JSON line.
 """
 
 from __future__ import annotations
@@ -13,15 +16,16 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ._memory import peak_rss_mb
 from .runtime_rss import block_torch
 
-ROLES = ("bare", "inference", "skip", "update")
-# Decision settings that refuse every sample after the first, or keep every one.
+ROLES = ("bare", "inference", "skip", "update", "turns")
+# Decision settings that refuse every sample after the first (S_div has no EMA before it).
 _REFUSE = {"diversity_margin": 1e-9, "entropy_margin": 1e-9}
-_KEEP = {"diversity_margin": 1.0, "entropy_margin": 1e9}
+WARMUP = 2  # untimed samples of every side in turns (the first runs allocate and plan)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -32,6 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("stream", help="a .npy file of samples, (N, C, H, W)")
     parser.add_argument("threads", type=int, help="ONNX Runtime intra-op threads")
     parser.add_argument("--session-config", default="{}", help="RealmRuntime's, as JSON")
+    parser.add_argument("--variants", default="{}", help="turns: name → session_config, JSON")
     args = parser.parse_args(argv)
     block_torch()  # before numpy and the runtime are imported
     import numpy as np
@@ -39,6 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from realm_runtime import RealmRuntime
     from realm_runtime.contract import INFERENCE_MODEL
+
+    from .._timing import forced_overrides, take_turns
 
     stream = np.load(args.stream)
     times: list[float] = []
@@ -53,8 +60,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             start = time.perf_counter()
             session.run(None, {name: x[None]})
             times.append(time.perf_counter() - start)
+    elif args.role == "turns":
+        variants = json.loads(args.variants)
+        result: dict[str, dict[str, float]] = {}
+        for mode in ("skip", "update"):
+            sides = {}
+            for name, entries in variants.items():
+                runtime = RealmRuntime(args.artifacts, threads=args.threads, session_config=entries)
+                decide = _REFUSE if mode == "skip" else forced_overrides(runtime.config)
+                runtime = RealmRuntime(
+                    args.artifacts, threads=args.threads, overrides=decide, session_config=entries
+                )
+                sides[name] = _timed(runtime, stream)
+            ms = take_turns(sides, len(stream), WARMUP)
+            result[mode] = {name: float(np.median(v)) for name, v in ms.items()}
+            del sides
+        print(json.dumps({"turns": result, "torch": "torch" in sys.modules}))
+        return 0
     elif args.role in ("skip", "update"):
-        decide = _REFUSE if args.role == "skip" else _KEEP
+        runtime = RealmRuntime(args.artifacts, threads=args.threads)
+        decide = _REFUSE if args.role == "skip" else forced_overrides(runtime.config)
+        del runtime
         runtime = RealmRuntime(
             args.artifacts,
             threads=args.threads,
@@ -77,6 +103,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     )
     return 0
+
+
+def _timed(runtime: Any, stream: Any) -> Callable[[Any], Any]:
+    """A side of ``take_turns``: ``runtime`` adapting on the samples of the given indices."""
+    import numpy as np
+
+    def run(indices: Any) -> Any:
+        ms = np.empty(len(indices))
+        for k, i in enumerate(indices):
+            start = time.perf_counter()
+            runtime.adapt(stream[i][None])
+            ms[k] = (time.perf_counter() - start) * 1000
+        return ms
+
+    return run
 
 
 if __name__ == "__main__":
