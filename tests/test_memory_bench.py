@@ -12,8 +12,8 @@ MB = 1 << 20
 
 
 def test_live_peak_counts_what_is_alive_at_once(tmp_path):
-    # x (input) → a = Relu(x) [1 MB] → b = Neg(a) [1 MB] → c = Add(a, b) [1 MB] → d = Neg(c)
-    # While Add runs, a, b and c are alive (3 MB); a and b die there, then d (1 MB) joins c.
+    # x (input) → a = Relu(x) → b = Neg(a) → c = Add(a, b) → d = Neg(c), each one mebibyte.
+    # While Add runs, a, b and c are alive (three); a and b die there, then d joins c (two).
     n = MB // 4
     vec = [n]
 
