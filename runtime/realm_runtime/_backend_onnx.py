@@ -65,8 +65,9 @@ _NOT_ADAPTATION = (*_BIG, SETTINGS_NAME)  # what graph_state() leaves to others
 # ONNX Runtime pre-packs every constant matrix-product operand into a second copy, once per
 # session. Where those weights come to more than this, the sessions run lean: no pre-packing,
 # and both sessions on one buffer of the weights (SharedWeights): much less memory for a
-# little speed, which is why smaller models keep pre-packing (docs/BENCHMARKS.md, "How much memory does the runtime
-# need?"). A session_config entry for "session.disable_prepacking" decides instead, either way.
+# little speed, which is why smaller models keep pre-packing (docs/BENCHMARKS.md, "How much
+# memory does the runtime need?"). A session_config entry for "session.disable_prepacking"
+# decides instead, either way.
 LEAN_GEMM_BYTES = 64 << 20
 PREPACKING_ENTRY = "session.disable_prepacking"
 

@@ -57,6 +57,9 @@ class RealmConfig:
     shuffle_seed: int = 0  # DeYO: seed of the one patch order every implementation applies
     frozen: tuple[str, ...] = ()  # regexes matched at the start of parameter names to freeze
     freeze_last_block: bool = False  # also freeze the model's last block (SAR/REALM ImageNet)
+    # Adapt only the norms of the last K stages (and after them): the backward stops there,
+    # so less is kept and computed; None: every stage (docs/BENCHMARKS.md, memory).
+    adapt_stages: int | None = None
     episodic: bool = False  # reset to the source model after every adapt() call
     # Bounds and resets (SPEC §10); None: REALM's defaults for REALM, none for the baselines,
     # which run as their papers do.
@@ -108,6 +111,10 @@ class RealmConfig:
             errors.append(f"shuffle_seed must be an integer ≥ 0, got {self.shuffle_seed!r}")
         if self.guardrails is not None and not isinstance(self.guardrails, Guardrails):
             errors.append(f"guardrails must be a Guardrails, got {self.guardrails!r}")
+        if self.adapt_stages is not None and (
+            not _integer(self.adapt_stages) or self.adapt_stages < 1
+        ):
+            errors.append(f"adapt_stages must be an integer ≥ 1 or None, got {self.adapt_stages!r}")
         if not isinstance(self.frozen, tuple) or not all(isinstance(p, str) for p in self.frozen):
             errors.append(f"frozen must be a tuple of regex strings, got {self.frozen!r}")
         if errors:

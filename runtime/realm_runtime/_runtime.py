@@ -57,6 +57,7 @@ _GRAPH_FIELDS = frozenset(
         "loss_scale",
         "frozen",
         "freeze_last_block",
+        "adapt_stages",
         "preset_name",
         "patch_grid",  # DeYO's patch order is a constant of the step graph
         "shuffle_seed",

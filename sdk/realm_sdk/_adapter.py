@@ -95,7 +95,10 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
         self.model = model
         self.config = config
         self._names = select_trainable(
-            model, config.frozen, freeze_last_block=config.freeze_last_block
+            model,
+            config.frozen,
+            freeze_last_block=config.freeze_last_block,
+            adapt_stages=config.adapt_stages,
         )
         named = dict(model.named_parameters())
         self._params: dict[str, nn.Parameter] = {n: named[n] for n in self._names}

@@ -8,6 +8,8 @@ from collections.abc import Iterable
 
 from torch import nn
 
+from ._stages import last_stages_frozen
+
 # torch's own normalisation families; timm's BatchNormAct2d, GroupNorm1, LayerNorm2d, the
 # *Act and *Fp32 variants all subclass one of these (checked on timm 1.0.31).
 _TORCH_NORMS: tuple[type[nn.Module], ...] = (
@@ -213,7 +215,11 @@ def _timm_last_block(model: nn.Module) -> tuple[str, ...] | None:
 
 
 def select_trainable(
-    model: nn.Module, frozen: Iterable[str] = (), *, freeze_last_block: bool = False
+    model: nn.Module,
+    frozen: Iterable[str] = (),
+    *,
+    freeze_last_block: bool = False,
+    adapt_stages: int | None = None,
 ) -> list[str]:
     """The norm affine parameter names that adapt, in ``named_parameters()`` order.
 
@@ -221,6 +227,8 @@ def select_trainable(
         model: the classifier.
         frozen: regexes matched (``re.match``) at the start of parameter names to exclude.
         freeze_last_block: also exclude :func:`last_block_patterns` of the model.
+        adapt_stages: also exclude every norm but those of the last this many stages and
+            after them (``realm_sdk._stages``); None: no such cut.
 
     Returns:
         The selected names.
@@ -231,6 +239,8 @@ def select_trainable(
     patterns = list(frozen)
     if freeze_last_block:
         patterns.extend(last_block_patterns(model))
+    if adapt_stages is not None:
+        patterns.extend(last_stages_frozen(model, norm_affine_names(model), adapt_stages))
     compiled = []
     for p in patterns:
         try:
@@ -246,8 +256,14 @@ def select_trainable(
                 "(BatchNorm, GroupNorm, LayerNorm, RMSNorm, ...): REALM adapts only those, so "
                 "there is nothing to adapt."
             )
+        causes = [f"the patterns {list(frozen)}"] if list(frozen) else []
+        if freeze_last_block:
+            causes.append("freeze_last_block=True")
+        if adapt_stages is not None:
+            causes.append(f"adapt_stages={adapt_stages}")
         raise ValueError(
             f"all {len(candidates)} norm affine parameters of {type(model).__name__} are frozen "
-            f"by the patterns {patterns}: nothing is left to adapt."
+            f"by {' and '.join(causes)}: nothing is left to adapt; freeze less (a larger "
+            "adapt_stages, or freeze_last_block=False)."
         )
     return selected
