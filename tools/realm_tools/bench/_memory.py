@@ -48,6 +48,7 @@ class MemoryRow:
     """One model's memory figures, MB, and the medians per sample, ms."""
 
     model: str
+    adapt_stages: int | None  # RealmConfig.adapt_stages of the export (None: every stage)
     input_shape: tuple[int, ...]  # (C, H, W)
     samples: int  # samples each process ran
     onnxruntime: str  # the version the probes ran
@@ -136,6 +137,7 @@ def bench_memory(
     image_size: int | None = None,
     python: str | None = None,
     seed: int = 0,
+    adapt_stages: int | None = None,
     on_step: Callable[[str], None] | None = None,
 ) -> MemoryRow:
     """Export ``name`` (no legacy files, no validation) and measure every role and variant.
@@ -147,6 +149,7 @@ def bench_memory(
         image_size: square input side instead of the model's.
         python: the interpreter of the probes (e.g. ``.venv-runtime/bin/python``).
         seed: of the weights and the stream.
+        adapt_stages: adapt only the last this many stages (``RealmConfig.adapt_stages``).
         on_step: told the name of each step as it starts (a progress bar's hook).
     """
     from realm_export import ExportOptions, export_realm_artifacts
@@ -154,7 +157,8 @@ def bench_memory(
     tell = on_step or (lambda _: None)
     torch.manual_seed(seed)
     model, shape, classes = build_model(name, image_size)
-    config = RealmConfig.preset("cifar" if classes == 10 else "imagenet", num_classes=classes)
+    preset = "cifar" if classes == 10 else "imagenet"
+    config = RealmConfig.preset(preset, num_classes=classes, adapt_stages=adapt_stages)
     xs = np.random.default_rng(seed).standard_normal((samples, *shape)).astype(np.float32)
     with tempfile.TemporaryDirectory() as tmp:
         directory, stream = Path(tmp) / "artifacts", Path(tmp) / "stream.npy"
@@ -184,6 +188,7 @@ def bench_memory(
         ).stdout.strip()
     return MemoryRow(
         model=name,
+        adapt_stages=adapt_stages,
         input_shape=tuple(shape),
         samples=samples,
         onnxruntime=version,
@@ -198,6 +203,10 @@ def bench_memory(
     )
 
 
+def _label(row: MemoryRow) -> str:
+    return row.model if row.adapt_stages is None else f"{row.model}, last {row.adapt_stages}"
+
+
 def format_memory(rows: list[MemoryRow]) -> str:
     """The memory tables: the roles against the floor, then each session setting's effect."""
     lines = [
@@ -207,7 +216,7 @@ def format_memory(rows: list[MemoryRow]) -> str:
     ]
     for r in rows:
         lines.append(
-            f"| {r.model} | {'×'.join(map(str, r.input_shape))} | {r.bare:.0f} | "
+            f"| {_label(r)} | {'×'.join(map(str, r.input_shape))} | {r.bare:.0f} | "
             f"{r.inference:.0f} | {r.skip:.0f} | {r.update:.0f} | {r.floor:.0f} | "
             f"{r.update / r.floor:.2f}× | {r.update / r.inference:.2f}× |"
         )
@@ -231,5 +240,5 @@ def format_memory(rows: list[MemoryRow]) -> str:
             f"{r.time_ratio('update', v):.2f}×"
             for v in names
         ]
-        lines.append(f"| {r.model} | " + " | ".join(cells) + " |")
+        lines.append(f"| {_label(r)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

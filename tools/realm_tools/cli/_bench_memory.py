@@ -38,6 +38,13 @@ def add_memory_parser(bench: Any) -> None:
     memory.add_argument("--samples", type=int, default=12, help="samples each process runs")
     memory.add_argument("--image-size", type=int, default=None, help="input side (model's)")
     memory.add_argument(
+        "--adapt-stages",
+        nargs="+",
+        type=int,
+        default=None,
+        help="also measure each model adapting only its last K stages, for each K given",
+    )
+    memory.add_argument(
         "--runtime-python",
         default=None,
         help="the probes' interpreter, e.g. .venv-runtime/bin/python (default: this one)",
@@ -53,8 +60,10 @@ def run_memory_command(args: argparse.Namespace) -> int:
     from ..bench import bench_memory, format_memory
 
     rows = []
-    with tqdm(args.models, desc="models", unit="model", file=sys.stderr) as bar:
-        for name in bar:
+    stage_counts = [None, *(args.adapt_stages or [])]
+    jobs = [(name, k) for name in args.models for k in stage_counts]
+    with tqdm(jobs, desc="models", unit="export", file=sys.stderr) as bar:
+        for name, k in bar:
             rows.append(
                 bench_memory(
                     name,
@@ -62,6 +71,7 @@ def run_memory_command(args: argparse.Namespace) -> int:
                     threads=args.threads,
                     image_size=args.image_size,
                     python=args.runtime_python,
+                    adapt_stages=k,
                     on_step=lambda step, name=name: bar.set_postfix_str(f"{name}: {step}"),
                 )
             )
