@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 from torch import nn
 
-from ._stages import last_stages_frozen
+from ._stages import feature_info_modules, last_stages_frozen, timm_groups
 
 # torch's own normalisation families; timm's BatchNormAct2d, GroupNorm1, LayerNorm2d, the
 # *Act and *Fp32 variants all subclass one of these (checked on timm 1.0.31).
@@ -162,12 +162,10 @@ def _feature_info_last_block(model: nn.Module) -> tuple[str, ...] | None:
     The last entry's module is the last stage (the last quarter of the entries where they all
     share one reduction: an isotropic stack); it freezes with every norm after it.
     """
-    info = getattr(model, "feature_info", None)
-    if not isinstance(info, list) or not info or not all(isinstance(i, dict) for i in info):
+    info = feature_info_modules(model)
+    if info is None:
         return None
-    modules = [i.get("module") for i in info]
-    if not all(isinstance(m, str) and m for m in modules):
-        return None
+    modules = [i["module"] for i in info]
     isotropic = len({i.get("reduction") for i in info}) == 1 and len(info) >= _ISOTROPIC_GROUPS
     last = modules[-max(1, len(modules) // 4) :] if isotropic else modules[-1:]
     order = [n for n, _ in model.named_parameters()]
@@ -182,35 +180,19 @@ def _feature_info_last_block(model: nn.Module) -> tuple[str, ...] | None:
 def _timm_last_block(model: nn.Module) -> tuple[str, ...] | None:
     """The last block by timm's coarse parameter groups; None where timm did not build it.
 
-    The group holding the classifier is the head: its norm layers (a final norm, a
-    classification head's own norms) come after the last block and are frozen with it. Of
-    the groups between the stem (group 0) and the head that hold norm parameters, the last
+    The head's norms (:func:`._stages.timm_groups`) come after the last block and are frozen
+    with it. Of the groups between the stem and the head that hold norm parameters, the last
     is frozen, or the last quarter where there are many (an isotropic stack, listed block by
     block).
     """
-    matcher = getattr(model, "group_matcher", None)
-    classifier = getattr(model, "get_classifier", None)
-    if not callable(matcher) or not callable(classifier):
+    read = timm_groups(model, norm_affine_names(model))
+    if read is None:
         return None
-    try:
-        from timm.models import group_parameters
-
-        groups = group_parameters(model, matcher(coarse=True))
-        head_module = classifier()
-    except (ImportError, AttributeError, NotImplementedError, TypeError):
-        return None
-    # Distilled models (DeiT, LeViT) answer a tuple of heads.
-    heads = head_module if isinstance(head_module, tuple | list) else (head_module,)
-    head_ids = {id(p) for h in heads if isinstance(h, nn.Module) for p in h.parameters()}
-    by_name = dict(model.named_parameters())
-    norms = set(norm_affine_names(model))
-    order = sorted(groups)
-    head = [g for g in order if any(id(by_name[n]) in head_ids for n in groups[g] if n in by_name)]
-    body = [g for g in order[1:] if g not in head and norms.intersection(groups[g])]
+    body = [g for g in read[0] if g]
     if not body:
         return None
     frozen_groups = body[-max(1, len(body) // 4) :] if len(body) >= _ISOTROPIC_GROUPS else body[-1:]
-    frozen = [n for g in (*frozen_groups, *head) for n in groups[g] if n in norms]
+    frozen = [*(n for g in frozen_groups for n in g), *read[1]]
     return tuple(rf"{re.escape(n)}$" for n in frozen)
 
 

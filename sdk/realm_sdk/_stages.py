@@ -30,7 +30,7 @@ def model_stages(model: nn.Module, norms: list[str]) -> Stages:
     Raises:
         ValueError: none of the three sources tells the model's stages.
     """
-    groups = _timm_groups(model, norms) or _feature_info_groups(model, norms)
+    groups = _timm_body(model, norms) or _feature_info_groups(model, norms)
     if groups is None:
         groups = _attribute_groups(model, norms)
     if groups is None:
@@ -67,8 +67,14 @@ def last_stages_frozen(model: nn.Module, norms: list[str], count: int) -> tuple[
     return tuple(rf"{re.escape(n)}$" for n in norms if n not in keep)
 
 
-def _timm_groups(model: nn.Module, norms: list[str]) -> list[list[str]] | None:
-    """The norm names of timm's coarse groups between the stem (group 0) and the head."""
+def timm_groups(model: nn.Module, norms: list[str]) -> tuple[list[list[str]], list[str]] | None:
+    """The norm names of timm's coarse parameter groups, and of its head; None where absent.
+
+    The first list holds each group's norm names between the stem (group 0) and the head, in
+    order; the second the head groups' norm names. The groups holding the classifier are the
+    head (distilled models answer a tuple of heads): their norms (a final norm, a
+    classification head's own) come after the stages.
+    """
     matcher = getattr(model, "group_matcher", None)
     classifier = getattr(model, "get_classifier", None)
     if not callable(matcher) or not callable(classifier):
@@ -86,18 +92,31 @@ def _timm_groups(model: nn.Module, norms: list[str]) -> list[list[str]] | None:
     order = sorted(groups)
     head = {g for g in order if any(id(by_name[n]) in head_ids for n in groups[g] if n in by_name)}
     members = {g: set(groups[g]) for g in order}
-    return [[n for n in norms if n in members[g]] for g in order[1:] if g not in head]
+    body = [[n for n in norms if n in members[g]] for g in order[1:] if g not in head]
+    return body, [n for n in norms if any(n in members[g] for g in head)]
+
+
+def feature_info_modules(model: nn.Module) -> list[dict] | None:
+    """Timm's ``feature_info`` entries, each naming its module; None where it has none."""
+    info = getattr(model, "feature_info", None)
+    if not isinstance(info, list) or not info or not all(isinstance(i, dict) for i in info):
+        return None
+    if not all(isinstance(i.get("module"), str) and i["module"] for i in info):
+        return None
+    return info
+
+
+def _timm_body(model: nn.Module, norms: list[str]) -> list[list[str]] | None:
+    read = timm_groups(model, norms)
+    return None if read is None else read[0]
 
 
 def _feature_info_groups(model: nn.Module, norms: list[str]) -> list[list[str]] | None:
     """The norm names inside each module timm's ``feature_info`` names."""
-    info = getattr(model, "feature_info", None)
-    if not isinstance(info, list) or not info or not all(isinstance(i, dict) for i in info):
+    info = feature_info_modules(model)
+    if info is None:
         return None
-    modules = [i.get("module") for i in info]
-    if not all(isinstance(m, str) and m for m in modules):
-        return None
-    return [[n for n in norms if n.startswith(f"{m}.")] for m in modules]  # type: ignore[misc]
+    return [[n for n in norms if n.startswith(f"{i['module']}.")] for i in info]
 
 
 def _attribute_groups(model: nn.Module, norms: list[str]) -> list[list[str]] | None:
