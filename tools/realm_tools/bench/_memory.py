@@ -126,7 +126,11 @@ def probe(
         raise RuntimeError("the memory probe imported torch")
     if role == "turns":
         return {"turns": result["turns"]}
-    return {"peak": float(result["peak_rss_mb"]), "ms": result["median_ms"]}
+    return {
+        "peak": float(result["peak_rss_mb"]),
+        "ms": result["median_ms"],
+        "onnxruntime": result["onnxruntime"],
+    }
 
 
 def bench_memory(
@@ -171,7 +175,7 @@ def bench_memory(
         extra = live_peak_mb(directory / "step_model.onnx") - live_peak_mb(
             directory / "inference_model.onnx"
         )
-        figures: dict[str, dict[str, float]] = {}
+        figures: dict[str, dict[str, Any]] = {}
         for role in ("bare", "inference", "skip"):
             tell(role)
             figures[role] = probe(directory, role, stream, threads, python)
@@ -180,18 +184,12 @@ def bench_memory(
             figures[variant] = probe(directory, "update", stream, threads, python, entries)
         tell("timing the settings, taking turns")
         turns = probe(directory, "turns", stream, threads, python, variants=VARIANTS)["turns"]
-        version = subprocess.run(
-            [python or sys.executable, "-c", "import onnxruntime; print(onnxruntime.__version__)"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
     return MemoryRow(
         model=name,
         adapt_stages=adapt_stages,
         input_shape=tuple(shape),
         samples=samples,
-        onnxruntime=version,
+        onnxruntime=figures["bare"]["onnxruntime"],
         bare=figures["bare"]["peak"],
         inference=figures["inference"]["peak"],
         skip=figures["skip"]["peak"],

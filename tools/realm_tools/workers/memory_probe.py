@@ -6,8 +6,9 @@ Roles: ``bare`` (numpy, onnxruntime and ``realm_runtime`` imported, nothing load
 ``update`` (every sample updating); and ``turns``, which times instead of measuring memory:
 one runtime per session setting named in ``--variants``, skipping and updating, taking turns
 on the stream in this one process, so their ratios hold on a busy machine. Torch is made
-unimportable, as on a device. Prints ``{"peak_rss_mb", "median_ms", "updates", "torch"}``
-(``turns``: ``{"turns": {mode: {variant: median ms}}, "torch"}``) as one JSON line.
+unimportable, as on a device. Prints
+``{"peak_rss_mb", "median_ms", "updates", "onnxruntime", "torch"}`` (``turns``:
+``{"turns": {mode: {variant: median ms}}, "torch"}``) as one JSON line.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from ._memory import peak_rss_mb
@@ -45,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from realm_runtime import RealmRuntime
     from realm_runtime.contract import INFERENCE_MODEL
 
-    from .._timing import forced_overrides, take_turns
+    from .._timing import take_turns
 
     stream = np.load(args.stream)
     times: list[float] = []
@@ -65,9 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         result: dict[str, dict[str, float]] = {}
         for mode in ("skip", "update"):
             sides = {}
+            decide = _decision(args.artifacts, mode)
             for name, entries in variants.items():
-                runtime = RealmRuntime(args.artifacts, threads=args.threads, session_config=entries)
-                decide = _REFUSE if mode == "skip" else forced_overrides(runtime.config)
                 runtime = RealmRuntime(
                     args.artifacts, threads=args.threads, overrides=decide, session_config=entries
                 )
@@ -78,13 +79,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps({"turns": result, "torch": "torch" in sys.modules}))
         return 0
     elif args.role in ("skip", "update"):
-        runtime = RealmRuntime(args.artifacts, threads=args.threads)
-        decide = _REFUSE if args.role == "skip" else forced_overrides(runtime.config)
-        del runtime
         runtime = RealmRuntime(
             args.artifacts,
             threads=args.threads,
-            overrides=decide,
+            overrides=_decision(args.artifacts, args.role),
             session_config=json.loads(args.session_config),
         )
         for x in stream:
@@ -98,11 +96,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "peak_rss_mb": peak_rss_mb(),
                 "median_ms": median,
                 "updates": updates,
+                "onnxruntime": ort.__version__,
                 "torch": "torch" in sys.modules,
             }
         )
     )
     return 0
+
+
+def _decision(artifacts: str, mode: str) -> dict[str, float]:
+    """Overrides under which the runtime skips every sample after the first, or updates all."""
+    if mode == "skip":
+        return _REFUSE
+    from realm_runtime import RealmConfig, load_manifest
+
+    from .._timing import forced_overrides
+
+    return forced_overrides(RealmConfig.from_dict(load_manifest(Path(artifacts)).config))
 
 
 def _timed(runtime: Any, stream: Any) -> Callable[[Any], Any]:
