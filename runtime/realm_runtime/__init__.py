@@ -17,6 +17,7 @@ from ._backend import BACKENDS
 from ._checkpoint import read_state, write_state
 from ._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, METHODS, PRESETS, Guardrails, RealmConfig
 from ._manifest import InputSpec, Manifest, load_manifest, verify_files
+from ._memory import MemoryFigure, cpu_name, measure_update_peak, peak_rss_mb, updating_overrides
 from ._names import COUNTERS
 from ._ort import onnxruntime_module, training_api
 from ._runtime import AdaptResult, RealmRuntime
@@ -39,17 +40,22 @@ __all__ = [
     "Guardrails",
     "InputSpec",
     "Manifest",
+    "MemoryFigure",
     "RealmConfig",
     "RealmRuntime",
     "contract",
+    "cpu_name",
     "generate_keypair",
     "load_manifest",
     "load_private_key",
     "load_public_key",
+    "measure_update_peak",
     "onnxruntime_module",
+    "peak_rss_mb",
     "read_state",
     "sign_manifest",
     "training_api",
+    "updating_overrides",
     "verify_files",
     "write_state",
 ]

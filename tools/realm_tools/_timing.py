@@ -2,21 +2,16 @@
 
 Every side (torch, each runtime backend, a runtime in another interpreter) runs the same
 samples in interleaved blocks (:func:`take_turns`), so a noisy moment of a shared machine
-falls on all of them alike; an updating step is timed under :func:`forced_overrides`, so
+falls on all of them alike; an updating step is timed under :func:`updating_overrides`, so
 each timed call is a step and not a skip.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from realm_runtime import RealmConfig
 
 
 def timed_side(
@@ -73,19 +68,6 @@ def take_turns(
     for block, idx in enumerate(_turn_blocks(len(timed), rounds)):
         for name in order if block % 2 == 0 else order[::-1]:
             out[name][idx] = sides[name](timed[idx])
-    return out
-
-
-def forced_overrides(config: RealmConfig) -> dict[str, float]:
-    """Overrides under which every sample updates: the cost of a step, not of a skip.
-
-    d = 1 lets every sample through S_div (|cos| < 1 unless a prediction equals the EMA);
-    an entropy ≤ ln C always passes EATA's and SAR's cut at e0 = ln C + 0.1 (EATA's weights
-    exp(e0 − H) stay ≤ 1.11·C). Both are fields the runtime overrides without re-export.
-    """
-    out = {"diversity_margin": 1.0}
-    if config.rules.entropy_cut:
-        out["entropy_margin"] = math.log(config.num_classes) + 0.1
     return out
 
 

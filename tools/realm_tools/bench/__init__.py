@@ -17,7 +17,7 @@
     >>> print(format_speed(bench_model("digits", samples=5, warmup=2)))
 """
 
-from .._timing import TURN_BLOCKS, block_ratios, forced_overrides, take_turns, timed_side
+from .._timing import TURN_BLOCKS, block_ratios, take_turns, timed_side
 from ._adapt import AdaptCost, bench_adapt, format_adapt_costs
 from ._continual import bench_streams, streams_fingerprint, streams_from_json, streams_to_json
 from ._evaluate import OnlineResult, run_online
@@ -70,7 +70,6 @@ __all__ = [
     "bench_streams",
     "block_ratios",
     "count_flops",
-    "forced_overrides",
     "format_adapt_costs",
     "format_memory",
     "format_speed",

@@ -28,9 +28,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from realm_runtime import updating_overrides
 from realm_sdk import RealmAdapter, RealmConfig
-
-from .._timing import forced_overrides
 
 # FP32 FLOPs per core per cycle, by the widest vector FMA path in /proc/cpuinfo's flags:
 # (flag set that must be present, label, FLOPs/cycle, how that number is made up).
@@ -137,7 +136,9 @@ class MachinePeak:
 
 def step_flops(model: nn.Module, config: RealmConfig, x: torch.Tensor) -> tuple[float, float]:
     """GFLOPs of a predict and of an updating adapt step of a fresh (forced) reference."""
-    adapter = RealmAdapter(copy.deepcopy(model), config.with_overrides(**forced_overrides(config)))
+    adapter = RealmAdapter(
+        copy.deepcopy(model), config.with_overrides(**updating_overrides(config))
+    )
     predict = count_flops(lambda: adapter.predict(x))
     results = []
     step = count_flops(lambda: results.append(adapter.adapt(x)))

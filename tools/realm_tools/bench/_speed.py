@@ -28,10 +28,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from realm_runtime import METHODS, RealmConfig
+from realm_runtime import METHODS, RealmConfig, updating_overrides
 from realm_sdk import RealmAdapter
 
-from .._timing import block_ratios, forced_overrides, take_turns, timed_side
+from .._timing import block_ratios, take_turns, timed_side
 from ..models import build_model
 from ._external import ExternalRuntime
 from ._flops import MachinePeak, machine_peak, step_flops
@@ -258,7 +258,7 @@ def _time_sides(
     step = {
         m: adapt[m]
         if m == "tent"
-        else _adapt_sides(model, cfg, forced_overrides(cfg), dirs[m], *args)
+        else _adapt_sides(model, cfg, updating_overrides(cfg), dirs[m], *args)
         for m, cfg in configs.items()
     }
     return {

@@ -140,20 +140,20 @@ def _time_model(
     """Median predict and updating-step milliseconds, RealmRuntime beside torch / the SDK.
 
     The sides take turns on the same samples (``take_turns``), ``WARMUP`` untimed ones
-    first. The step runs with S_div forced open (``forced_overrides``) and the runtime's
+    first. The step runs with S_div forced open (``updating_overrides``) and the runtime's
     ``train`` schedule, so each timed call is one updating step on both sides.
     """
     import numpy as np
     import torch
 
-    from realm_runtime import RealmRuntime
+    from realm_runtime import RealmRuntime, updating_overrides
     from realm_sdk import RealmAdapter
 
-    from .._timing import forced_overrides, take_turns, timed_side
+    from .._timing import take_turns, timed_side
 
     warmup = WARMUP
     xs = np.random.default_rng(seed).standard_normal((warmup + samples, *shape)).astype(np.float32)
-    forced = forced_overrides(config)
+    forced = updating_overrides(config)
     try:
         predictor = RealmRuntime(artifacts, threads=threads)
         stepper = RealmRuntime(artifacts, threads=threads, overrides=forced, schedule="train")

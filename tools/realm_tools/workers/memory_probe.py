@@ -108,11 +108,9 @@ def _decision(artifacts: str, mode: str) -> dict[str, float]:
     """Overrides under which the runtime skips every sample after the first, or updates all."""
     if mode == "skip":
         return _REFUSE
-    from realm_runtime import RealmConfig, load_manifest
+    from realm_runtime import RealmConfig, load_manifest, updating_overrides
 
-    from .._timing import forced_overrides
-
-    return forced_overrides(RealmConfig.from_dict(load_manifest(Path(artifacts)).config))
+    return updating_overrides(RealmConfig.from_dict(load_manifest(Path(artifacts)).config))
 
 
 def _timed(runtime: Any, stream: Any) -> Callable[[Any], Any]:
