@@ -31,6 +31,7 @@ export const DIGEST_KEY = "manifest_sha256";
 export const MANIFEST_REQUIRED = Object.freeze(["input", "logits_name", "num_classes", "config", "trainable", "files"]);
 export const PORTABLE_KEY = "portable";
 export const ADAPT_KEY = "adapt";
+export const MEMORY_KEY = "memory";
 export const ERROR_KEY = "error";
 export const FILE_KEY = "file";
 export const STEP_MODEL_KEY = "step_model";

@@ -18,10 +18,10 @@ Two pipelines, each checked against ``realm_sdk`` before anything is moved into 
 ``realm_runtime.RealmRuntime`` runs the online step on either without torch.
 """
 
-from ._errors import UnsupportedModelError
+from ._errors import MemoryBudgetError, UnsupportedModelError
 from ._export import ExportInfo, export_realm_artifacts
 from ._layers import export_friendly_norms
-from ._options import ExportOptions
+from ._options import ExportOptions, MemoryCheck
 from ._torchscript import declare_layer_norm_outputs, model_to_onnx
 from ._validate import (
     LOGITS_RTOL,
@@ -36,6 +36,8 @@ __all__ = [
     "LOGITS_RTOL",
     "ExportInfo",
     "ExportOptions",
+    "MemoryBudgetError",
+    "MemoryCheck",
     "PortableGraphs",
     "UnsupportedModelError",
     "ValidationError",

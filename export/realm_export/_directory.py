@@ -50,6 +50,11 @@ def write_manifest(plan: Plan, traced: Traced, built: Built) -> Manifest:
     return manifest
 
 
+def manifest_bytes(plan: Plan, traced: Traced, built: Built) -> bytes:
+    """The manifest of the files in ``built.directory`` as far as built, unsigned."""
+    return _manifest(plan, traced, built).to_bytes()
+
+
 def written_files(plan: Plan, built: Built) -> dict[str, Path]:
     """:attr:`ExportInfo.files`: role → path of every file the export wrote."""
     out_dir, portable = plan.out_dir, built.portable
@@ -108,6 +113,7 @@ def _manifest(plan: Plan, traced: Traced, built: Built) -> Manifest:
         portable=built.portable,
         training=_training_section(built),
         adapt=built.adapt,
+        memory=built.memory,
     )
 
 

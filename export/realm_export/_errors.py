@@ -5,3 +5,7 @@ from __future__ import annotations
 
 class UnsupportedModelError(ValueError):
     """The model contains something the on-device training graph cannot represent."""
+
+
+class MemoryBudgetError(ValueError):
+    """No setting the export may choose keeps the updating peak within the memory budget."""

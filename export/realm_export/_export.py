@@ -24,7 +24,7 @@ import onnx
 import torch
 from torch import nn
 
-from realm_runtime import Manifest, load_private_key
+from realm_runtime import ArtifactError, Manifest, load_private_key
 from realm_runtime.contract import (
     ALPHA_NAME,
     ERROR_KEY,
@@ -34,7 +34,8 @@ from realm_runtime.contract import (
 from realm_sdk import RealmAdapter, RealmConfig
 
 from ._directory import empty_dir, write_manifest, written_files
-from ._errors import UnsupportedModelError
+from ._errors import MemoryBudgetError, UnsupportedModelError
+from ._memory import fit_budget, with_memory
 from ._options import ExportOptions
 from ._plan import Built, Plan, Progress, Stages, Traced
 from ._torchscript import check_trainable_names, check_versions, model_to_onnx
@@ -43,6 +44,15 @@ from .legacy import TrainingOutcome, training_wanted, write_training_artifacts
 from .portable import write_portable
 
 log = logging.getLogger(__name__)
+# Errors already worded for the user: passed through as they are.
+_SENTENCES = (
+    UnsupportedModelError,
+    ValidationError,
+    MemoryBudgetError,
+    ArtifactError,
+    OSError,
+    ImportError,
+)
 
 
 @dataclass(frozen=True)
@@ -104,6 +114,9 @@ def export_realm_artifacts(
     """
     start = time.perf_counter()
     plan = _settle(model, out_dir, options if options is not None else ExportOptions(), progress)
+    memory = plan.options.memory
+    if memory is not None and memory.budget_mb is not None:
+        plan = fit_budget(model, plan, lambda trial: _run(model, trial, start))
     return _run(model, plan, start)
 
 
@@ -190,7 +203,7 @@ def _run(model: nn.Module, plan: Plan, start: float) -> ExportInfo:
     """
     try:
         return _stages(model, plan, start)
-    except (UnsupportedModelError, ValidationError, OSError, ImportError):
+    except _SENTENCES:
         raise
     except Exception as exc:
         stage = plan.notify.current
@@ -212,6 +225,8 @@ def _stages(model: nn.Module, plan: Plan, start: float) -> ExportInfo:
     tmp.mkdir(parents=True)
     try:
         built = _build(plan, traced, tmp)
+        if plan.options.memory is not None:
+            built = with_memory(plan, traced, built)
         manifest = write_manifest(plan, traced, built)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -11,6 +11,40 @@ from realm_sdk import RealmConfig
 
 
 @dataclass(frozen=True, kw_only=True)
+class MemoryCheck:
+    """Measure the exported artifacts' updating peak, and optionally fit it to a budget.
+
+    The peak is a fresh process's, running :class:`realm_runtime.RealmRuntime` with its
+    defaults and every sample updating (:func:`realm_runtime.measure_update_peak`); it is
+    written into the manifest's ``memory`` section. With ``budget_mb``, the export adapts the
+    norm layers of as many of the model's last stages as fit (``RealmConfig.adapt_stages``,
+    every stage where they all fit; a ``config.adapt_stages`` given is the most it tries),
+    measuring each candidate on this machine.
+
+    Raises:
+        ValueError: a value of the wrong type or out of range, in one sentence.
+    """
+
+    budget_mb: float | None = None  # the most an updating process may take; None: measure only
+    python: str | None = None  # the interpreter whose onnxruntime measures (the app's); None: this
+    threads: int | None = None  # ONNX Runtime threads as the app sets them; None: ORT's default
+    samples: int = 8  # updating samples per measuring process (the peak settles after the first)
+
+    def __post_init__(self) -> None:
+        errors = []
+        if self.budget_mb is not None and (not _finite(self.budget_mb) or self.budget_mb <= 0):
+            errors.append(f"budget_mb must be a number of MB > 0 or None, got {self.budget_mb!r}")
+        if self.python is not None and (not isinstance(self.python, str) or not self.python):
+            errors.append(f"python must be an interpreter's path or None, got {self.python!r}")
+        if self.threads is not None and not _positive_int(self.threads):
+            errors.append(f"threads must be an integer ≥ 1 or None, got {self.threads!r}")
+        if not _positive_int(self.samples) or self.samples < 2:
+            errors.append(f"samples must be an integer ≥ 2, got {self.samples!r}")
+        if errors:
+            raise ValueError("invalid MemoryCheck: " + "; ".join(errors))
+
+
+@dataclass(frozen=True, kw_only=True)
 class ExportOptions:
     """What :func:`~realm_export.export_realm_artifacts` writes, and how hard it checks it.
 
@@ -47,6 +81,7 @@ class ExportOptions:
     preprocessing: Mapping[str, Any] | None = None  # mean/std/size; None: timm's pretrained_cfg
     model_info: Mapping[str, Any] | None = None  # name, weights, ...: kept as given
     signing_key: object | None = None  # Ed25519 key (PEM path, PEM bytes, key): signs realm.json
+    memory: MemoryCheck | None = None  # measure the updating peak (and fit a budget); None: not
     # The directory.
     overwrite: bool = False  # replace an existing non-empty output directory
 
@@ -71,6 +106,11 @@ class ExportOptions:
         if not (self.training is None or isinstance(self.training, bool)):
             errors.append(
                 f"training must be None (where installed), True or False, got {self.training!r}"
+            )
+        if self.memory is not None and not isinstance(self.memory, MemoryCheck):
+            errors.append(
+                f"memory must be a MemoryCheck (e.g. MemoryCheck(budget_mb=160)) or None, "
+                f"got {type(self.memory).__name__}"
             )
         for name in ("preprocessing", "model_info"):
             value = getattr(self, name)
@@ -116,6 +156,8 @@ class ExportOptions:
                 "nothing to export: portable=False and training=False; keep portable=True "
                 "(the product) or ask for the legacy training artifacts with training=True"
             )
+        if self.memory is not None and self.portable is False:
+            errors.append("memory measures the portable adapt graph: it needs portable=True")
         return errors
 
 

@@ -45,6 +45,7 @@ class Plan:
     training_skipped: str | None  # why they are not tried, when they are not
     signing_key: object | None  # loaded already, so a bad key fails before the export
     notify: Stages  # the progress callback, remembering the current stage
+    budget_trials: tuple[dict[str, Any], ...] = ()  # each adapt_stages tried against the budget
 
     @property
     def config(self) -> RealmConfig:
@@ -91,5 +92,6 @@ class Built:
     portable_report: ValidationReport | None = None
     ort_report: ValidationReport | None = None
     adapt: dict[str, Any] = field(default_factory=dict)  # the manifest's adapt section, if written
+    memory: dict[str, Any] = field(default_factory=dict)  # the measured updating peak, if asked
     # The legacy training artifacts, or why they are missing: set by the build stage.
     training: TrainingOutcome = field(default_factory=lambda: TrainingOutcome(error="not tried"))

@@ -17,7 +17,14 @@ from ._backend import BACKENDS
 from ._checkpoint import read_state, write_state
 from ._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, METHODS, PRESETS, Guardrails, RealmConfig
 from ._manifest import InputSpec, Manifest, load_manifest, verify_files
-from ._memory import MemoryFigure, cpu_name, measure_update_peak, peak_rss_mb, updating_overrides
+from ._memory import (
+    MemoryFigure,
+    block_torch,
+    cpu_name,
+    measure_update_peak,
+    peak_rss_mb,
+    updating_overrides,
+)
 from ._names import COUNTERS
 from ._ort import onnxruntime_module, training_api
 from ._runtime import AdaptResult, RealmRuntime
@@ -43,6 +50,7 @@ __all__ = [
     "MemoryFigure",
     "RealmConfig",
     "RealmRuntime",
+    "block_torch",
     "contract",
     "cpu_name",
     "generate_keypair",

@@ -35,6 +35,7 @@ from ._names import (
     MANIFEST_NAME,
     MANIFEST_REQUIRED,
     MAX_MANIFEST_BYTES,
+    MEMORY_KEY,
     ORT_FORMAT_KEY,
     PORTABLE_KEY,
     SIZE_KEY,
@@ -75,6 +76,7 @@ class Manifest:
     portable: dict[str, Any] = field(default_factory=dict)  # step graph layout, or its "error"
     training: dict[str, Any] = field(default_factory=dict)  # legacy artifacts: written, or why not
     adapt: dict[str, Any] = field(default_factory=dict)  # the one adapt graph and its state
+    memory: dict[str, Any] = field(default_factory=dict)  # measured updating peak; {}: none
     digest: str = ""  # manifest_sha256 of the file it was read from ("" before it is written)
 
     def to_bytes(self) -> bytes:
@@ -95,6 +97,7 @@ class Manifest:
             PORTABLE_KEY: self.portable,
             "training": self.training,
             ADAPT_KEY: self.adapt,
+            MEMORY_KEY: self.memory,
             DIGEST_KEY: _UNSEALED,
         }
         return seal(json.dumps(data, indent=2, sort_keys=False).encode("utf-8"))
@@ -125,6 +128,7 @@ class Manifest:
             PORTABLE_KEY: dict,
             "training": dict,
             ADAPT_KEY: dict,
+            MEMORY_KEY: dict,
         }
         for key, kind in kinds.items():
             if key in data and (not isinstance(data[key], kind) or isinstance(data[key], bool)):
@@ -176,6 +180,7 @@ class Manifest:
             portable=dict(data.get(PORTABLE_KEY, {})),
             training=dict(data.get("training", {})),
             adapt=dict(data.get(ADAPT_KEY, {})),
+            memory=dict(data.get(MEMORY_KEY, {})),
             digest=str(data.get(DIGEST_KEY, "")),
         )
 

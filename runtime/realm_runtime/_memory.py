@@ -3,13 +3,14 @@
 What an app developer plans with: the peak resident memory of a process that loads the
 artifacts with :class:`RealmRuntime`'s defaults and adapts on every sample (the decision
 opened, so each call runs the backward), measured in a fresh interpreter
-(``python -m realm_runtime._memory``) so nothing of the caller's (torch, an exporter's
+(:func:`main`) so nothing of the caller's (torch, an exporter's
 buffers) is counted. Torch-free, like the rest of the package.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.abc
 import json
 import math
 import platform
@@ -41,6 +42,24 @@ class MemoryFigure:
     def to_dict(self) -> dict[str, Any]:
         """The manifest's ``memory`` section (without the budget, which the exporter adds)."""
         return asdict(self)
+
+
+class _NoTorch(importlib.abc.MetaPathFinder):
+    """As on a device without torch: onnxruntime's import-time probes then skip it."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "torch" or name.startswith("torch."):
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked)")
+        return None
+
+
+def block_torch() -> None:
+    """Make torch unimportable in this process, as on a device (call it before onnxruntime).
+
+    onnxruntime-training's package imports torch where it finds it (hundreds of MB); an app
+    on a device has none, so a memory figure must not count it.
+    """
+    sys.meta_path.insert(0, _NoTorch())
 
 
 def updating_overrides(config: RealmConfig) -> dict[str, float]:
@@ -125,7 +144,14 @@ def measure_update_peak(
         ArtifactError: the process failed (its last error line is given), or ran past
             ``timeout``.
     """
-    command = [python or sys.executable, "-m", __name__, str(directory), str(samples)]
+    # This package's copy runs where the interpreter has none of its own (an app's venv with
+    # only onnxruntime and numpy); one installed there comes first on its path.
+    here = str(Path(__file__).resolve().parents[1])
+    code = (
+        f"import sys; sys.path.append({here!r}); from {__name__} import main; "
+        "raise SystemExit(main(sys.argv[1:]))"
+    )
+    command = [python or sys.executable, "-c", code, str(directory), str(samples)]
     if threads is not None:
         command += ["--threads", str(threads)]
     command += ["--session-config", json.dumps(dict(session_config or {}))]
@@ -154,6 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads")
     parser.add_argument("--session-config", default="{}", help="RealmRuntime's, as JSON")
     args = parser.parse_args(argv)
+    block_torch()  # before onnxruntime is imported
     import numpy as np
 
     from ._manifest import load_manifest

@@ -61,6 +61,7 @@ DIGEST_KEY = "manifest_sha256"  # the manifest's last field: the SHA-256 of its 
 MANIFEST_REQUIRED = ("input", "logits_name", "num_classes", "config", "trainable", "files")
 PORTABLE_KEY = "portable"  # the portable graphs' section (or its "error")
 ADAPT_KEY = "adapt"  # the one adapt graph's section (or its "error")
+MEMORY_KEY = "memory"  # the measured updating peak, and the budget it was chosen for
 ERROR_KEY = "error"  # a section's only key where its graphs were not written: why
 FILE_KEY = "file"  # the adapt section's graph; the weights section's file
 # The portable section (and its "ort_format" subsection, which names the .ort files).

@@ -27,7 +27,13 @@ from realm_runtime import (
 from ._adapter import AdaptResult, RealmAdapter
 from ._loss import entropy
 from ._margin import decision_margin, prediction_cosines
-from ._params import last_block_patterns, norm_affine_names, norm_layer_types, select_trainable
+from ._params import (
+    last_block_patterns,
+    norm_affine_names,
+    norm_layer_types,
+    select_trainable,
+    stage_count,
+)
 from .methods import eata_loss, robust_loss
 
 __version__ = "0.1.0"
@@ -50,4 +56,5 @@ __all__ = [
     "prediction_cosines",
     "robust_loss",
     "select_trainable",
+    "stage_count",
 ]

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 from torch import nn
 
-from ._stages import feature_info_modules, last_stages_frozen, timm_groups
+from ._stages import feature_info_modules, last_stages_frozen, model_stages, timm_groups
 
 # torch's own normalisation families; timm's BatchNormAct2d, GroupNorm1, LayerNorm2d, the
 # *Act and *Fp32 variants all subclass one of these (checked on timm 1.0.31).
@@ -194,6 +194,16 @@ def _timm_last_block(model: nn.Module) -> tuple[str, ...] | None:
     frozen_groups = body[-max(1, len(body) // 4) :] if len(body) >= _ISOTROPIC_GROUPS else body[-1:]
     frozen = [*(n for g in frozen_groups for n in g), *read[1]]
     return tuple(rf"{re.escape(n)}$" for n in frozen)
+
+
+def stage_count(model: nn.Module) -> int:
+    """How many stages with norm layers ``model`` has: the values ``adapt_stages`` takes.
+
+    Raises:
+        ValueError: the model's stages cannot be told (timm's metadata and the usual
+            attributes are missing), in one sentence.
+    """
+    return len(model_stages(model, norm_affine_names(model)).body)
 
 
 def select_trainable(

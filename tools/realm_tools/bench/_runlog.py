@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._machine import cpu_name
+from realm_runtime import cpu_name
 
 
 def weights_digest(model: nn.Module) -> str:

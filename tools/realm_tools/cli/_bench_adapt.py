@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .._machine import cpu_name
+from realm_runtime import cpu_name
+
 from ._common import progress_factory
 
 

@@ -9,7 +9,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .._machine import cpu_name
+from realm_runtime import cpu_name
+
 from ._common import run_header, write_atomic
 
 DEFAULT_MODELS = [

@@ -8,7 +8,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .._machine import cpu_name
+from realm_runtime import cpu_name
 
 
 def progress_factory(unit: str = "sample") -> Callable[[str, int], Callable[[int], None]]:

@@ -97,6 +97,33 @@ def add_export_parser(sub: Any) -> None:
         default=None,
         help="sign the manifest with this Ed25519 private key (realm.sig; `realm keygen`)",
     )
+    memory = p.add_argument_group("memory (a fresh process adapting, every sample updating)")
+    memory.add_argument(
+        "--memory-budget",
+        type=float,
+        metavar="MB",
+        default=None,
+        help="adapt the norms of as many of the model's last stages as keep the measured "
+        "updating peak within MB (every stage where they all fit); the peak goes into the "
+        "manifest",
+    )
+    memory.add_argument(
+        "--measure-memory",
+        action="store_true",
+        help="measure the updating peak into the manifest, without a budget",
+    )
+    memory.add_argument(
+        "--memory-python",
+        metavar="PYTHON",
+        default=None,
+        help="the interpreter whose onnxruntime measures, e.g. the app's venv (default: this one)",
+    )
+    memory.add_argument(
+        "--memory-threads",
+        type=int,
+        default=None,
+        help="ONNX Runtime threads while measuring, as the app sets them (default: ORT's)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.add_argument("--cache-dir", default=".cache", help="where the digits model is cached")
     p.set_defaults(func=run_export)
@@ -115,6 +142,8 @@ def run_export(args: argparse.Namespace) -> int:
     """Run ``realm export`` with parsed arguments; returns the exit code."""
     from realm_export import (
         ExportOptions,
+        MemoryBudgetError,
+        MemoryCheck,
         UnsupportedModelError,
         ValidationError,
         export_realm_artifacts,
@@ -137,6 +166,13 @@ def run_export(args: argparse.Namespace) -> int:
         else:
             shape = _default_shape(model, args.model)
         config = RealmConfig.preset(args.preset, num_classes=num_classes, method=args.method)
+        memory = None
+        if args.memory_budget is not None or args.measure_memory:
+            memory = MemoryCheck(
+                budget_mb=args.memory_budget,
+                python=args.memory_python,
+                threads=args.memory_threads,
+            )
     except (ValueError, FileNotFoundError) as exc:
         print(f"realm export: {exc}", file=sys.stderr)
         return 2
@@ -169,11 +205,15 @@ def run_export(args: argparse.Namespace) -> int:
                 signing_key=args.sign,
                 overwrite=args.overwrite,
                 model_info=info,
+                memory=memory,
             ),
             progress=progress,
         )
     except ValidationError as exc:
         print(f"realm export: validation FAILED, nothing written.\n{exc}", file=sys.stderr)
+        return 1
+    except MemoryBudgetError as exc:
+        print(f"realm export: {exc}; nothing written", file=sys.stderr)
         return 1
     except ImportError as exc:
         print(f"realm export: {exc}", file=sys.stderr)
@@ -216,4 +256,25 @@ def run_export(args: argparse.Namespace) -> int:
         )
     if result.training_error is not None:
         print(f"legacy training artifacts {result.training_error}")
+    if result.manifest.memory:
+        print(memory_summary(result.manifest.memory))
     return 0
+
+
+def memory_summary(memory: dict[str, Any]) -> str:
+    """The manifest's ``memory`` section as the lines ``realm export`` prints."""
+    threads = f"{memory['threads']} threads" if memory.get("threads") else "ORT's default threads"
+    lines = [
+        f"updating peak: {memory['peak_mb']:.1f} MB (a fresh process, {memory['samples']} "
+        f"samples every one updating; onnxruntime {memory['onnxruntime']}, {threads}, "
+        f"{memory['cpu']})"
+    ]
+    if "budget_mb" in memory:
+        stages = memory["adapt_stages"]
+        chosen = "every stage" if stages is None else f"the last {stages} of the stages"
+        tried = ", ".join(
+            f"{'all' if t['adapt_stages'] is None else t['adapt_stages']}: {t['peak_mb']:.1f} MB"
+            for t in memory["tried"]
+        )
+        lines.append(f"memory budget {memory['budget_mb']:g} MB: adapting {chosen} (tried {tried})")
+    return "\n".join(lines)

@@ -34,7 +34,8 @@ def run_train_command(args: argparse.Namespace) -> int:
     """Run ``realm train`` with parsed arguments; returns the exit code."""
     from safetensors.torch import save_file
 
-    from .._machine import cpu_name
+    from realm_runtime import cpu_name
+
     from ..models import RECIPES, train_fashion_model, weights_file
 
     if args.epochs is not None and args.epochs < 1:

@@ -10,7 +10,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .._machine import cpu_name
+from realm_runtime import cpu_name
+
 from ._models import COVERAGE_CLASSES, COVERAGE_PRESET
 from ._row import CoverageRow, finite_figures, one_line
 

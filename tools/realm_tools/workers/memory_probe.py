@@ -21,8 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._memory import peak_rss_mb
-from .runtime_rss import block_torch
+from realm_runtime import block_torch, peak_rss_mb
 
 ROLES = ("bare", "inference", "skip", "update", "turns")
 # Decision settings that refuse every sample after the first (S_div has no EMA before it).

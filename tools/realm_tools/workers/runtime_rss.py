@@ -9,27 +9,11 @@ module: it also runs in interpreters without torch (``.venv-runtime``).
 from __future__ import annotations
 
 import argparse
-import importlib.abc
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
 
-from ._memory import peak_rss_mb
-
-
-class _NoTorch(importlib.abc.MetaPathFinder):
-    """As on a device without torch: onnxruntime's import-time probes then skip it."""
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
-        if name == "torch" or name.startswith("torch."):
-            raise ModuleNotFoundError(f"No module named {name!r} (blocked)")
-        return None
-
-
-def block_torch() -> None:
-    """Make torch unimportable in this process, as on a device (before numpy is imported)."""
-    sys.meta_path.insert(0, _NoTorch())
+from realm_runtime import block_torch, peak_rss_mb
 
 
 def main(argv: Sequence[str] | None = None) -> int:

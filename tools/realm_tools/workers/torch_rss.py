@@ -13,10 +13,10 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from realm_runtime import peak_rss_mb
 from realm_sdk import RealmAdapter, RealmConfig
 
 from ..models import build_model
-from ._memory import peak_rss_mb
 
 
 def main(argv: Sequence[str] | None = None) -> int:
