@@ -116,7 +116,7 @@ def export_realm_artifacts(
     plan = _settle(model, out_dir, options if options is not None else ExportOptions(), progress)
     memory = plan.options.memory
     if memory is not None and memory.budget_mb is not None:
-        plan = fit_budget(model, plan, lambda trial: _run(model, trial, start))
+        plan = fit_budget(model, plan, lambda trial: _run(model, trial, start).manifest)
     return _run(model, plan, start)
 
 

@@ -16,20 +16,17 @@ import math
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torch import nn
 
-from realm_runtime import measure_update_peak
+from realm_runtime import Manifest, measure_update_peak
 from realm_runtime.contract import ERROR_KEY, FILE_KEY, MANIFEST_NAME
 from realm_sdk import RealmConfig, select_trainable, stage_count
 
 from ._directory import manifest_bytes
 from ._errors import MemoryBudgetError, UnsupportedModelError
 from ._plan import Built, Plan, Stages, Traced
-
-if TYPE_CHECKING:
-    from ._export import ExportInfo
 
 log = logging.getLogger(__name__)
 
@@ -69,14 +66,14 @@ def with_memory(plan: Plan, traced: Traced, built: Built) -> Built:
     return dataclasses.replace(built, memory=memory)
 
 
-def fit_budget(model: nn.Module, plan: Plan, export: Callable[[Plan], ExportInfo]) -> Plan:
+def fit_budget(model: nn.Module, plan: Plan, export: Callable[[Plan], Manifest]) -> Plan:
     """The plan with ``config.adapt_stages`` set to the most stages whose peak fits.
 
     Args:
         model: the user's model (its stages are counted).
         plan: the settled plan; ``plan.options.memory.budget_mb`` is set.
         export: runs one export of a plan (a trial's: no validation, into a temporary
-            directory) and returns what it wrote.
+            directory) and returns its manifest.
 
     Returns:
         The plan to export, each trial in its ``budget_trials`` as
@@ -142,7 +139,7 @@ def _adapts_something(model: nn.Module, config: RealmConfig, stages: int | None)
     return True
 
 
-def _trial_peak(plan: Plan, stages: int | None, export: Callable[[Plan], ExportInfo]) -> float:
+def _trial_peak(plan: Plan, stages: int | None, export: Callable[[Plan], Manifest]) -> float:
     """The measured peak of ``plan`` exported with ``adapt_stages=stages``, unvalidated."""
     label = _stages_label(stages)
     config = dataclasses.replace(plan.config, adapt_stages=stages)
@@ -170,8 +167,8 @@ def _trial_peak(plan: Plan, stages: int | None, export: Callable[[Plan], ExportI
             signing_key=None,
             notify=Stages(lambda stage: notify(f"budget, trying {label}: {stage}")),
         )
-        info = export(trial)
-    return float(info.manifest.memory["peak_mb"])
+        manifest = export(trial)
+    return float(manifest.memory["peak_mb"])
 
 
 def _refusal(budget: float, fewest: int | None, tried: dict[int | None, float], check: Any) -> str:
