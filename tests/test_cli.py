@@ -55,3 +55,37 @@ def test_demo_runs_the_digits_where_fashion_mnist_is_missing(tmp_path, monkeypat
 def test_demo_refuses_a_corruption_of_the_other_task(capsys):
     assert main(["demo", "--data", "digits", "--corruptions", "frost"]) == 2
     assert "unknown corruptions ['frost'] for the digits demo" in capsys.readouterr().err
+
+
+_HELP = """
+import sys
+from realm_tools.cli import main
+try:
+    main(sys.argv[1:] + ["--help"])
+except SystemExit as stop:
+    assert stop.code == 0, stop.code
+print(sorted(m for m in ("torch", "scipy", "onnx", "onnxscript") if m in sys.modules))
+"""
+
+
+@pytest.mark.parametrize("command", [[], ["export"], ["bench", "quality"], ["coverage"]])
+def test_help_imports_no_heavy_library(command):
+    # What makes `realm --help` slow is what it imports: torch alone takes seconds.
+    done = subprocess.run(
+        [sys.executable, "-c", _HELP, *command], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_export_without_the_export_extra_says_what_is_missing():
+    script = (
+        "import sys\nfrom realm_runtime import block_torch\nblock_torch()\n"
+        "from realm_tools.cli import main\n"
+        "sys.exit(main(['export', '--model', 'digits', '--out', 'unused']))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2
+    assert "realm export needs the export extra (missing: torch)" in done.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import tempfile
@@ -9,6 +10,31 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from realm_runtime import cpu_name
+
+# What the export extra installs, beside the exporter itself.
+_EXPORT_MODULES = ("realm_export", "torch", "onnx", "onnxscript", "onnxruntime")
+
+
+def export_extra_missing(command: str) -> str | None:
+    """The sentence ``realm <command>`` prints where the export extra is not installed.
+
+    Looked up, not imported: importing the exporter loads torch, which neither
+    ``realm --help`` nor a command's ``--help`` should wait for.
+    """
+    absent = [m for m in _EXPORT_MODULES if not _installed(m)]
+    if not absent:
+        return None
+    return (
+        f"realm {command} needs the export extra (missing: {', '.join(absent)}): "
+        "pip install 'realm-tta[export]'"
+    )
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a finder that refuses it (as on a device: no torch)
+        return False
 
 
 def progress_factory(unit: str = "sample") -> Callable[[str, int], Callable[[int], None]]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..coverage import COVERAGE_MODELS, WARMUP
-from ._common import progress_factory
+from ._common import export_extra_missing, progress_factory
 
 
 def add_coverage_parser(sub: Any) -> None:
@@ -61,6 +61,10 @@ def add_coverage_parser(sub: Any) -> None:
 
 def run_coverage_command(args: argparse.Namespace) -> int:
     """Run ``realm coverage`` with parsed arguments; returns the exit code."""
+    missing = export_extra_missing("coverage")
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
     import timm
 
     from ..coverage import (

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from realm_runtime import METHODS, PRESETS
 
+from ._common import export_extra_missing
+
 if TYPE_CHECKING:  # torch stays an import of the export itself
     from torch import nn
 
@@ -140,6 +142,10 @@ def _default_shape(model: nn.Module, spec: str) -> tuple[int, ...]:
 
 def run_export(args: argparse.Namespace) -> int:
     """Run ``realm export`` with parsed arguments; returns the exit code."""
+    missing = export_extra_missing("export")
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
     from realm_export import (
         ExportOptions,
         MemoryBudgetError,

@@ -6,7 +6,6 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from ._bench_adapt import add_adapt_parser
 from ._bench_memory import add_memory_parser
@@ -41,30 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_memory_parser(bench)
     add_parity_parser(sub)
     add_train_parser(sub)
-    for command, add in (("export", add_export_parser), ("coverage", add_coverage_parser)):
-        if not _export_missing(sub, command):
-            add(sub)
+    add_export_parser(sub)
+    add_coverage_parser(sub)
     return parser
-
-
-def _export_missing(sub: Any, command: str) -> bool:
-    """Without the export extra (onnx, onnxscript, ONNX Runtime), ``command`` says so."""
-    try:
-        import realm_export  # noqa: F401
-    except ImportError as exc:
-        missing = str(exc)
-
-        def _no_export(_args: argparse.Namespace) -> int:
-            print(
-                f"realm {command} needs the export extra ({missing}): "
-                "pip install 'realm-tta[export]'",
-                file=sys.stderr,
-            )
-            return 2
-
-        sub.add_parser(command, help="(needs the export extra)").set_defaults(func=_no_export)
-        return True
-    return False
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -33,10 +33,10 @@ import io
 from collections.abc import Callable
 from functools import cache
 from importlib import resources
+from typing import Any
 
 import numpy as np
 from PIL import Image
-from scipy import ndimage
 
 CIFAR_C_CORRUPTIONS: tuple[str, ...] = (
     "gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur",
@@ -55,6 +55,13 @@ _FROST: dict[int, np.ndarray] = {}
 Corruption = Callable[[np.ndarray, int, np.random.Generator], np.ndarray]
 
 
+def _ndimage() -> Any:
+    """scipy.ndimage, imported when a corruption first runs: not by ``realm --help``."""
+    from scipy import ndimage
+
+    return ndimage
+
+
 def _unit(x: np.ndarray) -> np.ndarray:
     """Clip a [0, 1] image and scale it to [0, 255], as every reference corruption ends."""
     return np.clip(x, 0, 1) * 255
@@ -62,7 +69,7 @@ def _unit(x: np.ndarray) -> np.ndarray:
 
 def _gauss(x: np.ndarray, sigma: float, mode: str = "nearest", truncate: float = 4.0) -> np.ndarray:
     """``skimage.filters.gaussian`` of each image of a ``(N, H, W)`` stack."""
-    return ndimage.gaussian_filter(x, (0, sigma, sigma), mode=mode, truncate=truncate)
+    return _ndimage().gaussian_filter(x, (0, sigma, sigma), mode=mode, truncate=truncate)
 
 
 def _box3(x: np.ndarray) -> np.ndarray:
@@ -120,7 +127,7 @@ def _zoom_matrix(zoom: float) -> np.ndarray:
     """The 32×32 matrix ``B`` with ``clipped_zoom(x, zoom) == B @ x @ B.T`` (order-1 zoom)."""
     ch = int(np.ceil(SIZE / zoom))
     top = (SIZE - ch) // 2
-    grown = ndimage.zoom(np.eye(ch), (zoom, 1), order=1)  # column j: the zoomed unit vector
+    grown = _ndimage().zoom(np.eye(ch), (zoom, 1), order=1)  # column j: the zoomed unit vector
     trim = (grown.shape[0] - SIZE) // 2
     matrix = np.zeros((SIZE, SIZE))
     matrix[:, top : top + ch] = grown[trim : trim + SIZE]
@@ -194,7 +201,7 @@ def _canny(img: np.ndarray, low: int, high: int) -> np.ndarray:
     weak = peak & (m > low)
     eight = np.zeros((3, 3, 3), bool)
     eight[1] = True  # 8-connected within each image, never across images
-    labels, _ = ndimage.label(weak, structure=eight)
+    labels, _ = _ndimage().label(weak, structure=eight)
     return np.isin(labels, labels[weak & (m > high)])
 
 
@@ -279,10 +286,10 @@ def _defocus_blur(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray
     disk /= disk.sum()
     taps = np.exp(-(np.arange(-1.0, 2.0) ** 2) / (2 * alias * alias))  # cv2.GaussianBlur 3×3
     for axis in (0, 1):
-        disk = ndimage.correlate1d(disk, taps / taps.sum(), axis=axis, mode="mirror")
+        disk = _ndimage().correlate1d(disk, taps / taps.sum(), axis=axis, mode="mirror")
     r = int(np.abs(grid[disk.any(axis=0)]).max())  # drop the all-zero margin: same result
     kernel = disk[8 - r : 9 + r, 8 - r : 9 + r].astype(np.float64)
-    return _unit(ndimage.correlate(x / 255, kernel[None], mode="mirror"))  # cv2.filter2D
+    return _unit(_ndimage().correlate(x / 255, kernel[None], mode="mirror"))  # cv2.filter2D
 
 
 def _motion_blur(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
@@ -404,7 +411,7 @@ def _spatter(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
     dist = _chamfer5(_canny(liquid8, 50, 150), cap=20.0)  # THRESH_TRUNC at 20
     dist = _equalize(_box3(dist).astype(np.float32).astype(np.uint8))
     emboss = np.array([[-2, -1, 0], [-1, 1, 1], [0, 1, 2]])
-    dist = np.clip(ndimage.correlate(dist.astype(np.int64), emboss[None], mode="mirror"), 0, 255)
+    dist = np.clip(_ndimage().correlate(dist.astype(np.int64), emboss[None], mode="mirror"), 0, 255)
     m = liquid8 * np.rint(_box3(dist)).astype(np.float32)
     peak = m.max(axis=(1, 2), keepdims=True)
     m = np.divide(m, peak, out=np.zeros_like(m), where=peak > 0) * strength
