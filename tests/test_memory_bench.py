@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
-from realm_tools.bench import live_peak_mb, probe
+from realm_tools.bench import live_peak_mb, node_missing, node_peak, probe
 
 MB = 1 << 20
 
@@ -44,3 +47,20 @@ def test_the_probe_reports_each_role_without_torch(digits_artifacts, tmp_path):
     inference = probe(digits_artifacts[0], "inference", stream, 1)
     assert bare["ms"] is None and update["ms"] > 0 and inference["ms"] > 0
     assert 0 < bare["peak"] < update["peak"] and bare["peak"] < inference["peak"]
+
+
+def test_the_node_app_is_measured_updating(digits_artifacts):
+    missing = node_missing()
+    if missing is not None:
+        pytest.skip(missing)
+    directory, config = digits_artifacts
+    stream = np.random.default_rng(0).standard_normal((3, 1, 32, 32)).astype(np.float32)
+    peak = node_peak(directory, stream, 1, config.num_classes)
+    # A whole node process with onnxruntime-node and the graphs loaded: more than node alone.
+    bare = subprocess.run(
+        ["node", "-e", "console.log(process.memoryUsage().rss / 2 ** 20)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert float(bare.stdout) < peak

@@ -24,7 +24,15 @@ from ._evaluate import OnlineResult, run_online
 from ._examples import plot_examples
 from ._external import ExternalRuntime, ExternalSide
 from ._flops import MachinePeak, count_flops, machine_peak
-from ._memory import MemoryRow, bench_memory, format_memory, live_peak_mb, probe
+from ._memory import (
+    MemoryRow,
+    bench_memory,
+    format_memory,
+    live_peak_mb,
+    node_missing,
+    node_peak,
+    probe,
+)
 from ._quality import METHODS as QUALITY_METHODS  # the quality table's rows, not RealmConfig's
 from ._quality import (
     QualityRun,
@@ -76,6 +84,8 @@ __all__ = [
     "live_peak_mb",
     "machine_peak",
     "method_config",
+    "node_missing",
+    "node_peak",
     "plot_examples",
     "plot_quality",
     "plot_speed",

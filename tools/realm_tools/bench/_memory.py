@@ -12,6 +12,9 @@ alive at once in ``step_model.onnx`` (the adapt graph's updating branch) less th
 from __future__ import annotations
 
 import json
+import math
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -61,6 +64,7 @@ class MemoryRow:
     ms: dict[str, float] = field(default_factory=dict)  # median per sample, by role
     # median ms per sample of each variant, skipping and updating, taking turns in one process
     turns: dict[str, dict[str, float]] = field(default_factory=dict)
+    node: float | None = None  # the Node edge app (onnxruntime-node) updating; None: not run
 
     @property
     def floor(self) -> float:
@@ -133,6 +137,51 @@ def probe(
     }
 
 
+NODE_APP = Path(__file__).resolve().parents[3] / "examples" / "node" / "edge-app.mjs"
+
+
+def node_missing() -> str | None:
+    """Why the Node edge app cannot be measured here, or None where it can."""
+    if shutil.which("node") is None:
+        return "Node.js not found"
+    if not (NODE_APP.parent / "node_modules" / "onnxruntime-node").is_dir():
+        return "examples/node/node_modules lacks onnxruntime-node: run `make web-deps`"
+    return None
+
+
+def node_peak(artifacts: Path, stream: np.ndarray, threads: int, classes: int) -> float:
+    """The peak RSS (MB) of the Node edge app adapting on ``stream``, every sample updating.
+
+    The app's settings are opened as :func:`realm_runtime.updating_overrides` opens the
+    Python runtime's (S_div's d = 1, EATA's e0 = ln C + 0.1); the peak is the OS's figure
+    for the whole node process (``wait4``), as VmHWM is for the Python probes.
+
+    Raises:
+        RuntimeError: the app failed, with its last error line.
+    """
+    from realm_runtime.contract import DIVERSITY_MARGIN_NAME, ENTROPY_MARGIN_NAME
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "stream"
+        folder.mkdir()
+        for i, x in enumerate(stream):
+            np.save(folder / f"{i:05d}.npy", x)
+        command = ["node", str(NODE_APP), "--artifacts", str(artifacts), "--stream", str(folder)]
+        command += ["--threads", str(threads), "--quiet", "--checkpoint-every", "100000"]
+        command += ["--set", f"{DIVERSITY_MARGIN_NAME}=1"]
+        command += ["--set", f"{ENTROPY_MARGIN_NAME}={math.log(classes) + 0.1}"]
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        err = process.stderr.read() if process.stderr else ""
+    if process.returncode != 0:
+        last = (err.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"the Node edge app failed on {artifacts}: {last}")
+    return usage.ru_maxrss / 1024  # KiB on Linux
+
+
 def bench_memory(
     name: str,
     *,
@@ -142,6 +191,7 @@ def bench_memory(
     python: str | None = None,
     seed: int = 0,
     adapt_stages: int | None = None,
+    node: bool = False,
     on_step: Callable[[str], None] | None = None,
 ) -> MemoryRow:
     """Export ``name`` (no legacy files, no validation) and measure every role and variant.
@@ -154,6 +204,7 @@ def bench_memory(
         python: the interpreter of the probes (e.g. ``.venv-runtime/bin/python``).
         seed: of the weights and the stream.
         adapt_stages: adapt only the last this many stages (``RealmConfig.adapt_stages``).
+        node: also measure the Node edge app (``examples/node``) updating on the stream.
         on_step: told the name of each step as it starts (a progress bar's hook).
     """
     from realm_export import ExportOptions, export_realm_artifacts
@@ -184,6 +235,10 @@ def bench_memory(
             figures[variant] = probe(directory, "update", stream, threads, python, entries)
         tell("timing the settings, taking turns")
         turns = probe(directory, "turns", stream, threads, python, variants=VARIANTS)["turns"]
+        node_mb = None
+        if node:
+            tell("the Node edge app")
+            node_mb = node_peak(directory, xs, threads, classes)
     return MemoryRow(
         model=name,
         adapt_stages=adapt_stages,
@@ -198,6 +253,7 @@ def bench_memory(
         variants={v: figures[v]["peak"] for v in VARIANTS},
         ms={k: v["ms"] for k, v in figures.items() if v["ms"] is not None},
         turns=turns,
+        node=node_mb,
     )
 
 
@@ -218,6 +274,21 @@ def format_memory(rows: list[MemoryRow]) -> str:
             f"{r.inference:.0f} | {r.skip:.0f} | {r.update:.0f} | {r.floor:.0f} | "
             f"{r.update / r.floor:.2f}× | {r.update / r.inference:.2f}× |"
         )
+    nodes = [r for r in rows if r.node is not None]
+    if nodes:
+        lines += [
+            "",
+            "The Node edge app (examples/node, onnxruntime-node), every sample updating, peak "
+            "RSS of the node process (MB), beside the Python runtime's:",
+            "",
+            "| model | Node app | Python runtime | Node / Python |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {_label(r)} | {r.node:.0f} | {r.update:.0f} | {r.node / r.update:.2f}× |"
+            for r in nodes
+            if r.node is not None
+        ]
     names = [v for v in VARIANTS if v != "default"]
     lines += [
         "",

@@ -50,6 +50,11 @@ def add_memory_parser(bench: Any) -> None:
         default=None,
         help="the probes' interpreter, e.g. .venv-runtime/bin/python (default: this one)",
     )
+    memory.add_argument(
+        "--node",
+        action="store_true",
+        help="also measure the Node edge app (examples/node; needs `make web-deps`)",
+    )
     memory.add_argument("--out", default=None, help="write memory.md and memory.json here")
     memory.set_defaults(func=run_memory_command)
 
@@ -60,6 +65,13 @@ def run_memory_command(args: argparse.Namespace) -> int:
 
     from ..bench import bench_memory, format_memory
 
+    if args.node:
+        from ..bench import node_missing
+
+        missing = node_missing()
+        if missing:
+            print(f"realm bench memory --node: {missing}", file=sys.stderr)
+            return 2
     rows = []
     stage_counts = [None, *(args.adapt_stages or [])]
     jobs = [(name, k) for name in args.models for k in stage_counts]
@@ -73,6 +85,7 @@ def run_memory_command(args: argparse.Namespace) -> int:
                     image_size=args.image_size,
                     python=args.runtime_python,
                     adapt_stages=k,
+                    node=args.node,
                     on_step=lambda step, name=name: bar.set_postfix_str(f"{name}: {step}"),
                 )
             )
