@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import subprocess
 import sys
@@ -140,6 +139,17 @@ def probe(
 NODE_APP = Path(__file__).resolve().parents[3] / "examples" / "node" / "edge-app.mjs"
 
 
+# Preloaded into the node process: its own peak (VmHWM, KiB) written as it exits.
+_NODE_HWM = """
+import { readFileSync, writeFileSync } from "node:fs";
+process.on("exit", () => {
+  const status = readFileSync("/proc/self/status", "utf8");
+  const line = status.split("\\n").find((l) => l.startsWith("VmHWM:"));
+  writeFileSync(HWM_FILE, line.split(/\\s+/)[1]);
+});
+"""
+
+
 def node_missing() -> str | None:
     """Why the Node edge app cannot be measured here, or None where it can."""
     if shutil.which("node") is None:
@@ -153,8 +163,9 @@ def node_peak(artifacts: Path, stream: np.ndarray, threads: int, classes: int) -
     """The peak RSS (MB) of the Node edge app adapting on ``stream``, every sample updating.
 
     The app's settings are opened as :func:`realm_runtime.updating_overrides` opens the
-    Python runtime's (S_div's d = 1, EATA's e0 = ln C + 0.1); the peak is the OS's figure
-    for the whole node process (``wait4``), as VmHWM is for the Python probes.
+    Python runtime's (S_div's d = 1, EATA's e0 = ln C + 0.1). The node process reports its
+    own VmHWM as it exits (a preloaded module): the OS's ``ru_maxrss`` of a child keeps the
+    parent's peak across fork and exec, and this parent holds torch.
 
     Raises:
         RuntimeError: the app failed, with its last error line.
@@ -162,24 +173,25 @@ def node_peak(artifacts: Path, stream: np.ndarray, threads: int, classes: int) -
     from realm_runtime.contract import DIVERSITY_MARGIN_NAME, ENTROPY_MARGIN_NAME
 
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp) / "stream"
+        folder, hwm, errors = Path(tmp) / "stream", Path(tmp) / "hwm.txt", Path(tmp) / "err.txt"
         folder.mkdir()
         for i, x in enumerate(stream):
             np.save(folder / f"{i:05d}.npy", x)
-        command = ["node", str(NODE_APP), "--artifacts", str(artifacts), "--stream", str(folder)]
+        preload = Path(tmp) / "hwm.mjs"
+        preload.write_text(_NODE_HWM.replace("HWM_FILE", json.dumps(str(hwm))))
+        command = ["node", "--import", preload.as_uri(), str(NODE_APP)]
+        command += ["--artifacts", str(artifacts), "--stream", str(folder)]
         command += ["--threads", str(threads), "--quiet", "--checkpoint-every", "100000"]
         command += ["--set", f"{DIVERSITY_MARGIN_NAME}=1"]
         command += ["--set", f"{ENTROPY_MARGIN_NAME}={math.log(classes) + 0.1}"]
-        process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        _, status, usage = os.wait4(process.pid, 0)
-        process.returncode = os.waitstatus_to_exitcode(status)
-        err = process.stderr.read() if process.stderr else ""
-    if process.returncode != 0:
+        with errors.open("w") as sink:  # a file, not a pipe: nothing blocks while it runs
+            code = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=sink).returncode
+        err = errors.read_text(errors="replace")
+        kib = hwm.read_text().strip() if hwm.exists() else ""
+    if code != 0 or not kib:
         last = (err.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"the Node edge app failed on {artifacts}: {last}")
-    return usage.ru_maxrss / 1024  # KiB on Linux
+    return int(kib) / 1024
 
 
 def bench_memory(
