@@ -161,7 +161,8 @@ export class AdaptClient {
       return /** @type {Uint8Array} */ (bytes);
     };
     /** @type {Record<string, any>} */
-    const sessionOptions = { logSeverityLevel: 3, graphOptimizationLevel: "all" };
+    // No memory-pattern planner (as RealmRuntime): it keeps a block sized for a whole run.
+    const sessionOptions = { logSeverityLevel: 3, graphOptimizationLevel: "all", enableMemPattern: false };
     if (options.threads) sessionOptions.intraOpNumThreads = options.threads;
     if (options.executionProviders) sessionOptions.executionProviders = options.executionProviders;
     const weights = manifest.portable.weights?.file;
