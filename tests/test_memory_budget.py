@@ -102,8 +102,6 @@ def test_a_budget_nothing_fits_writes_nothing(tmp_path):
 
 def test_measure_only_writes_the_figure_and_the_cli_prints_it(tmp_path, capsys):
     out = tmp_path / "artifacts"
-    timm_model = timm.create_model("resnet18", pretrained=False, num_classes=10)
-    torch.save(timm_model.state_dict(), tmp_path / "w.pt")
     code = main(
         [
             "export",
@@ -111,8 +109,6 @@ def test_measure_only_writes_the_figure_and_the_cli_prints_it(tmp_path, capsys):
             "timm:resnet18",
             "--num-classes",
             "10",
-            "--weights",
-            str(tmp_path / "w.pt"),
             "--input-shape",
             "1,3,32,32",
             "--no-training",
