@@ -269,7 +269,8 @@ def run_export(args: argparse.Namespace) -> int:
 
 def memory_summary(memory: dict[str, Any]) -> str:
     """The manifest's ``memory`` section as the lines ``realm export`` prints."""
-    threads = f"{memory['threads']} threads" if memory.get("threads") else "ORT's default threads"
+    count = memory.get("threads")
+    threads = f"{count} thread{'s' * (count != 1)}" if count else "ORT's default threads"
     lines = [
         f"updating peak: {memory['peak_mb']:.1f} MB (a fresh process, {memory['samples']} "
         f"samples every one updating; onnxruntime {memory['onnxruntime']}, {threads}, "
