@@ -164,7 +164,7 @@ def measure_update_peak(
     except OSError as exc:
         raise ArtifactError(
             f"cannot run {command[0]} to measure the updating peak: {exc.strerror}; pass the "
-            "path of a Python interpreter that has realm_runtime and onnxruntime installed"
+            "path of a Python interpreter that has onnxruntime and numpy installed"
         ) from exc
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
