@@ -136,6 +136,31 @@ fmnist-tables: $(STAMP) data
 			--passes 2 --horizon 10000 --junk-length 500 --out docs/fmnist/$$m-streams || exit 1; \
 	done
 
+# The memory tables of docs/BENCHMARKS.md and docs/memory/, and what adapting fewer stages
+# costs on Fashion-MNIST-C (docs/fmnist.md), by this one command: about an hour on two cores.
+RUNTIME_PY   = .venv-runtime/bin/python
+MEMORY_BENCH = $(BIN)/realm bench memory --runtime-python $(RUNTIME_PY)
+.PHONY: memory-tables
+memory-tables: $(STAMP) data $(RUNTIME_PY) web-deps
+	$(MEMORY_BENCH) --out docs/memory
+	$(MEMORY_BENCH) --models timm:mobilenetv3_large_100 resnet50_gn --adapt-stages 2 3 \
+		--out docs/memory/stages-224
+	$(MEMORY_BENCH) --models fmnist_resnet26_gn --adapt-stages 1 2 --out docs/memory/stages-fmnist
+	$(MEMORY_BENCH) --models timm:mobilenetv3_large_100 fmnist_resnet26_gn fmnist_vit_ln --node \
+		--out docs/memory/node
+	$(FMNIST_BENCH) --model resnet26_gn --settings episodic --seeds 0 --limit 1000 --methods realm \
+		--set adapt_stages=1 --out docs/fmnist/resnet26_gn-stages1
+	@for k in 1 2; do \
+		$(FMNIST_BENCH) --model resnet26_gn --settings continual --seeds $(FMNIST_SEEDS) \
+			--limit 100 --passes 2 --methods realm realm-guarded --set adapt_stages=$$k \
+			--out docs/fmnist/resnet26_gn-stages$$k-continual || exit 1; \
+	done
+
+# The torch-free interpreter with the newest onnxruntime (the tests make and refresh it too).
+$(RUNTIME_PY):
+	python3 -m venv .venv-runtime
+	$(RUNTIME_PY) -m pip install --quiet --disable-pip-version-check --upgrade onnxruntime '.[runtime]'
+
 # What REALM's defaults were chosen on: the validation split (held-out training images,
 # corrupted with another seed), the paper's readings and ablations side by side.
 FMNIST_VAL = $(FMNIST_BENCH) --split val --settings episodic --seeds 0 --limit 500
