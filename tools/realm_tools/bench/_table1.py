@@ -68,11 +68,14 @@ def episodic_table(runs: Sequence[StreamRun], labels: dict[str, str]) -> list[st
         out.append(f"| {row} | " + " | ".join(cells) + " |")
     if "none" in methods:
 
-        def average(method: str) -> float:
-            return float(
-                np.mean([r.accuracy for r in episodic if r.method == method and r.accuracy])
-            )
+        def average(method: str) -> float | None:
+            kept = [r.accuracy for r in episodic if r.method == method and r.accuracy is not None]
+            return float(np.mean(kept)) if kept else None  # None: no labelled run
 
-        gains = [f"{average(m) - average('none'):+.1f}" for m in methods]
+        base = average("none")
+        gains = [
+            "–" if base is None or (mean := average(m)) is None else f"{mean - base:+.1f}"
+            for m in methods
+        ]
         out.append("| gain over no-adapt | " + " | ".join(gains) + " |")
     return out
