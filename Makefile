@@ -145,6 +145,8 @@ memory-tables: $(STAMP) data $(RUNTIME_PY) web-deps
 	$(MEMORY_BENCH) --out docs/memory
 	$(MEMORY_BENCH) --models timm:mobilenetv3_large_100 resnet50_gn --adapt-stages 2 3 \
 		--out docs/memory/stages-224
+	$(MEMORY_BENCH) --models timm:mobilenetv3_small_100 timm:efficientnet_b0 timm:resnet18 \
+		timm:mobilevit_xxs --adapt-stages 2 --out docs/memory/stages-224-more
 	$(MEMORY_BENCH) --models fmnist_resnet26_gn --adapt-stages 1 2 --out docs/memory/stages-fmnist
 	$(MEMORY_BENCH) --models timm:mobilenetv3_large_100 fmnist_resnet26_gn fmnist_vit_ln --node \
 		--out docs/memory/node
