@@ -64,3 +64,16 @@ def test_the_node_app_is_measured_updating(digits_artifacts):
         check=True,
     )
     assert float(bare.stdout) < peak
+
+
+def test_a_row_that_fails_keeps_the_others(tmp_path, capsys):
+    from realm_tools.cli import main
+
+    out = tmp_path / "memory"
+    argv = ["bench", "memory", "--models", "digits_gn", "--adapt-stages", "99"]
+    code = main([*argv, "--samples", "3", "--threads", "1", "--out", str(out)])
+    assert code == 1  # one row failed ...
+    assert "digits_gn, last 99 failed" in capsys.readouterr().err
+    written = (out / "memory.md").read_text()
+    assert "| digits_gn | 1×32×32 |" in written  # ... and the other was measured and kept
+    assert "Not measured:\n\n- digits_gn, last 99: " in written

@@ -63,7 +63,7 @@ def run_memory_command(args: argparse.Namespace) -> int:
     """Run ``realm bench memory`` with parsed arguments; returns the exit code."""
     from tqdm import tqdm
 
-    from ..bench import bench_memory, format_memory
+    from ..bench import bench_memory
 
     if args.node:
         from ..bench import node_missing
@@ -72,13 +72,15 @@ def run_memory_command(args: argparse.Namespace) -> int:
         if missing:
             print(f"realm bench memory --node: {missing}", file=sys.stderr)
             return 2
-    rows = []
+    rows: list[Any] = []
+    failed: list[str] = []
     stage_counts = [None, *(args.adapt_stages or [])]
     jobs = [(name, k) for name in args.models for k in stage_counts]
     with tqdm(jobs, desc="models", unit="export", file=sys.stderr) as bar:
         for name, k in bar:
-            rows.append(
-                bench_memory(
+            label = name if k is None else f"{name}, last {k}"
+            try:
+                row = bench_memory(
                     name,
                     samples=args.samples,
                     threads=args.threads,
@@ -88,15 +90,30 @@ def run_memory_command(args: argparse.Namespace) -> int:
                     node=args.node,
                     on_step=lambda step, name=name: bar.set_postfix_str(f"{name}: {step}"),
                 )
-            )
+            except (ValueError, RuntimeError) as exc:  # one row's failure keeps the others
+                failed.append(f"{label}: {exc}")
+                print(f"realm bench memory: {label} failed: {exc}", file=sys.stderr)
+            else:
+                rows.append(row)
+            if rows and args.out:  # kept as each row finishes
+                out = Path(args.out)
+                text = run_header("Memory", sys.argv) + _report(args, rows, failed)
+                write_atomic(out / "memory.md", text)
+                write_atomic(out / "memory.json", json.dumps([asdict(r) for r in rows], indent=1))
+    if rows:
+        print(_report(args, rows, failed))
+    return 1 if failed else 0
+
+
+def _report(args: argparse.Namespace, rows: list[Any], failed: list[str]) -> str:
+    """The report's header line and tables (and the rows that failed, each in a sentence)."""
+    from ..bench import format_memory
+
     head = (
         f"CPU: {cpu_name()}, {args.threads} threads; onnxruntime {rows[0].onnxruntime} "
         f"(the probes'); {args.samples} random samples per process; peak RSS (VmHWM), MB"
     )
     table = format_memory(rows)
-    print(head, table, sep="\n\n")
-    if args.out:
-        out = Path(args.out)
-        write_atomic(out / "memory.md", run_header("Memory", sys.argv) + head + "\n\n" + table)
-        write_atomic(out / "memory.json", json.dumps([asdict(r) for r in rows], indent=1))
-    return 0
+    if failed:
+        table += "\n\nNot measured:\n\n" + "\n".join(f"- {line}" for line in failed)
+    return head + "\n\n" + table
