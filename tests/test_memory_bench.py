@@ -70,10 +70,11 @@ def test_a_row_that_fails_keeps_the_others(tmp_path, capsys):
     from realm_tools.cli import main
 
     out = tmp_path / "memory"
-    argv = ["bench", "memory", "--models", "digits_gn", "--adapt-stages", "99"]
-    code = main([*argv, "--samples", "3", "--threads", "1", "--out", str(out)])
+    argv = ["bench", "memory", "--models", "timm:resnet18", "--image-size", "32"]
+    argv += ["--adapt-stages", "99", "--samples", "3", "--threads", "1", "--out", str(out)]
+    code = main(argv)
     assert code == 1  # one row failed ...
-    assert "digits_gn, last 99 failed" in capsys.readouterr().err
+    assert "timm:resnet18, last 99 failed" in capsys.readouterr().err
     written = (out / "memory.md").read_text()
-    assert "| digits_gn | 1×32×32 |" in written  # ... and the other was measured and kept
-    assert "Not measured:\n\n- digits_gn, last 99: " in written
+    assert "| timm:resnet18 | 3×32×32 |" in written  # ... and the other was measured and kept
+    assert "Not measured:\n\n- timm:resnet18, last 99: adapt_stages=99, but" in written
