@@ -66,15 +66,11 @@ def episodic_table(runs: Sequence[StreamRun], labels: dict[str, str]) -> list[st
                 text = f"**{text}**"
             cells.append(text)
         out.append(f"| {row} | " + " | ".join(cells) + " |")
+    averages = values  # the "average" row's, the last: each method's accuracy per run
     if "none" in methods:
-
-        def average(method: str) -> float | None:
-            kept = [r.accuracy for r in episodic if r.method == method and r.accuracy is not None]
-            return float(np.mean(kept)) if kept else None  # None: no labelled run
-
-        base = average("none")
+        base = averages["none"]
         gains = [
-            "–" if base is None or (mean := average(m)) is None else f"{mean - base:+.1f}"
+            f"{np.mean(averages[m]) - np.mean(base):+.1f}" if base and averages[m] else "–"
             for m in methods
         ]
         out.append("| gain over no-adapt | " + " | ".join(gains) + " |")
