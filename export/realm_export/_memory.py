@@ -16,7 +16,6 @@ import math
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from torch import nn
 
@@ -26,6 +25,7 @@ from realm_sdk import RealmConfig, select_trainable, stage_count
 
 from ._directory import manifest_bytes
 from ._errors import MemoryBudgetError, UnsupportedModelError
+from ._options import MemoryCheck
 from ._plan import Built, Plan, Stages, Traced
 
 log = logging.getLogger(__name__)
@@ -171,11 +171,14 @@ def _trial_peak(plan: Plan, stages: int | None, export: Callable[[Plan], Manifes
     return float(manifest.memory["peak_mb"])
 
 
-def _refusal(budget: float, fewest: int | None, tried: dict[int | None, float], check: Any) -> str:
+def _refusal(
+    budget: float, fewest: int | None, tried: dict[int | None, float], check: MemoryCheck
+) -> str:
     """The sentence of :class:`MemoryBudgetError`: the least it found, and what to do."""
     least = tried[fewest]
     what = _stages_label(fewest) if fewest is None else f"only {_stages_label(fewest)}"
-    threads = f"{check.threads} threads" if check.threads else "ONNX Runtime's default threads"
+    count = check.threads
+    threads = f"{count} thread{'s' * (count != 1)}" if count else "ONNX Runtime's default threads"
     return (
         f"no setting fits a memory budget of {budget:g} MB: adapting {what} peaks at "
         f"{least:.1f} MB ({threads}); raise the budget to at least {math.ceil(least)} MB, "
