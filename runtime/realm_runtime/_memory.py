@@ -14,7 +14,6 @@ import importlib.abc
 import json
 import math
 import platform
-import resource
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -86,6 +85,8 @@ def peak_rss_mb() -> float:
             hwm = next(line for line in status if line.startswith("VmHWM:"))
         return int(hwm.split()[1]) / 1024
     except (OSError, StopIteration):
+        import resource  # Unix only: imported here, so the package still imports on Windows
+
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return peak / MB if sys.platform == "darwin" else peak / 1024  # bytes on macOS
 
