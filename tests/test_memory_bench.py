@@ -9,7 +9,14 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from realm_tools.bench import live_peak_mb, node_missing, node_peak, probe
+from realm_tools.bench import (
+    browser_missing,
+    browser_peak,
+    live_peak_mb,
+    node_missing,
+    node_peak,
+    probe,
+)
 
 MB = 1 << 20
 
@@ -64,6 +71,19 @@ def test_the_node_app_is_measured_updating(digits_artifacts):
         check=True,
     )
     assert float(bare.stdout) < peak
+
+
+def test_the_browser_page_is_measured_updating(digits_artifacts):
+    missing = browser_missing()
+    if missing is not None:
+        pytest.skip(missing)
+    directory, config = digits_artifacts
+    stream = np.random.default_rng(0).standard_normal((3, 1, 32, 32)).astype(np.float32)
+    page = browser_peak(directory, stream, 1, config.num_classes)
+    # onnxruntime-web's memory holds the weights at least; the renderer holds that memory.
+    weights = sum(f.stat().st_size for f in directory.glob("*.bin")) / MB
+    assert weights < page.wasm < page.renderer
+    assert page.js_heap is not None and 0 < page.js_heap < page.renderer
 
 
 def test_a_row_that_fails_keeps_the_others(tmp_path, capsys):

@@ -67,8 +67,9 @@ def _runtime_steps(
         {"method": "sar", "recovery_loss": 0.8},
         {"method": "deyo"},
         {"lr": 0.02, "guardrails": Guardrails(relax=0.05, anchor=0.01, max_drift=0.004)},
+        {"adapt_stages": 1},
     ],
-    ids=["realm", "tent", "eata", "sar-recovering", "deyo", "guardrails"],
+    ids=["realm", "tent", "eata", "sar-recovering", "deyo", "guardrails", "last-stage"],
 )
 def test_node_app_takes_the_runtimes_steps(digits_model, stream, tmp_path, overrides):
     artifacts = tmp_path / "artifacts"
@@ -109,6 +110,8 @@ def test_node_app_takes_the_runtimes_steps(digits_model, stream, tmp_path, overr
         assert ours.resets_recovery > 0
     if "guardrails" in overrides:
         assert ours.drift_clips > 0
+    if "adapt_stages" in overrides:  # the app adapted only the last stage's norms
+        assert rt.trainable_names and all(n.startswith("stages.3.") for n in rt.trainable_names)
 
 
 def _node_steps(

@@ -15,9 +15,10 @@
 import { ALPHA_NAME, AdaptClient, LAMBDA_NAME, MANIFEST_NAME, PARAMS_NAME } from "realm-tta-client";
 import { digitsInput } from "./preprocess.js";
 
-// onnxruntime-web's WebGPU build (it carries the WASM execution provider too), copied into
-// ort/ by build_site.py; imported by URL so that the page needs no bundler.
-const ORT_MODULE = "ort/ort.webgpu.min.mjs";
+// onnxruntime-web's builds, copied into ort/ by build_site.py and imported by URL so that the
+// page needs no bundler: the WebGPU build where WebGPU runs, else the plain WASM build, whose
+// smaller WebAssembly module the browser compiles in about 100 MB less memory.
+const ORT_MODULES = { webgpu: "ort/ort.webgpu.min.mjs", wasm: "ort/ort.wasm.min.mjs" };
 const params = new URLSearchParams(location.search);
 const ARTIFACTS = params.get("artifacts") ?? "artifacts";
 const STREAM = params.get("stream") ?? "stream";
@@ -31,6 +32,22 @@ const EVERY = 10; // samples between redraws, saves and (state on the GPU) read-
 /** @type {{ready: boolean, done: boolean, error: string | null, backend: any, signature: any, restored: any, log: any[], images: any[], summary: any}} */
 const run = { ready: false, done: false, error: null, backend: null, signature: null, restored: null, log: [], images: [], summary: null };
 /** @type {any} */ (globalThis).realmRun = run;
+
+/**
+ * @param {string[]} items NAME=VALUE strings
+ * @returns {Record<string, number|boolean>}
+ */
+function readSettings(items) {
+  /** @type {Record<string, number|boolean>} */
+  const settings = {};
+  for (const item of items) {
+    const at = item.indexOf("=");
+    const value = item.slice(at + 1);
+    if (at < 1 || value === "") throw new Error(`set= takes NAME=VALUE (e.g. realm.lr=0.01), got ${JSON.stringify(item)}`);
+    settings[item.slice(0, at)] = value === "true" ? true : value === "false" ? false : Number(value);
+  }
+  return settings;
+}
 
 /** @param {string} id */
 const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
@@ -148,10 +165,9 @@ function drawSample(x, prep) {
 /**
  * WebGPU where the browser offers an adapter (unless ep=wasm), WASM otherwise; WASM threads
  * where the page is cross-origin isolated (SharedArrayBuffer needs COOP/COEP).
- * @param {any} ort
- * @returns {Promise<Backend>}
+ * @returns {Promise<Omit<Backend, "ort">>}
  */
-async function chooseBackend(ort) {
+async function chooseBackend() {
   if (!["auto", "wasm", "webgpu"].includes(EP)) throw new Error(`ep must be auto, wasm or webgpu, got ${JSON.stringify(EP)}`);
   const isolated = globalThis.crossOriginIsolated === true;
   const asked = params.get("threads");
@@ -160,8 +176,6 @@ async function chooseBackend(ort) {
   if (threads > 1 && !isolated) {
     throw new Error(`threads=${threads} needs a cross-origin isolated page (COOP/COEP headers); this one is not`);
   }
-  ort.env.wasm.numThreads = threads;
-  ort.env.wasm.wasmPaths = new URL("ort/", location.href).href;
   /** @type {any} */
   const gpu = /** @type {any} */ (navigator).gpu;
   let adapter = null;
@@ -176,7 +190,7 @@ async function chooseBackend(ort) {
   }
   const info = adapter?.info;
   const described = info ? [info.vendor, info.architecture, info.description].filter(Boolean).join(" ") || "unnamed" : null;
-  return { ep: adapter ? "webgpu" : "wasm", threads, isolated, adapter: described, why, ort: ort.env.versions?.web ?? "?" };
+  return { ep: adapter ? "webgpu" : "wasm", threads, isolated, adapter: described, why };
 }
 
 /** @param {Backend} b @returns {string} the execution provider line on the page */
@@ -188,11 +202,16 @@ function describeBackend(b) {
 
 async function main() {
   status("loading onnxruntime-web…");
+  const chosen = await chooseBackend();
+  const module = ORT_MODULES[chosen.ep];
   /** @type {any} */
-  const ort = await import(new URL(ORT_MODULE, location.href).href).catch((err) => {
-    throw new Error(`onnxruntime-web did not load from ${ORT_MODULE} (build the site with build_site.py): ${err}`);
+  const ort = await import(new URL(module, location.href).href).catch((err) => {
+    throw new Error(`onnxruntime-web did not load from ${module} (build the site with build_site.py): ${err}`);
   });
-  const backend = await chooseBackend(ort);
+  ort.env.wasm.numThreads = chosen.threads;
+  ort.env.wasm.wasmPaths = new URL("ort/", location.href).href;
+  /** @type {Backend} */
+  const backend = { ...chosen, ort: ort.env.versions?.web ?? "?" };
   run.backend = backend;
   $("backend").textContent = describeBackend(backend);
   status(`checking ${ARTIFACTS}/${MANIFEST_NAME} and every file's checksum…`);
@@ -211,6 +230,8 @@ async function main() {
     trustedKeys,
     executionProviders: onGpu ? ["webgpu", "wasm"] : ["wasm"],
     stateOnGpu: onGpu,
+    // set=NAME=VALUE (repeatable): a setting changed without re-exporting, as the Node app's --set
+    settings: readSettings(params.getAll("set")),
   });
   run.signature = client.signature;
   $("signature").textContent = client.signature.note;

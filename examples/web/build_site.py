@@ -3,9 +3,8 @@
     python examples/web/build_site.py --out build/web --serve
 
 Writes the page, the JavaScript client it imports (``clients/js``, as ``realm-tta-client/``,
-where the page's import map looks), onnxruntime-web's WebGPU build (it carries the WASM
-execution provider too; from ``examples/web/node_modules``: run ``npm ci`` in examples/web
-first, or ``make web``), an artifact directory (the built-in digits model exported with
+where the page's import map looks), onnxruntime-web's WebGPU and plain WASM builds (from
+``examples/web/node_modules``: run ``npm ci`` in examples/web first, or ``make web``), an artifact directory (the built-in digits model exported with
 ``realm export`` unless ``--artifacts`` names one) and a shifted digits stream. Serve it over
 http://127.0.0.1 or https (WebCrypto and WebGPU need a secure context) with the COOP/COEP
 headers that ``--serve`` sends: without cross-origin isolation the WASM provider runs on one
@@ -32,10 +31,15 @@ HERE = Path(__file__).resolve().parent
 PAGE_FILES = ("index.html", "style.css", "app.js", "preprocess.js")
 CLIENT = HERE.parents[1] / "clients" / "js"  # the library's modules: every *.js there
 CLIENT_DIR = "realm-tta-client"  # where the page's import map looks for it
+# onnxruntime-web's WebGPU build (WebGPU and WASM) and its plain WASM build (the page loads it
+# where WebGPU does not run: its WebAssembly module is half the size).
 ORT_FILES = (
     "ort.webgpu.min.mjs",
     "ort-wasm-simd-threaded.asyncify.mjs",
     "ort-wasm-simd-threaded.asyncify.wasm",
+    "ort.wasm.min.mjs",
+    "ort-wasm-simd-threaded.mjs",
+    "ort-wasm-simd-threaded.wasm",
 )
 
 

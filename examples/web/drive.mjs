@@ -2,9 +2,12 @@
 // open it, wait until the stream is done, write window.realmRun as JSON and a screenshot.
 //   node drive.mjs --url http://127.0.0.1:8000/?auto=1 --out run.json [--screenshot page.png]
 //                  [--reload] [--reset] [--image PNG] [--restore NPZ] [--webgpu] [--timeout 300]
+//                  [--memory]
 // --webgpu starts Chromium with WebGPU on (--enable-unsafe-webgpu: on Linux, headless Chromium
 // offers no adapter without it; with it, and no GPU, Dawn's SwiftShader (Vulkan on the CPU)).
-import { writeFileSync } from "node:fs";
+// --memory (Linux): after the first run, each Chromium process's peak RSS (VmHWM, KiB) by its
+// --type (renderer, gpu-process, …; "browser" for the main one), and the page's JS heap.
+import { readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { chromium } from "playwright-core";
 import { PARAMS_NAME, VELOCITY_NAME } from "../../clients/js/contract.js";
@@ -19,6 +22,7 @@ const { values: args } = parseArgs({
     restore: { type: "string" },
     reset: { type: "boolean", default: false },
     webgpu: { type: "boolean", default: false },
+    memory: { type: "boolean", default: false },
     timeout: { type: "string", default: "300" },
     browser: { type: "string", default: process.env.CHROMIUM ?? "/usr/bin/chromium" },
   },
@@ -28,6 +32,37 @@ if (!args.url || !args.out) {
   process.exit(2);
 }
 const timeout = Number(args.timeout) * 1000;
+
+/** @returns {{pid: number, type: string, hwmKiB: number, rssKiB: number}[]} this process's descendants' peak and current RSS */
+function processPeaks() {
+  /** @type {Map<number, number>} */
+  const parent = new Map();
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+      parent.set(Number(entry), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
+    } catch { /* gone meanwhile */ }
+  }
+  const ours = (/** @type {number} */ pid) => {
+    for (let p = parent.get(pid); p !== undefined && p > 1; p = parent.get(p)) if (p === process.pid) return true;
+    return false;
+  };
+  const peaks = [];
+  for (const pid of parent.keys()) {
+    if (!ours(pid)) continue;
+    try {
+      // Chromium rewrites its processes' titles: the arguments may be joined by spaces.
+      const cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+      const status = readFileSync(`/proc/${pid}/status`, "utf8");
+      const hwm = status.match(/^VmHWM:\s+(\d+)/m);
+      const rss = status.match(/^VmRSS:\s+(\d+)/m);
+      const type = cmdline.match(/--type=([\w-]+)/)?.[1] ?? (cmdline.includes("chrom") ? "browser" : "other");
+      if (hwm && rss) peaks.push({ pid, type, hwmKiB: Number(hwm[1]), rssKiB: Number(rss[1]) });
+    } catch { /* gone meanwhile */ }
+  }
+  return peaks;
+}
 const browser = await chromium.launch({
   executablePath: args.browser,
   headless: true,
@@ -39,6 +74,27 @@ const browser = await chromium.launch({
 const result = { console: [], runs: [] };
 try {
   const page = await browser.newPage({ viewport: { width: 1000, height: 760 } });
+  if (args.memory) {
+    // Every WebAssembly memory the page makes or instantiates, to read its size at the end
+    // (a module's memory only grows: its size then is its peak).
+    await page.addInitScript(() => {
+      const memories = [];
+      globalThis.__realmWasmMemories = memories;
+      const Memory = WebAssembly.Memory;
+      WebAssembly.Memory = new Proxy(Memory, {
+        construct(target, argv) { const m = new target(...argv); memories.push(m); return m; },
+      });
+      const keep = (/** @type {any} */ r) => {
+        const exports = (r.instance ?? r).exports;
+        for (const v of Object.values(exports ?? {})) if (v instanceof Memory && !memories.includes(v)) memories.push(v);
+        return r;
+      };
+      for (const name of ["instantiate", "instantiateStreaming"]) {
+        const original = WebAssembly[name];
+        WebAssembly[name] = (...argv) => original.apply(WebAssembly, argv).then(keep);
+      }
+    });
+  }
   page.on("console", (msg) => result.console.push(`${msg.type()}: ${msg.text()}`));
   page.on("pageerror", (err) => result.console.push(`pageerror: ${err.message}`));
   const wait = async () => {
@@ -47,6 +103,15 @@ try {
   };
   await page.goto(args.url);
   await wait();
+  if (args.memory) {
+    // performance.memory is Chromium's own (the JS heap only: WebAssembly's memory is not in it).
+    const heap = await page.evaluate(() => {
+      const m = /** @type {any} */ (performance).memory;
+      return m ? { usedJSHeapSize: m.usedJSHeapSize, totalJSHeapSize: m.totalJSHeapSize } : null;
+    });
+    const wasm = await page.evaluate(() => (globalThis.__realmWasmMemories ?? []).map((m) => m.buffer.byteLength));
+    result.memory = { processes: processPeaks(), jsHeap: heap, wasmBytes: wasm };
+  }
   if (args.image) {
     // A user's picture through the file picker: adapt on it, record what the page did.
     await page.setInputFiles("#image", args.image);

@@ -19,20 +19,13 @@
 
 from .._timing import TURN_BLOCKS, block_ratios, take_turns, timed_side
 from ._adapt import AdaptCost, bench_adapt, format_adapt_costs
+from ._client_memory import browser_missing, browser_peak, node_missing, node_peak
 from ._continual import bench_streams, streams_fingerprint, streams_from_json, streams_to_json
 from ._evaluate import OnlineResult, run_online
 from ._examples import plot_examples
 from ._external import ExternalRuntime, ExternalSide
 from ._flops import MachinePeak, count_flops, machine_peak
-from ._memory import (
-    MemoryRow,
-    bench_memory,
-    format_memory,
-    live_peak_mb,
-    node_missing,
-    node_peak,
-    probe,
-)
+from ._memory import MemoryRow, bench_memory, format_memory, live_peak_mb, probe
 from ._quality import METHODS as QUALITY_METHODS  # the quality table's rows, not RealmConfig's
 from ._quality import (
     QualityRun,
@@ -77,6 +70,8 @@ __all__ = [
     "bench_quality",
     "bench_streams",
     "block_ratios",
+    "browser_missing",
+    "browser_peak",
     "count_flops",
     "format_adapt_costs",
     "format_memory",

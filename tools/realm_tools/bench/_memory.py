@@ -12,8 +12,6 @@ alive at once in ``step_model.onnx`` (the adapt graph's updating branch) less th
 from __future__ import annotations
 
 import json
-import math
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,6 +28,7 @@ from realm_runtime import RealmConfig
 
 from ..models import build_model
 from ..workers import MEMORY_PROBE
+from ._client_memory import browser_peak, node_peak
 from ._external import checkout_env
 
 MB = 1 << 20
@@ -64,6 +63,8 @@ class MemoryRow:
     # median ms per sample of each variant, skipping and updating, taking turns in one process
     turns: dict[str, dict[str, float]] = field(default_factory=dict)
     node: float | None = None  # the Node edge app (onnxruntime-node) updating; None: not run
+    browser: float | None = None  # the browser page's renderer (onnxruntime-web, WASM) updating
+    browser_wasm: float | None = None  # of which onnxruntime-web's WebAssembly memory
 
     @property
     def floor(self) -> float:
@@ -136,64 +137,6 @@ def probe(
     }
 
 
-NODE_APP = Path(__file__).resolve().parents[3] / "examples" / "node" / "edge-app.mjs"
-
-
-# Preloaded into the node process: its own peak (VmHWM, KiB) written as it exits.
-_NODE_HWM = """
-import { readFileSync, writeFileSync } from "node:fs";
-process.on("exit", () => {
-  const status = readFileSync("/proc/self/status", "utf8");
-  const line = status.split("\\n").find((l) => l.startsWith("VmHWM:"));
-  writeFileSync(HWM_FILE, line.split(/\\s+/)[1]);
-});
-"""
-
-
-def node_missing() -> str | None:
-    """Why the Node edge app cannot be measured here, or None where it can."""
-    if shutil.which("node") is None:
-        return "Node.js not found"
-    if not (NODE_APP.parent / "node_modules" / "onnxruntime-node").is_dir():
-        return "examples/node/node_modules lacks onnxruntime-node: run `make web-deps`"
-    return None
-
-
-def node_peak(artifacts: Path, stream: np.ndarray, threads: int, classes: int) -> float:
-    """The peak RSS (MB) of the Node edge app adapting on ``stream``, every sample updating.
-
-    The app's settings are opened as :func:`realm_runtime.updating_overrides` opens the
-    Python runtime's (S_div's d = 1, EATA's e0 = ln C + 0.1). The node process reports its
-    own VmHWM as it exits (a preloaded module): the OS's ``ru_maxrss`` of a child keeps the
-    parent's peak across fork and exec, and this parent holds torch.
-
-    Raises:
-        RuntimeError: the app failed, with its last error line.
-    """
-    from realm_runtime.contract import DIVERSITY_MARGIN_NAME, ENTROPY_MARGIN_NAME
-
-    with tempfile.TemporaryDirectory() as tmp:
-        folder, hwm, errors = Path(tmp) / "stream", Path(tmp) / "hwm.txt", Path(tmp) / "err.txt"
-        folder.mkdir()
-        for i, x in enumerate(stream):
-            np.save(folder / f"{i:05d}.npy", x)
-        preload = Path(tmp) / "hwm.mjs"
-        preload.write_text(_NODE_HWM.replace("HWM_FILE", json.dumps(str(hwm))))
-        command = ["node", "--import", preload.as_uri(), str(NODE_APP)]
-        command += ["--artifacts", str(artifacts), "--stream", str(folder)]
-        command += ["--threads", str(threads), "--quiet", "--checkpoint-every", "100000"]
-        command += ["--set", f"{DIVERSITY_MARGIN_NAME}=1"]
-        command += ["--set", f"{ENTROPY_MARGIN_NAME}={math.log(classes) + 0.1}"]
-        with errors.open("w") as sink:  # a file, not a pipe: nothing blocks while it runs
-            code = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=sink).returncode
-        err = errors.read_text(errors="replace")
-        kib = hwm.read_text().strip() if hwm.exists() else ""
-    if code != 0 or not kib:
-        last = (err.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"the Node edge app failed on {artifacts}: {last}")
-    return int(kib) / 1024
-
-
 def bench_memory(
     name: str,
     *,
@@ -204,6 +147,7 @@ def bench_memory(
     seed: int = 0,
     adapt_stages: int | None = None,
     node: bool = False,
+    browser: bool = False,
     on_step: Callable[[str], None] | None = None,
 ) -> MemoryRow:
     """Export ``name`` (no legacy files, no validation) and measure every role and variant.
@@ -217,6 +161,7 @@ def bench_memory(
         seed: of the weights and the stream.
         adapt_stages: adapt only the last this many stages (``RealmConfig.adapt_stages``).
         node: also measure the Node edge app (``examples/node``) updating on the stream.
+        browser: also measure the browser page (``examples/web``, headless Chromium, WASM).
         on_step: told the name of each step as it starts (a progress bar's hook).
     """
     from realm_export import ExportOptions, export_realm_artifacts
@@ -251,6 +196,10 @@ def bench_memory(
         if node:
             tell("the Node edge app")
             node_mb = node_peak(directory, xs, threads, classes)
+        page = None
+        if browser:
+            tell("the browser page")
+            page = browser_peak(directory, xs, threads, classes)
     return MemoryRow(
         model=name,
         adapt_stages=adapt_stages,
@@ -266,11 +215,21 @@ def bench_memory(
         ms={k: v["ms"] for k, v in figures.items() if v["ms"] is not None},
         turns=turns,
         node=node_mb,
+        browser=None if page is None else page.renderer,
+        browser_wasm=None if page is None else page.wasm,
     )
 
 
 def _label(row: MemoryRow) -> str:
     return row.model if row.adapt_stages is None else f"{row.model}, last {row.adapt_stages}"
+
+
+def _mb(value: float | None) -> str:
+    return "–" if value is None else f"{value:.0f}"
+
+
+def _ratio(value: float | None, base: float) -> str:
+    return "–" if value is None else f"{value / base:.2f}×"
 
 
 def format_memory(rows: list[MemoryRow]) -> str:
@@ -286,20 +245,23 @@ def format_memory(rows: list[MemoryRow]) -> str:
             f"{r.inference:.0f} | {r.skip:.0f} | {r.update:.0f} | {r.floor:.0f} | "
             f"{r.update / r.floor:.2f}× | {r.update / r.inference:.2f}× |"
         )
-    nodes = [r for r in rows if r.node is not None]
-    if nodes:
+    clients = [r for r in rows if r.node is not None or r.browser is not None]
+    if clients:
         lines += [
             "",
-            "The Node edge app (examples/node, onnxruntime-node), every sample updating, peak "
-            "RSS of the node process (MB), beside the Python runtime's:",
+            "The JavaScript clients, every sample updating, peak RSS (MB) of the node process "
+            "(examples/node, onnxruntime-node) and of the page's renderer process "
+            "(examples/web in headless Chromium, onnxruntime-web on WASM) with the size of "
+            "onnxruntime-web's WebAssembly memory in it, beside the Python runtime's:",
             "",
-            "| model | Node app | Python runtime | Node / Python |",
-            "|---|---|---|---|",
+            "| model | Python runtime | Node app | Node / Python | browser page | "
+            "of which WebAssembly memory | browser / Python |",
+            "|---|---|---|---|---|---|---|",
         ]
         lines += [
-            f"| {_label(r)} | {r.node:.0f} | {r.update:.0f} | {r.node / r.update:.2f}× |"
-            for r in nodes
-            if r.node is not None
+            f"| {_label(r)} | {r.update:.0f} | {_mb(r.node)} | {_ratio(r.node, r.update)} | "
+            f"{_mb(r.browser)} | {_mb(r.browser_wasm)} | {_ratio(r.browser, r.update)} |"
+            for r in clients
         ]
     names = [v for v in VARIANTS if v != "default"]
     lines += [

@@ -55,6 +55,11 @@ def add_memory_parser(bench: Any) -> None:
         action="store_true",
         help="also measure the Node edge app (examples/node; needs `make web-deps`)",
     )
+    memory.add_argument(
+        "--browser",
+        action="store_true",
+        help="also measure the browser page (examples/web in headless Chromium, WASM)",
+    )
     memory.add_argument("--out", default=None, help="write memory.md and memory.json here")
     memory.set_defaults(func=run_memory_command)
 
@@ -63,14 +68,15 @@ def run_memory_command(args: argparse.Namespace) -> int:
     """Run ``realm bench memory`` with parsed arguments; returns the exit code."""
     from tqdm import tqdm
 
-    from ..bench import bench_memory
+    from ..bench import bench_memory, browser_missing, node_missing
 
-    if args.node:
-        from ..bench import node_missing
-
-        missing = node_missing()
+    for flag, asked, why in (
+        ("--node", args.node, node_missing),
+        ("--browser", args.browser, browser_missing),
+    ):
+        missing = why() if asked else None
         if missing:
-            print(f"realm bench memory --node: {missing}", file=sys.stderr)
+            print(f"realm bench memory {flag}: {missing}", file=sys.stderr)
             return 2
     rows: list[Any] = []
     failed: list[str] = []
@@ -88,6 +94,7 @@ def run_memory_command(args: argparse.Namespace) -> int:
                     python=args.runtime_python,
                     adapt_stages=k,
                     node=args.node,
+                    browser=args.browser,
                     on_step=lambda step, name=name: bar.set_postfix_str(f"{name}: {step}"),
                 )
             except (ValueError, RuntimeError) as exc:  # one row's failure keeps the others
