@@ -148,8 +148,8 @@ memory-tables: $(STAMP) data $(RUNTIME_PY) web-deps
 	$(MEMORY_BENCH) --models timm:mobilenetv3_small_100 timm:efficientnet_b0 timm:resnet18 \
 		timm:mobilevit_xxs --adapt-stages 2 --out docs/memory/stages-224-more
 	$(MEMORY_BENCH) --models fmnist_resnet26_gn --adapt-stages 1 2 --out docs/memory/stages-fmnist
-	$(MEMORY_BENCH) --models timm:mobilenetv3_large_100 fmnist_resnet26_gn fmnist_vit_ln --node \
-		--out docs/memory/node
+	$(MEMORY_BENCH) --models timm:mobilenetv3_large_100 fmnist_resnet26_gn fmnist_vit_ln --node --browser \
+		--out docs/memory/clients
 	$(FMNIST_BENCH) --model resnet26_gn --settings episodic --seeds 0 --limit 1000 --methods realm \
 		--set adapt_stages=1 --out docs/fmnist/resnet26_gn-stages1
 	@for k in 1 2; do \
