@@ -17,7 +17,7 @@ import { digitsInput } from "./preprocess.js";
 
 // onnxruntime-web's builds, copied into ort/ by build_site.py and imported by URL so that the
 // page needs no bundler: the WebGPU build where WebGPU runs, else the plain WASM build, whose
-// smaller WebAssembly module the browser compiles in about 100 MB less memory.
+// smaller WebAssembly module the browser compiles in less memory (docs/BENCHMARKS.md).
 const ORT_MODULES = { webgpu: "ort/ort.webgpu.min.mjs", wasm: "ort/ort.wasm.min.mjs" };
 const params = new URLSearchParams(location.search);
 const ARTIFACTS = params.get("artifacts") ?? "artifacts";
