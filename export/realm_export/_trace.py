@@ -34,10 +34,17 @@ def _threshold_backward(grad: Tensor, value: Tensor, threshold: float) -> Tensor
     return grad * (value > threshold).to(grad.dtype)
 
 
+def _squeeze_dims(x: Tensor, dims: Sequence[int]) -> Tensor:
+    # torch.onnx has no translation of squeeze.dims (ViTs' class-token slice): a reshape.
+    drop = {d % x.dim() for d in dims}
+    return x.reshape([s for i, s in enumerate(x.shape) if i not in drop or s != 1])
+
+
 def decompositions() -> dict[Any, Callable[..., Any]]:
     """Core aten decompositions, with the backward ops the rewrites below handle kept whole."""
     table = dict(core_aten_decompositions())
     table[aten.threshold_backward.default] = _threshold_backward
+    table[aten.squeeze.dims] = _squeeze_dims
     table[aten.as_strided_.default] = restride_
     for op in (
         aten.convolution_backward.default,

@@ -1,7 +1,7 @@
 """The portable step graph: one REALM step in standard ai.onnx ops, for any ONNX Runtime.
 
-Two graphs, both traced from torch (:mod:`._trace`) and written by torch.onnx's dynamo
-exporter (opset 18, IR ≤ 10):
+Two graphs: the step traced from torch (:mod:`._trace`) and written by torch.onnx's
+translator (:mod:`._to_onnx`; opset 18, IR ≤ 10), and the forward cut out of it:
 
 ``step_model.onnx`` — the whole update of SPEC §3 in one call::
 
@@ -36,14 +36,9 @@ methods), so the runtime can override it without re-export.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import logging
 import math
-import re
-import tempfile
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,12 +76,9 @@ from realm_sdk.methods import StepInputs, torch_form
 from .._errors import UnsupportedModelError
 from .._onnx_builder import GraphBuilder
 from .._trace import count_ops, trace
-from .._trace_rewrites import max_pool_translation
+from ._to_onnx import check_portable, to_onnx
 
 log = logging.getLogger(__name__)
-
-PORTABLE_OPSET = 18  # the dynamo exporter's lowest well-supported opset; ORT 1.19.2 reads ≤ 21
-MAX_IR_VERSION = 10  # ORT 1.19.2 refuses newer IR versions
 
 
 @dataclass(frozen=True)
@@ -203,9 +195,6 @@ def build_portable_graphs(
         kept = () if out.kept is None else (out.kept,)
         return out.loss, logits, finite, p_new, v_new, *kept
 
-    def forward(x: Tensor, flat: Tensor) -> Tensor:
-        return logits_at(x, [flat])  # the whole vector, α and λ unused: one OrtValue for both
-
     source = initial.clone()
     scalar = torch.tensor(0.0)
     step_args = [
@@ -221,8 +210,6 @@ def build_portable_graphs(
         torch.tensor(method_input(config)),
     ]
     step_gm = trace(step, step_args)
-    forward_args = [example, source.clone()]
-    forward_gm = trace(forward, forward_args)
     step_inputs = [
         INPUT_NAME,
         SAMPLE_WEIGHT_NAME,
@@ -238,8 +225,9 @@ def build_portable_graphs(
     step_outputs = [LOSS_NAME, LOGITS_NAME, FINITE_NAME, NEW_PARAMS_NAME, NEW_VELOCITY_NAME]
     if rules.step_cut:
         step_outputs.append(KEPT_NAME)
-    step_proto = to_onnx(step_gm, step_args, step_inputs, step_outputs)
-    forward_proto = to_onnx(forward_gm, forward_args, [INPUT_NAME, PARAMS_NAME], [LOGITS_NAME])
+    step_proto = _portable(step_gm, step_args, step_inputs, step_outputs)
+    # The forward is the step's own: the nodes its logits need, from the input and θ.
+    forward_proto = forward_of(step_proto)
     layout = []
     offset = 0
     for name, size, shape in zip(names, sizes, shapes, strict=True):
@@ -256,61 +244,62 @@ def build_portable_graphs(
     )
 
 
-@contextlib.contextmanager
-def _quiet_exporter() -> Iterator[None]:
-    """torch.onnx's dynamo exporter prints progress lines and warnings: keep them in the log."""
-    out = io.StringIO()
-    with (
-        warnings.catch_warnings(),
-        contextlib.redirect_stdout(out),
-        contextlib.redirect_stderr(out),
-    ):
-        warnings.simplefilter("ignore")
-        quiet = [logging.getLogger(n) for n in ("torch.onnx", "onnx_ir", "onnxscript")]
-        levels = [q.level for q in quiet]
-        for q in quiet:
-            q.setLevel(logging.ERROR)
-        try:
-            yield
-        finally:
-            for q, level in zip(quiet, levels, strict=True):
-                q.setLevel(level)
-    for line in out.getvalue().splitlines():
-        log.debug("torch.onnx: %s", line)
+def forward_of(step: onnx.ModelProto) -> onnx.ModelProto:
+    """The step graph's forward: ``input``, ``realm.params`` → ``logits``, by graph surgery.
+
+    The nodes the step's logits depend on, with the initializers they read, in the step's
+    order: the same computation as a separate trace of the forward, for no second trace and
+    export. The whole parameter vector goes in (α and λ unused: one OrtValue for both).
+
+    Raises:
+        UnsupportedModelError: the step's logits depend on another of its inputs.
+    """
+    graph = step.graph
+    producer = {out: node for node in graph.node for out in node.output}
+    needed: set[str] = set()
+    wanted = [LOGITS_NAME]
+    while wanted:
+        name = wanted.pop()
+        if name in needed:
+            continue
+        needed.add(name)
+        node = producer.get(name)
+        if node is not None:
+            wanted.extend(i for i in node.input if i)
+    inputs = {i.name: i for i in graph.input}
+    extra = sorted(needed & set(inputs) - {INPUT_NAME, PARAMS_NAME})
+    if extra:
+        raise UnsupportedModelError(f"the step graph's logits depend on its inputs {extra}")
+    nodes = [n for n in graph.node if any(o in needed for o in n.output)]
+    outputs = [o for o in graph.output if o.name == LOGITS_NAME]
+    forward = onnx.helper.make_graph(
+        nodes,
+        "forward",
+        [inputs[INPUT_NAME], inputs[PARAMS_NAME]],
+        outputs,
+        [i for i in graph.initializer if i.name in needed],
+        value_info=[v for v in graph.value_info if v.name in needed],
+    )
+    model = onnx.helper.make_model(
+        forward, opset_imports=list(step.opset_import), ir_version=step.ir_version
+    )
+    model.producer_name, model.producer_version = step.producer_name, step.producer_version
+    check_portable(model)
+    return model
 
 
-def to_onnx(
+def _portable(
     gm: torch.fx.GraphModule,
     args: Sequence[Tensor],
     input_names: Sequence[str],
     output_names: Sequence[str],
 ) -> onnx.ModelProto:
-    """Export a traced aten graph with torch.onnx (dynamo), names set, checked for ORT.
+    """The traced graph as ONNX, its GEMM weights read in place, checked for ORT.
 
     Raises:
-        UnsupportedModelError: the exporter failed, or the graph holds an op outside ai.onnx,
-            an opset above 21 or an IR version above 10.
+        UnsupportedModelError: the exporter failed, or the graph is not portable.
     """
-    try:
-        with _quiet_exporter(), tempfile.TemporaryDirectory() as scratch:
-            program = torch.onnx.export(
-                gm,
-                tuple(a.detach() for a in args),
-                dynamo=True,
-                opset_version=PORTABLE_OPSET,
-                input_names=list(input_names),
-                output_names=list(output_names),
-                optimize=True,
-                external_data=False,
-                custom_translation_table={
-                    torch.ops.aten.max_pool2d_with_indices.default: max_pool_translation
-                },
-                artifacts_dir=scratch,
-            )
-            assert program is not None
-            proto = program.model_proto
-    except Exception as exc:
-        raise UnsupportedModelError(_exporter_reason(exc)) from exc
+    proto = to_onnx(gm, args, input_names, output_names)
     untranspose_weights(proto)
     check_portable(proto)
     return proto
@@ -398,53 +387,6 @@ def _gemm_plan(
     b.constant(shape_out, out_shape, node_name="", tensor_name=shape_out)
     b.op("Reshape", [flat_out, shape_out], out, node_name="")
     return b.nodes
-
-
-def _exporter_reason(exc: BaseException) -> str:
-    """One sentence from torch.onnx's (long, nested) export error: the op it could not write."""
-    seen: list[str] = []
-    cause: BaseException | None = exc
-    while cause is not None and len(seen) < 10:
-        seen.append(str(cause))
-        cause = cause.__cause__ or cause.__context__
-    for text in seen:
-        match = re.search(r"No ONNX function found for <OpOverload\(op='([\w.]+)'", text)
-        if match:
-            return (
-                f"the traced step uses {match.group(1)}, which torch.onnx {torch.__version__} "
-                f"cannot write as ONNX (opset {PORTABLE_OPSET}); replace the layer that needs it "
-                "or freeze the norm layers before it (RealmConfig.frozen)"
-            )
-    first = next((line for t in seen for line in t.splitlines() if line.strip()), "")
-    first = re.sub(r"\x1b\[[0-9;]*m", "", first)  # the exporter colours its messages
-    return (
-        f"torch.onnx (dynamo, opset {PORTABLE_OPSET}) could not export the traced step: "
-        f"{first[:300]}"
-    )
-
-
-def check_portable(proto: onnx.ModelProto) -> None:
-    """Standard ai.onnx ops only, opset ≤ 21, IR ≤ 10 (what ORT 1.19 and later load).
-
-    Raises:
-        UnsupportedModelError: naming the first op or version that breaks the rule.
-    """
-    if proto.ir_version > MAX_IR_VERSION:
-        proto.ir_version = MAX_IR_VERSION  # onnx-ir stamps its newest; opset 18 needs only 8
-    domains = {n.domain for n in proto.graph.node} | {
-        n.domain for f in proto.functions for n in f.node
-    }
-    foreign = sorted(d for d in domains if d not in ("", "ai.onnx"))
-    if proto.functions:
-        foreign.append(f"{len(proto.functions)} local functions")
-    if foreign:
-        raise UnsupportedModelError(
-            f"the portable graph uses ops outside the standard ai.onnx domain: {foreign}"
-        )
-    opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=0)
-    if opset > 21:
-        raise UnsupportedModelError(f"the portable graph needs opset {opset}; ORT 1.19 reads ≤ 21")
-    onnx.checker.check_model(proto)
 
 
 # WebGPU guarantees 8 storage buffers per shader stage (maxStorageBuffersPerShaderStage) and

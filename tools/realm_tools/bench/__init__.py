@@ -23,6 +23,7 @@ from ._client_memory import browser_missing, browser_peak, node_missing, node_pe
 from ._continual import bench_streams, streams_fingerprint, streams_from_json, streams_to_json
 from ._evaluate import OnlineResult, run_online
 from ._examples import plot_examples
+from ._export_time import ExportTimeRow, bench_export, format_export_times
 from ._external import ExternalRuntime, ExternalSide
 from ._flops import MachinePeak, count_flops, machine_peak
 from ._memory import MemoryRow, bench_memory, format_memory, live_peak_mb, probe
@@ -54,6 +55,7 @@ __all__ = [
     "STREAM_METHODS",
     "TURN_BLOCKS",
     "AdaptCost",
+    "ExportTimeRow",
     "ExternalRuntime",
     "ExternalSide",
     "MachinePeak",
@@ -65,6 +67,7 @@ __all__ = [
     "SpeedRow",
     "StreamRun",
     "bench_adapt",
+    "bench_export",
     "bench_memory",
     "bench_model",
     "bench_quality",
@@ -74,6 +77,7 @@ __all__ = [
     "browser_peak",
     "count_flops",
     "format_adapt_costs",
+    "format_export_times",
     "format_memory",
     "format_speed",
     "live_peak_mb",
