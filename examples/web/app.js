@@ -12,7 +12,7 @@
  * `window.realmRun` exposes the per-step log for the test driver.
  */
 
-import { ALPHA_NAME, AdaptClient, LAMBDA_NAME, MANIFEST_NAME, PARAMS_NAME } from "realm-tta-client";
+import { ALPHA_NAME, AdaptClient, LAMBDA_NAME, LR_NAME, MANIFEST_NAME, PARAMS_NAME } from "realm-tta-client";
 import { digitsInput } from "./preprocess.js";
 
 // onnxruntime-web's builds, copied into ort/ by build_site.py and imported by URL so that the
@@ -43,7 +43,7 @@ function readSettings(items) {
   for (const item of items) {
     const at = item.indexOf("=");
     const value = item.slice(at + 1);
-    if (at < 1 || value === "") throw new Error(`set= takes NAME=VALUE (e.g. realm.lr=0.01), got ${JSON.stringify(item)}`);
+    if (at < 1 || value === "") throw new Error(`set= takes NAME=VALUE (e.g. ${LR_NAME}=0.01), got ${JSON.stringify(item)}`);
     settings[item.slice(0, at)] = value === "true" ? true : value === "false" ? false : Number(value);
   }
   return settings;

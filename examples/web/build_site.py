@@ -4,8 +4,9 @@
 
 Writes the page, the JavaScript client it imports (``clients/js``, as ``realm-tta-client/``,
 where the page's import map looks), onnxruntime-web's WebGPU and plain WASM builds (from
-``examples/web/node_modules``: run ``npm ci`` in examples/web first, or ``make web``), an artifact directory (the built-in digits model exported with
-``realm export`` unless ``--artifacts`` names one) and a shifted digits stream. Serve it over
+``examples/web/node_modules``: run ``npm ci`` in examples/web first, or ``make web``), an
+artifact directory (the built-in digits model exported with ``realm export`` unless
+``--artifacts`` names one) and a shifted digits stream. Serve it over
 http://127.0.0.1 or https (WebCrypto and WebGPU need a secure context) with the COOP/COEP
 headers that ``--serve`` sends: without cross-origin isolation the WASM provider runs on one
 thread.
