@@ -203,3 +203,14 @@ def test_block_ratios_follow_take_turns_blocks():
     ratios = block_ratios(runtime_ms, torch_ms)
     assert len(ratios) == 6
     assert ratios[:2] == pytest.approx((0.8, 0.8)) and ratios[2:] == pytest.approx((0.9,) * 4)
+
+
+def test_export_bench_prints_the_ratio_and_where_the_time_goes(tmp_path, capsys):
+    code = main(["bench", "export", "--models", "digits", "--rounds", "1", "--out", str(tmp_path)])
+    assert code == 0
+    (row,) = json.loads((tmp_path / "export.json").read_text())
+    assert 0 < row["bare"] and 0 < row["export"]
+    assert row["stages"] and sum(row["stages"].values()) == pytest.approx(row["export"], rel=0.05)
+    assert "validating the adapt graph against the PyTorch reference" in row["stages"]
+    printed = capsys.readouterr().out
+    assert f"{row['export'] / row['bare']:.1f}×" in printed and "target ≤ 4×" in printed

@@ -189,7 +189,8 @@ class ValidationReport:
         """A human-readable table of the figures (always printed: numbers, not a verdict).
 
         ``ref. spread`` is how far torch's own gradient moves when the input moves by a few
-        float32 roundings (:func:`reference_spread`); the tolerance grows with it.
+        float32 roundings (:func:`reference_spread`; measured only where a gradient lies
+        beyond ``grad_rtol``, blank elsewhere); the tolerance grows with it.
         """
         norms = {n: v for n, v in self.grad_max_rel.items() if n not in (ALPHA_NAME, LAMBDA_NAME)}
         name = max(norms, key=lambda n: norms[n] / self.grad_tolerance(n))
@@ -368,10 +369,17 @@ def judge(
     weights: np.ndarray,
     reference: tuple[np.ndarray, float, dict[str, np.ndarray], list[str]],
 ) -> None:
-    """Fold one input's graph figures, and the reference's own spread there, into ``report``."""
+    """Fold one input's graph figures, and where needed the reference's own spread, into ``report``.
+
+    The spread (:func:`reference_spread`, several more reference steps) can only widen a
+    gradient's tolerance beyond ``grad_rtol``: it is measured only at an input where some
+    gradient lies beyond ``grad_rtol``.
+    """
     logits, loss, grads = graph
     logits_t, loss_t, grads_t, _ = reference
     report.add(logits, loss, grads, (logits_t, loss_t, grads_t))
+    if all(v <= report.grad_rtol for v in report.relative(grads, grads_t, loss_t).values()):
+        return
     deviation = float(np.abs(logits - logits_t).max())
     report.add_spread(
         reference_spread(model, config, torch.from_numpy(x), weights, reference, report, deviation)

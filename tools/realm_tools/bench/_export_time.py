@@ -9,6 +9,8 @@ its time is split by the stages it announces.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import statistics
 import tempfile
 import time
@@ -42,11 +44,13 @@ class ExportTimeRow:
 
 
 def _bare(model: torch.nn.Module, example: torch.Tensor, directory: Path) -> float:
-    start = time.perf_counter()
-    torch.onnx.export(
-        model, (example,), str(directory / "bare.onnx"), dynamo=True, opset_version=18
-    )
-    return time.perf_counter() - start
+    quiet = io.StringIO()  # the exporter prints its progress lines
+    with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+        start = time.perf_counter()
+        torch.onnx.export(
+            model, (example,), str(directory / "bare.onnx"), dynamo=True, opset_version=18
+        )
+        return time.perf_counter() - start
 
 
 def _export(
