@@ -16,7 +16,8 @@ translate into thousands of tiny nodes, so they are shaped here before or after 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from torch import Tensor, fx
@@ -58,6 +59,26 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
     return table
 
 
+@contextlib.contextmanager
+def _one_fake_mode() -> Iterator[None]:
+    """One fake-tensor mode for the whole trace's node metadata.
+
+    A real-tensor ``make_fx`` records each node's shape as a fake tensor and, finding no
+    fake mode in the tracing context, makes a new mode per node (each recording its own
+    Python stack): most of a large model's trace time. A tracing context holding one mode
+    gives the same metadata. Where torch's private ``_guards`` module differs, nothing
+    changes.
+    """
+    try:
+        from torch._guards import TracingContext, tracing
+        from torch._subclasses.fake_tensor import FakeTensorMode
+    except ImportError:
+        yield
+        return
+    with tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True))):
+        yield
+
+
 def trace(fn: Callable[..., Any], args: Sequence[Tensor]) -> fx.GraphModule:
     """``make_fx`` of ``fn`` on ``args`` (real tensors), with the traceable layer forms, rewritten.
 
@@ -69,7 +90,7 @@ def trace(fn: Callable[..., Any], args: Sequence[Tensor]) -> fx.GraphModule:
     try:
         # The math attention backend: its backward is plain matmuls and softmax (the flash
         # and efficient kernels' backward ops have no ONNX translation).
-        with traceable_layers(), sdpa_kernel(SDPBackend.MATH):
+        with traceable_layers(), sdpa_kernel(SDPBackend.MATH), _one_fake_mode():
             gm = make_fx(fn, decomposition_table=decompositions())(*args)
     except UnsupportedModelError:
         raise
