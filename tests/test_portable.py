@@ -62,6 +62,31 @@ def test_resnet_d_exports_on_both_paths(tmp_path):
     print(info.validation.table(), info.portable_validation.table(), sep="\n")
 
 
+class _Pool1dNet(nn.Module):
+    """Next-ViT's attention pools its tokens with AvgPool1d (2-D pooling inside torch)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.norm = nn.GroupNorm(2, 8)
+        self.pool = nn.AvgPool1d(3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = self.norm(self.conv(x)).flatten(2)  # (N, C, H·W)
+        return self.fc(self.pool(tokens).mean(2))
+
+
+def test_one_dimensional_average_pooling_exports_on_both_paths(tmp_path):
+    torch.manual_seed(0)
+    config = RealmConfig.preset("cifar", num_classes=5)
+    info = export_realm_artifacts(
+        _Pool1dNet(), tmp_path / "a", ExportOptions(config=config, input_shape=(1, 3, 9, 9))
+    )
+    assert info.portable_error is None and info.portable_validation.passed
+    assert info.validation is None or info.validation.passed
+
+
 class _BatchStatsNet(nn.Module):
     """BatchNorm without running statistics: normalises each batch by itself in eval mode."""
 

@@ -149,15 +149,16 @@ def export_friendly_norms() -> Iterator[None]:
     The forms for ``torch.onnx.export`` (TorchScript): the inference model, the legacy
     training graph's base.
     """
-    saved = (F.group_norm, F.instance_norm, F.batch_norm, F.avg_pool2d)
+    saved = (F.group_norm, F.instance_norm, F.batch_norm, F.avg_pool2d, F.avg_pool1d)
     F.group_norm = _ts_group_norm  # type: ignore[assignment]
     F.instance_norm = _ts_instance_norm  # type: ignore[assignment]
     F.batch_norm = _ts_batch_norm  # type: ignore[assignment]
     F.avg_pool2d = avg_pool2d  # type: ignore[assignment]
+    F.avg_pool1d = avg_pool1d  # type: ignore[assignment]
     try:
         yield
     finally:
-        F.group_norm, F.instance_norm, F.batch_norm, F.avg_pool2d = saved  # type: ignore[assignment]
+        F.group_norm, F.instance_norm, F.batch_norm, F.avg_pool2d, F.avg_pool1d = saved  # type: ignore[assignment]
 
 
 # ------------------------------------------- make_fx forms (their own compact backward)
@@ -342,7 +343,14 @@ def traceable_layers() -> Iterator[None]:
     """
     saved = {
         name: getattr(F, name)
-        for name in ("group_norm", "layer_norm", "instance_norm", "batch_norm", "avg_pool2d")
+        for name in (
+            "group_norm",
+            "layer_norm",
+            "instance_norm",
+            "batch_norm",
+            "avg_pool2d",
+            "avg_pool1d",
+        )
     }
     replacements = {
         "group_norm": _group_norm,
@@ -350,6 +358,7 @@ def traceable_layers() -> Iterator[None]:
         "instance_norm": _instance_norm,
         "batch_norm": _batch_norm,
         "avg_pool2d": avg_pool2d,
+        "avg_pool1d": avg_pool1d,
     }
     for name, fn in replacements.items():
         setattr(F, name, fn)
@@ -420,6 +429,23 @@ def avg_pool2d(
 
 
 _REAL_AVG_POOL2D = F.avg_pool2d  # torch's own, captured before any replacement
+
+
+def avg_pool1d(
+    x: Tensor,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: int | Sequence[int] = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+) -> Tensor:
+    """1-D average pooling (Next-ViT's attention) as :func:`avg_pool2d` over a height-1 plane.
+
+    torch computes it as 2-D pooling too, whose backward has no ONNX form.
+    """
+    k, s, p = (pair(v)[-1] for v in (kernel_size, stride or kernel_size, padding))
+    flat = avg_pool2d(x.unsqueeze(-2), (1, k), (1, s), (0, p), ceil_mode, count_include_pad)
+    return flat.squeeze(-2)
 
 
 @contextlib.contextmanager
