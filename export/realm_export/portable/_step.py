@@ -99,6 +99,8 @@ def build_portable_graphs(
     config: RealmConfig,
     norm_names: Sequence[str],
     example: Tensor,
+    *,
+    lean: bool = True,
 ) -> PortableGraphs:
     """Trace and export the portable step and forward graphs of ``model``.
 
@@ -107,6 +109,8 @@ def build_portable_graphs(
         config: the export's configuration (method, preset, α0/λ0, e0).
         norm_names: the SDK's adapted norm parameters, in order.
         example: an input of the export shape; its batch must be 1.
+        lean: translate with :func:`._to_onnx.to_onnx`'s lean path where it works; False:
+            torch.onnx's public exporter.
 
     Returns:
         The graphs as ONNX protos, checked for standard ops, opset and IR version.
@@ -225,7 +229,7 @@ def build_portable_graphs(
     step_outputs = [LOSS_NAME, LOGITS_NAME, FINITE_NAME, NEW_PARAMS_NAME, NEW_VELOCITY_NAME]
     if rules.step_cut:
         step_outputs.append(KEPT_NAME)
-    step_proto = _portable(step_gm, step_args, step_inputs, step_outputs)
+    step_proto = _portable(step_gm, step_args, step_inputs, step_outputs, lean)
     # The forward is the step's own: the nodes its logits need, from the input and θ.
     forward_proto = forward_of(step_proto)
     layout = []
@@ -293,13 +297,14 @@ def _portable(
     args: Sequence[Tensor],
     input_names: Sequence[str],
     output_names: Sequence[str],
+    lean: bool,
 ) -> onnx.ModelProto:
     """The traced graph as ONNX, its GEMM weights read in place, checked for ORT.
 
     Raises:
         UnsupportedModelError: the exporter failed, or the graph is not portable.
     """
-    proto = to_onnx(gm, args, input_names, output_names)
+    proto = to_onnx(gm, args, input_names, output_names, lean=lean)
     untranspose_weights(proto)
     check_portable(proto)
     return proto

@@ -78,26 +78,20 @@ def write_portable(plan: Plan, traced: Traced, directory: Path) -> Built:
         ValidationError: the ORT-format graphs disagree with the reference.
     """
     started = time.perf_counter()
-    plan.notify("building the portable step graph")
     try:
-        graphs = build_portable_graphs(
-            traced.source, plan.config, traced.trainable, traced.example[:1]
-        )
+        graphs, inference, weights, report = _built_and_checked(plan, traced, directory, lean=True)
+        if report is not None and not report.passed:
+            raise ValidationError(report.summary(), report)
     except UnsupportedModelError as exc:
         return Built(directory, {ERROR_KEY: str(exc)})
-    # The inference model: the TorchScript forward, else the portable forward bound to θ0.
-    inference = traced.forward if traced.forward is not None else _standalone(graphs)
-    roles = {STEP_MODEL_KEY: graphs.step, FORWARD_MODEL_KEY: graphs.forward}
-    names = dict(_PORTABLE_FILES)
-    if plan.options.standalone_inference:
-        onnx.save(inference, str(directory / INFERENCE_MODEL))
-    else:  # its weights in weights.bin too: one copy of them on the device
-        roles["inference_model"] = _copy(inference)
-        names["inference_model"] = INFERENCE_MODEL
-    weights = save_with_shared_weights(roles, directory, names)
-    np.save(directory / SOURCE_PARAMS, graphs.source, allow_pickle=False)
-    what = "portable step graph"
-    report = _check_graphs(plan, traced, directory, graphs, what, _PORTABLE_FILES)
+    except Exception as exc:  # the lean translation's graph refused or wrong: the public one
+        log.info("the lean ONNX translation failed validation (%s); retrying with torch.onnx", exc)
+        try:
+            graphs, inference, weights, report = _built_and_checked(
+                plan, traced, directory, lean=False
+            )
+        except UnsupportedModelError as again:
+            return Built(directory, {ERROR_KEY: str(again)})
     if report is not None and not report.passed:
         section = _discard_portable(directory, report)
         onnx.save(inference, str(directory / INFERENCE_MODEL))  # weights.bin went with them
@@ -117,6 +111,42 @@ def write_portable(plan: Plan, traced: Traced, directory: Path) -> Built:
             plan, traced, directory, graphs, adapt
         )
     return Built(directory, section, report, ort_report, adapt=adapt)
+
+
+def _built_and_checked(
+    plan: Plan, traced: Traced, directory: Path, *, lean: bool
+) -> tuple[PortableGraphs, onnx.ModelProto, dict[str, Any], ValidationReport | None]:
+    """Build the portable graphs, write them with the inference model, and validate them.
+
+    Returns:
+        The graphs, the inference model, the shared weights' table and the report (None
+        where validation is off).
+
+    Raises:
+        UnsupportedModelError: the graphs could not be built.
+    """
+    plan.notify("building the portable step graph")
+    graphs = build_portable_graphs(
+        traced.source, plan.config, traced.trainable, traced.example[:1], lean=lean
+    )
+    # The inference model: the TorchScript forward, else the portable forward bound to θ0.
+    inference = traced.forward if traced.forward is not None else _standalone(graphs)
+    roles = {STEP_MODEL_KEY: graphs.step, FORWARD_MODEL_KEY: graphs.forward}
+    names = dict(_PORTABLE_FILES)
+    if plan.options.standalone_inference:
+        onnx.save(inference, str(directory / INFERENCE_MODEL))
+    else:  # its weights in weights.bin too: one copy of them on the device
+        roles["inference_model"] = _copy(inference)
+        names["inference_model"] = INFERENCE_MODEL
+    weights = save_with_shared_weights(roles, directory, names)
+    np.save(directory / SOURCE_PARAMS, graphs.source, allow_pickle=False)
+    what = "portable step graph"
+    return (
+        graphs,
+        inference,
+        weights,
+        _check_graphs(plan, traced, directory, graphs, what, _PORTABLE_FILES),
+    )
 
 
 def _write_adapt(
