@@ -209,7 +209,7 @@ def test_export_bench_prints_the_ratio_and_where_the_time_goes(tmp_path, capsys)
     code = main(["bench", "export", "--models", "digits", "--rounds", "1", "--out", str(tmp_path)])
     assert code == 0
     (row,) = json.loads((tmp_path / "export.json").read_text())
-    assert 0 < row["bare"] and 0 < row["export"]
+    assert row["bare"] > 0 and row["export"] > 0
     assert row["stages"] and sum(row["stages"].values()) == pytest.approx(row["export"], rel=0.05)
     assert "validating the adapt graph against the PyTorch reference" in row["stages"]
     printed = capsys.readouterr().out
