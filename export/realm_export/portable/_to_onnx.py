@@ -109,9 +109,16 @@ def _lean_export(
     exporter = _exporter()
     if exporter is None:
         return None
+    import onnx_ir as ir
+
     core, fx_passes, ir_passes = exporter
     gm = copy.deepcopy(gm)  # the public path, where this one gives up, takes the original
-    if not functionalize_in_place(gm) or _untranslated(gm):
+    if not functionalize_in_place(gm):
+        log.debug("an in-place op writes through a view: the public path takes the graph")
+        return None
+    missing = _untranslated(gm)
+    if missing:
+        log.debug("torchlib cannot write %s: the public path decomposes them", missing)
         return None
     program = torch.export.export(gm, inputs, strict=False)
     graph = program.graph_module
@@ -125,8 +132,6 @@ def _lean_export(
     optimize(model)
     ir_passes.rename_inputs(model, list(input_names))
     ir_passes.rename_outputs(model, list(output_names))
-    import onnx_ir as ir
-
     return ir.serde.serialize_model(model)
 
 
