@@ -324,16 +324,11 @@ def untranspose_weights(proto: onnx.ModelProto) -> int:
     """
     graph = proto.graph
     weights = {i.name for i in graph.initializer if len(i.dims) == 2}
-    inferred = onnx.shape_inference.infer_shapes(proto)
-    shapes: dict[str, list[int]] = {}
-    for info in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
-        dims = info.type.tensor_type.shape.dim
-        if all(d.HasField("dim_value") for d in dims):
-            shapes[info.name] = [d.dim_value for d in dims]
     consumers: dict[str, list[onnx.NodeProto]] = {}
     for node in graph.node:
         for name in node.input:
             consumers.setdefault(name, []).append(node)
+    shapes = _static_shapes(proto, _matmul_operands(graph, weights, consumers))
     removed = 0
     new_nodes: list[onnx.NodeProto] = []
     replaced: dict[int, list[onnx.NodeProto]] = {}
@@ -357,6 +352,40 @@ def untranspose_weights(proto: onnx.ModelProto) -> int:
     del graph.node[:]
     graph.node.extend(new_nodes)
     return removed
+
+
+def _matmul_operands(
+    graph: onnx.GraphProto, weights: set[str], consumers: dict[str, list[onnx.NodeProto]]
+) -> set[str]:
+    """The left operands and outputs of the MatMuls that read a transposed weight."""
+    names: set[str] = set()
+    for node in graph.node:
+        if node.op_type == "Transpose" and node.input[0] in weights:
+            for user in consumers.get(node.output[0], []):
+                if user.op_type == "MatMul":
+                    names.update((user.input[0], user.output[0]))
+    return names
+
+
+def _static_shapes(proto: onnx.ModelProto, names: set[str]) -> dict[str, list[int]]:
+    """The fixed shapes of ``names``: from the graph's value infos, inferred where they lack one.
+
+    Shape inference copies the whole model (weights included), so it runs only when needed.
+    """
+    shapes: dict[str, list[int]] = {}
+    if not names:
+        return shapes
+
+    def read(graph: onnx.GraphProto) -> None:
+        for info in [*graph.value_info, *graph.input, *graph.output]:
+            dims = info.type.tensor_type.shape.dim
+            if info.name in names and all(d.HasField("dim_value") for d in dims):
+                shapes[info.name] = [d.dim_value for d in dims]
+
+    read(proto.graph)
+    if not names <= set(shapes):
+        read(onnx.shape_inference.infer_shapes(proto).graph)
+    return shapes
 
 
 def _gemm_plan(

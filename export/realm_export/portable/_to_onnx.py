@@ -1,21 +1,23 @@
 """A traced aten graph as ONNX: torch.onnx's translator, run once, with a lean optimiser.
 
 ``torch.onnx.export(gm, dynamo=True)`` on a graph :func:`.._trace.trace` made captures it
-with ``torch.export``, decomposes it again with its own table (a second full re-trace, on a
-graph the trace already decomposed into core aten ops), builds its op registry anew, and
+with ``torch.export`` (a full re-trace), decomposes it again with its own table (another, on
+a graph the trace already decomposed into core aten ops), builds its op registry anew, and
 runs onnxscript's optimiser with every default rewrite rule (each tried on every node,
-where only a few ever match these graphs). The lean path captures once, keeps one registry
-per process, skips the second decomposition, and optimises with the passes that change
-these graphs: constant folding, the rewrite rules that fire on them, dead code and common
-subexpressions. It uses torch.onnx's private exporter modules, so where they are missing or
-refuse a graph (an op only the exporter's own decomposition could write), the public
-``torch.onnx.export`` does the whole job, as before.
+where only a few ever match these graphs). The lean path captures nothing: the traced
+graph, already flat, functional and carrying each node's fake tensor, is handed to the
+translator as the program ``torch.export`` would have made of it. It keeps one registry per
+process, builds each ONNX op's signature once, skips the second decomposition, and
+optimises with the passes that change these graphs: constant folding, the rewrite rules
+that fire on them, dead code and common subexpressions. It uses torch.onnx's private
+exporter modules, so where they are missing or refuse a graph (an op only the exporter's
+own decomposition could write), the public ``torch.onnx.export`` does the whole job, as
+before.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import io
 import logging
@@ -112,20 +114,25 @@ def _lean_export(
     import onnx_ir as ir
 
     core, fx_passes, ir_passes = exporter
-    gm = copy.deepcopy(gm)  # the public path, where this one gives up, takes the original
-    if not functionalize_in_place(gm):
+    graph = _graph_copy(gm.graph)  # the public path, where this one gives up, takes gm
+    if not _functionalize(graph):
         log.debug("an in-place op writes through a view: the public path takes the graph")
         return None
-    missing = _untranslated(gm)
+    missing = _untranslated(graph)
     if missing:
         log.debug("torchlib cannot write %s: the public path decomposes them", missing)
         return None
-    program = torch.export.export(gm, inputs, strict=False)
-    graph = program.graph_module
-    fx_passes.insert_type_promotion_nodes(graph)
-    program._graph_module = fx_passes.remove_assertion_nodes(graph)
+    program = _program_of(gm, graph)
+    if program is None:  # metadata the direct form needs is missing: torch.export captures
+        copied = torch.fx.GraphModule(gm, _graph_copy(gm.graph))
+        functionalize_in_place(copied)
+        program = torch.export.export(copied, inputs, strict=False)
+    module = program.graph_module
+    fx_passes.insert_type_promotion_nodes(module)
+    program._graph_module = fx_passes.remove_assertion_nodes(module)
     try:
-        model = core._exported_program_to_onnx_program(program, registry=_registry()).model
+        with _signatures_cached():
+            model = core._exported_program_to_onnx_program(program, registry=_registry()).model
     except Exception as exc:  # e.g. an op the exporter's own decomposition would have split
         log.debug("the lean translation refused the graph, the public path takes it: %s", exc)
         return None
@@ -133,6 +140,100 @@ def _lean_export(
     ir_passes.rename_inputs(model, list(input_names))
     ir_passes.rename_outputs(model, list(output_names))
     return ir.serde.serialize_model(model)
+
+
+def _graph_copy(graph: torch.fx.Graph) -> torch.fx.Graph:
+    """A graph of its own with the same node metadata: the lean path rewrites only nodes."""
+    copied = torch.fx.Graph()
+    copied.output(copied.graph_copy(graph, {}))
+    return copied
+
+
+def _program_of(gm: torch.fx.GraphModule, graph: torch.fx.Graph) -> Any:
+    """``graph`` (of ``gm``'s tensors) as the ``ExportedProgram`` ``torch.export`` would capture.
+
+    The traced graph is already a flat, functional aten graph whose nodes carry their fake
+    tensors; capturing it again only retraces it. Its constant tensors (the frozen weights)
+    become lifted constants, its placeholders the user inputs. None where a node lacks the
+    metadata the translator reads, or torch's program class refuses the result.
+    """
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.export import graph_signature as sig
+    from torch.export.exported_program import ExportedProgram, ModuleCallEntry
+
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    fakes = [p.meta.get("val") for p in placeholders]
+    if not fakes or not all(isinstance(v, FakeTensor) for v in fakes):
+        return None
+    mode = fakes[0].fake_mode
+    if not _fill_values(graph, mode):
+        return None
+    constants: dict[str, Tensor] = {}
+    specs: list[Any] = []
+    lifted: dict[str, torch.fx.Node] = {}  # one input per tensor, however many nodes read it
+    for node in list(graph.nodes):
+        if node.op != "get_attr":
+            continue
+        target = str(node.target)
+        value = getattr(gm, target, None)
+        if not isinstance(value, Tensor):
+            return None
+        if target not in lifted:
+            with graph.inserting_before(placeholders[0]):
+                lifted[target] = graph.placeholder(f"c_{node.name}")
+            name = lifted[target].name
+            lifted[target].meta["val"] = mode.from_tensor(value, static_shapes=True)
+            constants[name] = value
+            specs.append(
+                sig.InputSpec(sig.InputKind.CONSTANT_TENSOR, sig.TensorArgument(name), name)
+            )
+        node.replace_all_uses_with(lifted[target])
+        graph.erase_node(node)
+    specs += [
+        sig.InputSpec(sig.InputKind.USER_INPUT, sig.TensorArgument(p.name), None)
+        for p in placeholders
+    ]
+    (out,) = [n for n in graph.nodes if n.op == "output"]
+    results = out.args[0] if isinstance(out.args[0], (tuple, list)) else (out.args[0],)
+    if not all(isinstance(r, torch.fx.Node) for r in results):
+        return None
+    out.args = (tuple(results),)
+    outputs = [
+        sig.OutputSpec(sig.OutputKind.USER_OUTPUT, sig.TensorArgument(r.name), None)
+        for r in results
+    ]
+    try:  # the program compiles a module of its own from the graph
+        return ExportedProgram(
+            root=gm,
+            graph=graph,
+            graph_signature=sig.ExportGraphSignature(specs, outputs),
+            state_dict={},
+            range_constraints={},
+            module_call_graph=[ModuleCallEntry("")],
+            constants=constants,
+        )
+    except Exception as exc:
+        log.debug("the traced graph is no ExportedProgram as it stands: %s", exc)
+        return None
+
+
+def _fill_values(graph: torch.fx.Graph, mode: Any) -> bool:
+    """Give each node the rewrites added after the trace its fake value; False where one fails."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    for node in graph.nodes:
+        if node.op != "call_function" or isinstance(node.meta.get("val"), FakeTensor):
+            continue
+        try:
+            with mode:
+                args, kwargs = torch.fx.node.map_arg(
+                    (node.args, node.kwargs), lambda n: n.meta["val"]
+                )
+                node.meta["val"] = node.target(*args, **kwargs)
+        except Exception as exc:
+            log.debug("no fake value for %s: %s", node.name, exc)
+            return False
+    return True
 
 
 def functionalize_in_place(gm: torch.fx.GraphModule) -> bool:
@@ -148,7 +249,14 @@ def functionalize_in_place(gm: torch.fx.GraphModule) -> bool:
         True where every mutation was rewritten; False (``gm`` half rewritten: discard it)
         where one writes into a graph input, a view, or a tensor a view was taken of.
     """
-    graph = gm.graph
+    if not _functionalize(gm.graph):
+        return False
+    gm.recompile()
+    return True
+
+
+def _functionalize(graph: torch.fx.Graph) -> bool:
+    """:func:`functionalize_in_place` on a graph, not compiled (its caller compiles or exports)."""
     order = {node: k for k, node in enumerate(graph.nodes)}
     for node in list(graph.nodes):
         target = node.target
@@ -178,7 +286,6 @@ def functionalize_in_place(gm: torch.fx.GraphModule) -> bool:
             if user is not pure and order.get(user, -1) > order[node]:
                 user.replace_input_with(mutated, pure)
         graph.erase_node(node)
-    gm.recompile()
     return True
 
 
@@ -216,8 +323,8 @@ def _exporter() -> tuple[Any, Any, Any] | None:
     return _core, _fx_passes, _ir_passes
 
 
-def _untranslated(gm: torch.fx.GraphModule) -> list[str]:
-    """The ops of ``gm`` torchlib has no function for.
+def _untranslated(graph: torch.fx.Graph) -> list[str]:
+    """The ops of ``graph`` torchlib has no function for.
 
     The exporter's own decomposition would split them; the lean path has none.
     """
@@ -225,7 +332,7 @@ def _untranslated(gm: torch.fx.GraphModule) -> list[str]:
     return sorted(
         {
             str(node.target)
-            for node in gm.graph.nodes
+            for node in graph.nodes
             if node.op == "call_function"
             and isinstance(node.target, torch._ops.OpOverload)
             and node.target not in known
@@ -307,6 +414,36 @@ def optimize(model: Any) -> None:
         common.OutputFixPass(),
         common.NameFixPass(),
     )(model)
+
+
+@contextlib.contextmanager
+def _signatures_cached() -> Iterator[None]:
+    """Build each ONNX op's signature once while translating.
+
+    The translator converts the op's schema into a new signature at every call (a few
+    thousand per graph, and most of its time); a signature is a pure function of the
+    schema's domain, name and version. Where onnx-ir differs, nothing changes.
+    """
+    import onnx_ir as ir
+
+    signature = getattr(getattr(ir, "schemas", None), "OpSignature", None)
+    build = getattr(getattr(signature, "from_op_schema", None), "__func__", None)
+    if build is None:
+        yield
+        return
+    built: dict[tuple[str, str, int], Any] = {}
+
+    def cached(cls: type, schema: Any) -> Any:
+        key = (schema.domain, schema.name, schema.since_version)
+        if key not in built:
+            built[key] = build(cls, schema)
+        return built[key]
+
+    signature.from_op_schema = classmethod(cached)
+    try:
+        yield
+    finally:
+        signature.from_op_schema = classmethod(build)
 
 
 @contextlib.contextmanager
