@@ -25,7 +25,10 @@ from realm_sdk.methods import StepInputs, torch_form
 
 # Logits are held to atol + LOGITS_RTOL · max|logits|: float32 keeps ~7 digits, and a deep
 # network's rounding leaves ~1e-6 of the logits' scale (random-init BatchNorm nets reach
-# logits in the hundreds, where an absolute 1e-4 is below float32's resolution).
+# logits in the hundreds, where an absolute 1e-4 is below float32's resolution). Where a
+# graph's logits lie beyond that, the tolerance is at least SPREAD_FACTOR times torch's own
+# float32 error there (its distance from the same forward in float64): an ill-conditioned
+# network leaves any float32 execution that far from exact.
 LOGITS_RTOL = 1e-6
 # The reference's own spread: torch's gradients at inputs moved by SPREAD_EPS (relative: the
 # size of ONNX Runtime's rounding differences from torch in deep activations), SPREAD_DRAWS
@@ -79,6 +82,7 @@ class ValidationReport:
     alpha: float | None = None  # REALM's α0: sets the float32 scale of ∂ρ/∂α (see above)
     lam: float | None = None  # REALM's λ0 where C = λ: sets the float32 scale of ∂(λρ)/∂λ
     logits_tolerance: float = 0.0  # atol + LOGITS_RTOL · max|logits| (0: not yet set)
+    logits_spread: float = 0.0  # torch's own float32 error on the logits, where measured
     grad_spread: dict[str, float] = field(default_factory=dict)  # the reference's own, per tensor
 
     def add(
@@ -134,8 +138,13 @@ class ValidationReport:
 
     @property
     def logits_tol(self) -> float:
-        """The logits' tolerance: ``atol + LOGITS_RTOL · max|logits|`` over the inputs."""
-        return self.logits_tolerance or self.atol
+        """The logits' tolerance: ``atol + LOGITS_RTOL · max|logits|`` over the inputs.
+
+        At least ``atol + SPREAD_FACTOR ·`` torch's own float32 error on the logits, where
+        :func:`judge` measured it.
+        """
+        base = self.logits_tolerance or self.atol
+        return max(base, self.atol + SPREAD_FACTOR * self.logits_spread)
 
     @property
     def worst_grad(self) -> tuple[str, float]:
@@ -175,6 +184,7 @@ class ValidationReport:
             "grad_rtol": self.grad_rtol,
             "logits_max_abs_diff": self.logits_max_abs,
             "logits_tolerance": self.logits_tol,
+            "logits_reference_error": self.logits_spread,
             "loss_max_abs_diff": self.loss_max_abs,
             "grad_max_rel_diff": worst,
             "grad_worst_tensor": name,
@@ -190,12 +200,14 @@ class ValidationReport:
 
         ``ref. spread`` is how far torch's own gradient moves when the input moves by a few
         float32 roundings (:func:`reference_spread`; measured only where a gradient lies
-        beyond ``grad_rtol``, blank elsewhere); the tolerance grows with it.
+        beyond ``grad_rtol``, blank elsewhere), and for the logits torch's own float32 error
+        (measured only where the logits lie beyond their first tolerance); the tolerance
+        grows with it.
         """
         norms = {n: v for n, v in self.grad_max_rel.items() if n not in (ALPHA_NAME, LAMBDA_NAME)}
         name = max(norms, key=lambda n: norms[n] / self.grad_tolerance(n))
         rows: list[tuple[str, str, float, float, float | None]] = [
-            ("logits", "max abs", self.logits_max_abs, self.logits_tol, None),
+            ("logits", "max abs", self.logits_max_abs, self.logits_tol, self.logits_spread or None),
             ("loss", "max abs", self.loss_max_abs, self.atol, None),
         ]
         for label, key in (
@@ -231,6 +243,7 @@ def reference_spread(
     reference: tuple[np.ndarray, float, dict[str, np.ndarray], list[str]],
     report: ValidationReport,
     deviation: float = 0.0,
+    exact: tuple[np.ndarray, float, dict[str, np.ndarray], list[str]] | None = None,
 ) -> dict[str, float]:
     """How far torch's own gradients move when ``x`` moves by a few float32 roundings.
 
@@ -256,11 +269,18 @@ def reference_spread(
             spread[name] = max(spread.get(name, 0.0), value)
     scale = min(SPREAD_MAX_SCALE, deviation / moved_logits) if moved_logits > 0 else 1.0
     spread = {name: value * max(1.0, scale) for name, value in spread.items()}
-    # The reference's own float32 error: the same step in float64.
-    exact = torch_reference(copy.deepcopy(model).double(), config, x.double(), weights)[2]
-    for name, value in report.relative(exact, grads_t, loss_t).items():
+    # The reference's own float32 error: the same step in float64 (``exact``, where given).
+    exact = exact or float64_reference(model, config, x, weights)
+    for name, value in report.relative(exact[2], grads_t, loss_t).items():
         spread[name] = max(spread.get(name, 0.0), value)
     return spread
+
+
+def float64_reference(
+    model: nn.Module, config: RealmConfig, x: torch.Tensor, weights: np.ndarray
+) -> tuple[np.ndarray, float, dict[str, np.ndarray], list[str]]:
+    """:func:`torch_reference` in float64, on a copy of ``model``: what float32 rounds away."""
+    return torch_reference(copy.deepcopy(model).double(), config, x.double(), weights)
 
 
 def new_report(
@@ -373,17 +393,24 @@ def judge(
 
     The spread (:func:`reference_spread`, several more reference steps) can only widen a
     gradient's tolerance beyond ``grad_rtol``: it is measured only at an input where some
-    gradient lies beyond ``grad_rtol``.
+    gradient lies beyond ``grad_rtol``. Likewise torch's own float32 error on the logits (the
+    step in float64) is measured only at an input where the logits lie beyond their tolerance.
     """
     logits, loss, grads = graph
     logits_t, loss_t, grads_t, _ = reference
     report.add(logits, loss, grads, (logits_t, loss_t, grads_t))
+    deviation = float(np.abs(logits - logits_t).max())
+    exact = None
+    if deviation > report.logits_tol:
+        exact = float64_reference(model, config, torch.from_numpy(x), weights)
+        error = float(np.abs(logits_t.astype(np.float64) - exact[0]).max())
+        report.logits_spread = max(report.logits_spread, error)
     if all(v <= report.grad_rtol for v in report.relative(grads, grads_t, loss_t).values()):
         return
-    deviation = float(np.abs(logits - logits_t).max())
-    report.add_spread(
-        reference_spread(model, config, torch.from_numpy(x), weights, reference, report, deviation)
+    spread = reference_spread(
+        model, config, torch.from_numpy(x), weights, reference, report, deviation, exact
     )
+    report.add_spread(spread)
 
 
 def branch_hint(branches: Sequence[str]) -> str:

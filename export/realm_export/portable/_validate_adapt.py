@@ -40,7 +40,7 @@ from realm_runtime.contract import (
 )
 from realm_sdk import RealmAdapter, RealmConfig, decision_margin
 
-from .._validate import LOGITS_RTOL, quiet_session
+from .._validate import LOGITS_RTOL, SPREAD_FACTOR, quiet_session
 
 # The adapt graph's parameters after k steps, against the reference's: relative to how far the
 # reference moved them. The step graph's gradients pass within grad_rtol of torch's, or within
@@ -113,6 +113,7 @@ def validate_adapt(
     *,
     atol: float,
     grad_rtol: float,
+    logits_spread: float = 0.0,
 ) -> AdaptReport:
     """Run ``adapt_model.onnx`` and ``RealmAdapter`` over ``inputs``, each twice; compare.
 
@@ -127,7 +128,11 @@ def validate_adapt(
         inputs: float32 arrays of shape ``(1, *input)``.
         atol: tolerance on logits (plus ``LOGITS_RTOL`` of their scale).
         grad_rtol: the step graph's relative gradient tolerance.
+        logits_spread: torch's own float32 error on this model's logits, where the step
+            graph's validation measured it (``ValidationReport.logits_spread``): the logits'
+            tolerance is at least ``atol + SPREAD_FACTOR ·`` that.
     """
+    floor = atol + SPREAD_FACTOR * logits_spread
     session = quiet_session(directory / section[FILE_KEY])
     names = [o.name for o in session.get_outputs()]
     entries = section[ADAPT_STATE_KEY]
@@ -169,13 +174,13 @@ def validate_adapt(
             got = out[section[ADAPT_LOGITS_KEY]]
             report.logits_max_abs = max(report.logits_max_abs, float(np.abs(got - want).max()))
             report.logits_tol = max(
-                report.logits_tol, atol + LOGITS_RTOL * float(np.abs(want).max())
+                report.logits_tol, atol + LOGITS_RTOL * float(np.abs(want).max()), floor
             )
         theirs = _flat_params(adapter, config)
         moved = max(float(np.abs(theirs - source).max()), 1e-12)
         error = float(np.abs(state[PARAMS_NAME] - theirs).max()) / moved
         report.params_max_rel = max(report.params_max_rel, error if moved > 1e-12 else 0.0)
-    report.logits_tol = report.logits_tol or atol
+    report.logits_tol = report.logits_tol or floor
     if report.mismatch is None and report.near_tie is None:
         counters = dict(zip(COUNTERS, state[COUNTERS_NAME].tolist(), strict=True))
         expected = {c: getattr(adapter.state, c) for c in COUNTERS}
@@ -202,6 +207,7 @@ def validate_adapt_graphs(
     *,
     atol: float,
     grad_rtol: float,
+    logits_spread: float = 0.0,
 ) -> list[AdaptReport]:
     """:func:`validate_adapt` on the written graph and, with an entropy cut, on it opened.
 
@@ -211,11 +217,9 @@ def validate_adapt_graphs(
     commit and the recovery are compared as well: the written graph, fed that margin through
     ``realm.settings``.
     """
-    reports = [
-        validate_adapt(directory, section, model, config, inputs, atol=atol, grad_rtol=grad_rtol)
-    ]
+    checks = {"atol": atol, "grad_rtol": grad_rtol, "logits_spread": logits_spread}
+    reports = [validate_adapt(directory, section, model, config, inputs, **checks)]
     if config.rules.entropy_cut:  # the same graph, its entropy margin fed above ln C
         opened = dataclasses.replace(config, entropy_margin=math.log(config.num_classes) + 1.0)
-        checks = {"atol": atol, "grad_rtol": grad_rtol}
         reports.append(validate_adapt(directory, section, model, opened, inputs, **checks))
     return reports

@@ -99,7 +99,7 @@ def write_portable(plan: Plan, traced: Traced, directory: Path) -> Built:
     section = _portable_section(graphs, report, started) | {WEIGHTS_KEY: weights}
     # The one adapt graph reads the step graph's weights from the same file.
     weights["graphs"][ADAPT_MODEL_KEY] = list(weights["graphs"][STEP_MODEL_KEY])
-    adapt = _write_adapt(plan, traced, directory, graphs)
+    adapt = _write_adapt(plan, traced, directory, graphs, report)
     if plan.options.web:
         # SPEC §3's decision for the JavaScript clients of the portable graphs.
         decide = decide_model(plan.config, graphs.step.ir_version)
@@ -150,17 +150,31 @@ def _built_and_checked(
 
 
 def _write_adapt(
-    plan: Plan, traced: Traced, directory: Path, graphs: PortableGraphs
+    plan: Plan,
+    traced: Traced,
+    directory: Path,
+    graphs: PortableGraphs,
+    step_report: ValidationReport | None,
 ) -> dict[str, Any]:
-    """Write and validate the one adapt graph; its manifest section, or why it is not here."""
+    """Write and validate the one adapt graph; its manifest section, or why it is not here.
+
+    The step graph's report carries torch's own float32 error on the logits where it was
+    measured: the adapt graph's logits are held to the same floor.
+    """
     plan.notify("writing the adapt graph")
     section = write_adapt(graphs.step, plan.config, graphs.source, directory)
     if not plan.options.validate:
         return section
     plan.notify("validating the adapt graph against the PyTorch reference")
     try:
+        spread = step_report.logits_spread if step_report is not None else 0.0
         reports = validate_adapt_graphs(
-            directory, section, traced.source, plan.config, **_adapt_checks(plan)
+            directory,
+            section,
+            traced.source,
+            plan.config,
+            logits_spread=spread,
+            **_adapt_checks(plan),
         )
     except Exception as exc:  # ONNX Runtime refused to load or run it: say so, keep the rest
         _discard_adapt(directory, section)
