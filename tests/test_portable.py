@@ -87,6 +87,39 @@ def test_one_dimensional_average_pooling_exports_on_both_paths(tmp_path):
     assert info.validation is None or info.validation.passed
 
 
+class _UnfoldNet(nn.Module):
+    """HaloNet's blocked attention cuts overlapping windows with ``Tensor.unfold``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.norm = nn.GroupNorm(2, 8)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        windows = self.norm(self.conv(x)).unfold(2, 4, 2).unfold(3, 4, 2)  # (N, C, 3, 3, 4, 4)
+        return self.fc(windows.amax((-1, -2)).mean((2, 3)))
+
+
+def test_overlapping_windows_export_with_int64_scatter_indices(tmp_path):
+    """``unfold``'s backward is an index_put whose indices torch builds as int32; ONNX's
+    ScatterND takes int64 only, and ONNX Runtime refused the graph."""
+    torch.manual_seed(0)
+    model = _UnfoldNet()
+    config = RealmConfig.preset("cifar", num_classes=5)
+    options = ExportOptions(config=config, input_shape=(1, 3, 8, 8), training=False)
+    info = export_realm_artifacts(model, tmp_path / "a", options)
+    assert info.portable_error is None and info.portable_validation.passed
+    step = onnx.shape_inference.infer_shapes(onnx.load(str(info.files["step_model"])))
+    types = {v.name: v.type.tensor_type.elem_type for v in step.graph.value_info}
+    scatters = [n for n in step.graph.node if n.op_type == "ScatterND"]
+    assert scatters
+    assert {types.get(n.input[1], onnx.TensorProto.INT64) for n in scatters} == {
+        onnx.TensorProto.INT64
+    }
+    _steps_agree(tmp_path / "a", model, config, shape=(1, 3, 8, 8))
+
+
 class _BatchStatsNet(nn.Module):
     """BatchNorm without running statistics: normalises each batch by itself in eval mode."""
 

@@ -431,11 +431,36 @@ def _upsample_input_grad(gm: fx.GraphModule, node: fx.Node) -> fx.Node:
         return graph.call_function(aten.matmul.default, (left, rows))  # (N, C, Hi, Wi)
 
 
+# The index-writing ops whose index tensors become ONNX ScatterND indices (int64 only).
+_INDEX_PUT = (aten.index_put.default, aten._unsafe_index_put.default)
+
+
+def _int64_indices(graph: fx.Graph, node: fx.Node) -> None:
+    """Cast ``node``'s int32 index tensors to int64, in place.
+
+    Torch's ``unfold_backward`` decomposition indexes with an int32 ``arange`` (blocked
+    attention's ``Tensor.unfold``: HaloNet); ONNX ScatterND reads int64 indices only, and
+    ONNX Runtime refuses the graph otherwise. The indices are the same numbers.
+    """
+    cast = []
+    for index in node.args[1]:
+        value = index.meta.get("val") if isinstance(index, fx.Node) else None
+        if value is not None and value.dtype == torch.int32:
+            with graph.inserting_before(node):
+                index = graph.call_function(aten._to_copy.default, (index,), {"dtype": torch.int64})
+            index.meta["val"] = value.to(torch.int64)
+        cast.append(index)
+    node.args = (node.args[0], cast, *node.args[2:])
+
+
 def rewrite_backward_ops(gm: fx.GraphModule) -> None:
     """Replace the backward ops without an ONNX translation by equivalent forward ops."""
     graph = gm.graph
     for node in list(graph.nodes):
         if node.op != "call_function":
+            continue
+        if node.target in _INDEX_PUT:
+            _int64_indices(graph, node)
             continue
         if node.target == aten.copy_.default:
             _fold_restride_backward(graph, node) or _fold_dense_copy(graph, node)
