@@ -42,6 +42,14 @@ SPREAD_FACTOR = 3.0
 SPREAD_MAX_SCALE = 100.0  # the most the spread grows to match the graph's forward deviation
 
 
+def logits_floor(atol: float, reference_error: float) -> float:
+    """The least a logits tolerance may be: ``atol + SPREAD_FACTOR ·`` torch's own float32 error.
+
+    Every graph's check holds its logits to this where the error was measured (0: not).
+    """
+    return atol + SPREAD_FACTOR * reference_error
+
+
 class ValidationError(RuntimeError):
     """The exported artifacts disagree with the PyTorch reference beyond the tolerance."""
 
@@ -144,7 +152,7 @@ class ValidationReport:
         :func:`judge` measured it.
         """
         base = self.logits_tolerance or self.atol
-        return max(base, self.atol + SPREAD_FACTOR * self.logits_spread)
+        return max(base, logits_floor(self.atol, self.logits_spread))
 
     @property
     def worst_grad(self) -> tuple[str, float]:
@@ -270,7 +278,8 @@ def reference_spread(
     scale = min(SPREAD_MAX_SCALE, deviation / moved_logits) if moved_logits > 0 else 1.0
     spread = {name: value * max(1.0, scale) for name, value in spread.items()}
     # The reference's own float32 error: the same step in float64 (``exact``, where given).
-    exact = exact or float64_reference(model, config, x, weights)
+    if exact is None:
+        exact = float64_reference(model, config, x, weights)
     for name, value in report.relative(exact[2], grads_t, loss_t).items():
         spread[name] = max(spread.get(name, 0.0), value)
     return spread

@@ -40,7 +40,7 @@ from realm_runtime.contract import (
 )
 from realm_sdk import RealmAdapter, RealmConfig, decision_margin
 
-from .._validate import LOGITS_RTOL, SPREAD_FACTOR, quiet_session
+from .._validate import LOGITS_RTOL, logits_floor, quiet_session
 
 # The adapt graph's parameters after k steps, against the reference's: relative to how far the
 # reference moved them. The step graph's gradients pass within grad_rtol of torch's, or within
@@ -130,9 +130,9 @@ def validate_adapt(
         grad_rtol: the step graph's relative gradient tolerance.
         logits_spread: torch's own float32 error on this model's logits, where the step
             graph's validation measured it (``ValidationReport.logits_spread``): the logits'
-            tolerance is at least ``atol + SPREAD_FACTOR ·`` that.
+            tolerance is at least :func:`.._validate.logits_floor` of it.
     """
-    floor = atol + SPREAD_FACTOR * logits_spread
+    floor = logits_floor(atol, logits_spread)
     session = quiet_session(directory / section[FILE_KEY])
     names = [o.name for o in session.get_outputs()]
     entries = section[ADAPT_STATE_KEY]
