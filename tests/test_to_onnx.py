@@ -13,7 +13,13 @@ from torch import nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from realm_export import UnsupportedModelError
-from realm_export.portable import build_portable_graphs, forward_of, functionalize_in_place, to_onnx
+from realm_export.portable import (
+    build_portable_graphs,
+    check_written,
+    forward_of,
+    functionalize_in_place,
+    to_onnx,
+)
 from realm_runtime.contract import INPUT_NAME, LOGITS_NAME, PARAMS_NAME
 from realm_sdk import RealmAdapter, RealmConfig
 
@@ -152,3 +158,24 @@ def test_the_lean_export_names_inputs_and_outputs():
     assert [o.name for o in proto.graph.output] == ["total"]
     (got,) = _run(proto, {"features": args[0].numpy()})
     np.testing.assert_allclose(got, torch.relu(args[0]).sum(dim=1).numpy(), rtol=1e-6)
+
+
+def test_a_written_graph_the_checker_refuses_is_named_with_the_reason(tmp_path):
+    add = onnx.helper.make_node("Add", ["a", "missing"], ["y"])  # reads a value nobody makes
+    value = onnx.helper.make_tensor_value_info
+    graph = onnx.helper.make_graph(
+        [add],
+        "g",
+        [value("a", onnx.TensorProto.FLOAT, [1])],
+        [value("y", onnx.TensorProto.FLOAT, [1])],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    path = tmp_path / "step_model.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(UnsupportedModelError, match=r"step_model\.onnx fails the ONNX checker"):
+        check_written(path)
+    fine = tmp_path / "fine.onnx"
+    model.graph.node[0].input[1] = "a"
+    onnx.save(model, str(fine))
+    check_written(fine)  # raises nothing

@@ -99,14 +99,19 @@ def _flipped_weight(
 ) -> fx.Node:
     """``W (Cout, Cin/g, *k)`` → ``(Cin, Cout/g, *k)``, spatially flipped (stride-1 dx)."""
     c_out, c_in_g, *kernel = w_shape
-    spatial = list(range(2, 2 + len(kernel)))
+    # Only the dimensions longer than 1 flip: a 1×1 kernel needs no Slice for ORT to fold.
+    spatial = [2 + i for i, k in enumerate(kernel) if k > 1]
     call = graph.call_function
+
+    def flip(tensor: fx.Node) -> fx.Node:
+        return call(aten.flip.default, (tensor, spatial)) if spatial else tensor
+
     if c_in_g == 1 and c_out == groups:  # depthwise: only the flip
-        return call(aten.flip.default, (weight, spatial))
+        return flip(weight)
     grouped = call(aten.view.default, (weight, [groups, c_out // groups, c_in_g, *kernel]))
     swapped = call(aten.transpose.int, (grouped, 1, 2))
     merged = call(aten.reshape.default, (swapped, [groups * c_in_g, c_out // groups, *kernel]))
-    return call(aten.flip.default, (merged, spatial))
+    return flip(merged)
 
 
 def _max_pool_input_grad(graph: fx.Graph, node: fx.Node) -> fx.Node:

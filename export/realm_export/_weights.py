@@ -50,29 +50,24 @@ def save_with_shared_weights(
         step graph's shared bytes feed matrix products as constant operands (what ONNX
         Runtime would pre-pack into a second copy per session).
     """
-    _read_transposed(list(graphs.values()))
+    digests = _read_transposed(list(graphs.values()))
     stored: dict[str, int] = {}  # sha256 -> offset
     tables: dict[str, list[list[Any]]] = {}
     with open(directory / SHARED_WEIGHTS, "wb") as out:
-        for role, model in graphs.items():
+        for (role, model), digest in zip(graphs.items(), digests, strict=True):
             table = tables.setdefault(role, [])
             for tensor in model.graph.initializer:
-                if (
-                    tensor.data_type != onnx.TensorProto.FLOAT
-                    or tensor.data_location == onnx.TensorProto.EXTERNAL
-                ):
+                key = digest.get(tensor.name)
+                if key is None:
                     continue
-                data = numpy_helper.to_array(tensor).astype("<f4", copy=False).tobytes()
-                if len(data) < MIN_BYTES:
-                    continue
-                # By bytes alone: the inference graph names the same weights otherwise.
-                key = hashlib.sha256(data).hexdigest()
                 if key not in stored:
+                    data = _shared(tensor)
+                    assert data is not None  # digested above
                     out.write(b"\0" * (-out.tell() % ALIGN))
                     stored[key] = out.tell()
                     out.write(data)
                 offset = stored[key]
-                _point_to(tensor, offset, len(data))
+                _point_to(tensor, offset, 4 * int(np.prod(tensor.dims)))
                 table.append([tensor.name, offset, [int(d) for d in tensor.dims]])
             onnx.save_model(model, str(directory / files[role]), save_as_external_data=False)
     return {
@@ -93,7 +88,7 @@ def _shared(tensor: onnx.TensorProto) -> bytes | None:
     return data if len(data) >= MIN_BYTES else None
 
 
-def _read_transposed(models: list[onnx.ModelProto]) -> None:
+def _read_transposed(models: list[onnx.ModelProto]) -> list[dict[str, str]]:
     """A matrix an earlier graph holds transposed becomes ``Transpose`` of that layout.
 
     The dynamo-exported graphs keep a linear layer's weight as ``Wᵀ`` (their matrix
@@ -101,10 +96,17 @@ def _read_transposed(models: list[onnx.ModelProto]) -> None:
     the weights file would hold twice. Such a tensor is replaced by an initializer with the
     earlier layout's bytes (stored once, by the caller) and a ``Transpose`` node that
     ONNX Runtime folds when it loads the graph.
+
+    Returns:
+        Per model, the sha256 of each tensor the weights file holds, by name: each tensor's
+        bytes are read and hashed once.
     """
     earlier: set[str] = set()
+    digests: list[dict[str, str]] = []
     for model in models:
         own: set[str] = set()
+        digest: dict[str, str] = {}
+        digests.append(digest)
         kept, added, nodes = [], [], []
         for tensor in model.graph.initializer:
             data = _shared(tensor)
@@ -113,15 +115,19 @@ def _read_transposed(models: list[onnx.ModelProto]) -> None:
                 continue
             key = hashlib.sha256(data).hexdigest()
             own.add(key)
+            digest[tensor.name] = key
             flipped = (
                 np.ascontiguousarray(numpy_helper.to_array(tensor).astype("<f4").T)
                 if len(tensor.dims) == 2 and key not in earlier
                 else None
             )
-            if flipped is None or hashlib.sha256(flipped.tobytes()).hexdigest() not in earlier:
+            flipped_key = None if flipped is None else hashlib.sha256(flipped.tobytes()).hexdigest()
+            if flipped_key not in earlier:
                 kept.append(tensor)
                 continue
             source = numpy_helper.from_array(flipped, f"{tensor.name}.transposed")
+            del digest[tensor.name]
+            digest[source.name] = flipped_key
             added.append(source)
             nodes.append(
                 onnx.helper.make_node(
@@ -136,6 +142,7 @@ def _read_transposed(models: list[onnx.ModelProto]) -> None:
             del model.graph.node[:]
             model.graph.node.extend([*nodes, *rest])
         earlier |= own
+    return digests
 
 
 def _point_to(tensor: onnx.TensorProto, offset: int, length: int) -> None:

@@ -8,12 +8,13 @@ written with the manifest (``_write``). The onnxruntime-training artifacts are
 """
 
 from ._step import PortableGraphs, build_portable_graphs, forward_of
-from ._to_onnx import functionalize_in_place, to_onnx
+from ._to_onnx import check_written, functionalize_in_place, to_onnx
 from ._write import write_portable
 
 __all__ = [
     "PortableGraphs",
     "build_portable_graphs",
+    "check_written",
     "forward_of",
     "functionalize_in_place",
     "to_onnx",

@@ -25,6 +25,7 @@ import re
 import tempfile
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import onnx
@@ -495,6 +496,9 @@ def _exporter_reason(exc: BaseException) -> str:
 def check_portable(proto: onnx.ModelProto) -> None:
     """Standard ai.onnx ops only, opset ≤ 21, IR ≤ 10 (what ORT 1.19 and later load).
 
+    The ONNX checker runs on the written file (:func:`check_written`): on a proto that
+    still holds its weights it serialises all of them first.
+
     Raises:
         UnsupportedModelError: naming the first op or version that breaks the rule.
     """
@@ -513,4 +517,18 @@ def check_portable(proto: onnx.ModelProto) -> None:
     opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=0)
     if opset > 21:
         raise UnsupportedModelError(f"the portable graph needs opset {opset}; ORT 1.19 reads ≤ 21")
-    onnx.checker.check_model(proto)
+
+
+def check_written(path: Path) -> None:
+    """The ONNX checker on a written graph, its weights' external references included.
+
+    Raises:
+        UnsupportedModelError: the checker refuses the graph, with its reason.
+    """
+    try:
+        onnx.checker.check_model(str(path))
+    except onnx.checker.ValidationError as exc:
+        first = next((line for line in str(exc).splitlines() if line.strip()), "")
+        raise UnsupportedModelError(
+            f"the written {path.name} fails the ONNX checker: {first[:300]}"
+        ) from exc

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,43 +144,46 @@ def validate_adapt(
     source = state[PARAMS_NAME].copy()
     stream = [x for x in inputs for _ in range(2)]
     report = AdaptReport(steps=0, params_tol=UPDATE_RTOL_FACTOR * grad_rtol)
-    for step, x in enumerate(stream):
-        feeds = {section[ADAPT_INPUT_KEY]: x, **state}
-        out = dict(zip(names, session.run(None, feeds), strict=True))
-        reshaped = [n for n, o in outputs.items() if out[o].shape != state[n].shape]
-        if reshaped:  # a client feeds each output back: its shape must stay the input's
-            n = reshaped[0]
-            report.mismatch = (
-                f"step {step}: state {n!r} comes back with shape {out[outputs[n]].shape}, "
-                f"its input has {state[n].shape}"
-            )
-            break
-        for name, output in outputs.items():
-            state[name] = out[output]
-        margin, _ = decision_margin(adapter, x)
-        ref = adapter.adapt(torch.from_numpy(x))
-        reason = section[ADAPT_REASONS_KEY][int(out[section[ADAPT_REASON_KEY]])]
-        if (reason, bool(out[section[ADAPT_UPDATED_KEY]])) != (ref.reason, ref.updated):
-            if margin < TIE_MARGIN:
-                report.near_tie = step
+    with tempfile.TemporaryDirectory() as scratch:
+        before = Path(scratch) / "before.npz"  # the reference before each step
+        for step, x in enumerate(stream):
+            feeds = {section[ADAPT_INPUT_KEY]: x, **state}
+            out = dict(zip(names, session.run(None, feeds), strict=True))
+            reshaped = [n for n, o in outputs.items() if out[o].shape != state[n].shape]
+            if reshaped:  # a client feeds each output back: its shape must stay the input's
+                n = reshaped[0]
+                report.mismatch = (
+                    f"step {step}: state {n!r} comes back with shape {out[outputs[n]].shape}, "
+                    f"its input has {state[n].shape}"
+                )
                 break
-            report.mismatch = (
-                f"step {step}: the graph says {reason!r}, the reference {ref.reason!r}"
-            )
-            break
-        report.steps += 1
-        report.reasons[ref.reason] = report.reasons.get(ref.reason, 0) + 1
-        want = ref.logits.detach().numpy()
-        if np.isfinite(want).all():
-            got = out[section[ADAPT_LOGITS_KEY]]
-            report.logits_max_abs = max(report.logits_max_abs, float(np.abs(got - want).max()))
-            report.logits_tol = max(
-                report.logits_tol, atol + LOGITS_RTOL * float(np.abs(want).max()), floor
-            )
-        theirs = _flat_params(adapter, config)
-        moved = max(float(np.abs(theirs - source).max()), 1e-12)
-        error = float(np.abs(state[PARAMS_NAME] - theirs).max()) / moved
-        report.params_max_rel = max(report.params_max_rel, error if moved > 1e-12 else 0.0)
+            for name, output in outputs.items():
+                state[name] = out[output]
+            adapter.save(before)
+            ref = adapter.adapt(torch.from_numpy(x))
+            reason = section[ADAPT_REASONS_KEY][int(out[section[ADAPT_REASON_KEY]])]
+            if (reason, bool(out[section[ADAPT_UPDATED_KEY]])) != (ref.reason, ref.updated):
+                adapter.restore(before)  # the margin of the decisions as the step met them
+                if decision_margin(adapter, x)[0] < TIE_MARGIN:
+                    report.near_tie = step
+                    break
+                report.mismatch = (
+                    f"step {step}: the graph says {reason!r}, the reference {ref.reason!r}"
+                )
+                break
+            report.steps += 1
+            report.reasons[ref.reason] = report.reasons.get(ref.reason, 0) + 1
+            want = ref.logits.detach().numpy()
+            if np.isfinite(want).all():
+                got = out[section[ADAPT_LOGITS_KEY]]
+                report.logits_max_abs = max(report.logits_max_abs, float(np.abs(got - want).max()))
+                report.logits_tol = max(
+                    report.logits_tol, atol + LOGITS_RTOL * float(np.abs(want).max()), floor
+                )
+            theirs = _flat_params(adapter, config)
+            moved = max(float(np.abs(theirs - source).max()), 1e-12)
+            error = float(np.abs(state[PARAMS_NAME] - theirs).max()) / moved
+            report.params_max_rel = max(report.params_max_rel, error if moved > 1e-12 else 0.0)
     report.logits_tol = report.logits_tol or floor
     if report.mismatch is None and report.near_tie is None:
         counters = dict(zip(COUNTERS, state[COUNTERS_NAME].tolist(), strict=True))

@@ -52,6 +52,7 @@ from .._weights import save_with_shared_weights
 from ._adapt import write_adapt
 from ._decide import decide_model
 from ._step import PortableGraphs, build_portable_graphs
+from ._to_onnx import check_written
 from ._validate_adapt import validate_adapt, validate_adapt_graphs
 from ._validate_step import validate_portable
 
@@ -139,6 +140,8 @@ def _built_and_checked(
         roles["inference_model"] = _copy(inference)
         names["inference_model"] = INFERENCE_MODEL
     weights = save_with_shared_weights(roles, directory, names)
+    for role in (STEP_MODEL_KEY, FORWARD_MODEL_KEY):
+        check_written(directory / names[role])
     np.save(directory / SOURCE_PARAMS, graphs.source, allow_pickle=False)
     what = "portable step graph"
     return (
