@@ -68,7 +68,9 @@ print(sorted(m for m in ("torch", "scipy", "onnx", "onnxscript") if m in sys.mod
 """
 
 
-@pytest.mark.parametrize("command", [[], ["export"], ["bench", "quality"], ["coverage"]])
+@pytest.mark.parametrize(
+    "command", [[], ["export"], ["bench", "quality"], ["bench", "attack"], ["coverage"]]
+)
 def test_help_imports_no_heavy_library(command):
     # What makes `realm --help` slow is what it imports: torch alone takes seconds.
     done = subprocess.run(

@@ -9,11 +9,20 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
+import subprocess
 
 import pytest
 
 from realm_tools.cli import main
-from realm_tools.coverage import COVERAGE_MODELS, CoverageRow, format_coverage, run_coverage
+from realm_tools.coverage import (
+    COVERAGE_MODELS,
+    CoverageRow,
+    Zygote,
+    format_coverage,
+    run_coverage,
+)
 
 # the export's default tolerances (export_realm_artifacts' atol and grad_rtol)
 ATOL, GRAD_RTOL = 1e-4, 1e-3
@@ -151,3 +160,40 @@ def test_the_default_list_exports_validates_and_adapts(tmp_path):
     ok = [name for name, r in rows.items() if r["status"] == "ok"]
     missed = {name: r["reason"] for name, r in rows.items() if r["status"] != "ok"}
     assert len(ok) >= 0.95 * len(rows), f"{data['summary']['text']}: {missed}"
+
+
+_PROBE = """
+import json, os, sys, time
+from realm_tools.coverage import serve
+
+def main(argv):
+    if argv[0] == "crash":
+        os.abort()
+    if argv[0] == "hang":
+        time.sleep(60)
+    print("a line the export printed", file=sys.stderr)
+    print(json.dumps({"pid": os.getpid(), "parent": os.getppid()}))
+    return 0
+
+if __name__ == "__main__":
+    raise SystemExit(serve(main, preload=("json",)))
+"""
+
+
+def test_the_zygote_forks_a_worker_per_model_and_survives_its_crash_and_hang(tmp_path, monkeypatch):
+    (tmp_path / "zygote_probe.py").write_text(_PROBE)
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    zygote = Zygote("zygote_probe")
+    try:
+        first = zygote.run(["ok"], timeout=30)
+        assert first.returncode == 0 and "a line the export printed" in first.stderr
+        crashed = zygote.run(["crash"], timeout=30)
+        assert crashed.returncode == -signal.SIGABRT and crashed.stdout == ""
+        with pytest.raises(subprocess.TimeoutExpired):
+            zygote.run(["hang"], timeout=1)
+        second = zygote.run(["ok"], timeout=30)
+        a, b = json.loads(first.stdout), json.loads(second.stdout)
+        assert a["parent"] == b["parent"] != os.getpid()  # both forked by the one zygote
+        assert a["pid"] != b["pid"]  # each model in a process of its own
+    finally:
+        zygote.close()

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from realm_runtime import Guardrails
 
 from ..data import SETTINGS as SETTINGS_CHOICES
 from ._common import progress_factory, run_header, write_atomic
@@ -204,7 +207,11 @@ def _quality_data(
 
 
 def parse_overrides(items: list[str]) -> dict[str, object] | str:
-    """``FIELD=VALUE`` items as configuration fields (numbers, true/false, text), or an error."""
+    """``FIELD=VALUE`` items as configuration fields (numbers, true/false, text), or an error.
+
+    ``guardrails.FIELD=VALUE`` changes one field of REALM's default :class:`Guardrails`
+    (``none`` for off), e.g. ``guardrails.max_drift=0.01``.
+    """
     out: dict[str, object] = {}
     for item in items:
         field, sep, text = item.partition("=")
@@ -220,7 +227,18 @@ def parse_overrides(items: list[str]) -> dict[str, object] | str:
                     break
                 except ValueError:
                     continue
-        out[field] = value
+        owner, dot, inner = field.partition(".")
+        if not dot:
+            out[field] = value
+            continue
+        if owner != "guardrails":
+            return f"--set: only guardrails.<field> is nested, got {field!r}"
+        try:
+            base = out.get("guardrails", Guardrails())
+            off = None if text.lower() == "none" else value
+            out["guardrails"] = dataclasses.replace(base, **{inner: off})  # type: ignore[arg-type]
+        except (TypeError, ValueError) as exc:
+            return f"--set {item!r}: {exc}"
     return out
 
 

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from ._bench_adapt import add_adapt_parser
+from ._bench_attack import add_attack_parser
 from ._bench_export import add_export_time_parser
 from ._bench_memory import add_memory_parser
 from ._bench_quality import add_quality_parser
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_adapt_parser(bench)
     add_memory_parser(bench)
     add_export_time_parser(bench)
+    add_attack_parser(bench)
     add_parity_parser(sub)
     add_train_parser(sub)
     add_export_parser(sub)

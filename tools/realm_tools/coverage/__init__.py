@@ -14,11 +14,13 @@ from ._models import COVERAGE_MODELS
 from ._report import coverage_environment, coverage_summary, coverage_to_json, format_coverage
 from ._row import WARMUP, CoverageRow
 from ._run import merge_rows, run_coverage
+from ._zygote import Zygote, serve
 
 __all__ = [
     "COVERAGE_MODELS",
     "WARMUP",
     "CoverageRow",
+    "Zygote",
     "coverage_environment",
     "coverage_summary",
     "coverage_to_json",
@@ -26,4 +28,5 @@ __all__ = [
     "measure_model",
     "merge_rows",
     "run_coverage",
+    "serve",
 ]

@@ -8,7 +8,8 @@ the exception's sentence.
 
 Every model runs in a fresh process (``python -m realm_tools.coverage._worker``) under a
 timeout, so a hang, a crash or a leak in one export cannot take the others with it; the worker
-answers with one JSON row on stdout.
+answers with one JSON row on stdout. Where the platform forks, the process is forked from a
+zygote that imported the libraries once (:mod:`._zygote`), not started anew.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Callable, Sequence
 from .._processes import exit_text, last_json, run_bounded, tail_of
 from ._models import COVERAGE_MODELS, family_of
 from ._row import CoverageRow
+from ._zygote import Zygote, can_fork
 
 COVERAGE_WORKER = f"{__package__}._worker"  # run as python -m, one model per process
 
@@ -59,20 +61,35 @@ def run_coverage(
         One row per model, in order. A model that hangs or crashes its worker gets a
         ``timeout`` or ``crashed`` row; none stops the run.
     """
+    import queue
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
     names = list(COVERAGE_MODELS if models is None else models)
     rows: dict[str, CoverageRow] = {}
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {
-            pool.submit(_run_worker, name, image_size, timeout, threads, samples, seed): name
-            for name in names
-        }
-        for future in as_completed(futures):
-            row = future.result()
-            rows[futures[future]] = row
-            if on_row is not None:
-                on_row(row)
+    zygotes: queue.Queue[Zygote | None] = queue.Queue()
+    for _ in range(max(1, jobs)):  # one per job: a zygote serves one model at a time
+        zygotes.put(Zygote(COVERAGE_WORKER) if can_fork() else None)
+
+    def one(name: str) -> CoverageRow:
+        zygote = zygotes.get()
+        try:
+            return _run_worker(name, image_size, timeout, threads, samples, seed, zygote)
+        finally:
+            zygotes.put(zygote)
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            futures = {pool.submit(one, name): name for name in names}
+            for future in as_completed(futures):
+                row = future.result()
+                rows[futures[future]] = row
+                if on_row is not None:
+                    on_row(row)
+    finally:
+        while not zygotes.empty():
+            zygote = zygotes.get()
+            if zygote is not None:
+                zygote.close()
     return [rows[name] for name in names]
 
 
@@ -84,9 +101,18 @@ def merge_rows(old: Sequence[CoverageRow], new: Sequence[CoverageRow]) -> list[C
 
 
 def _run_worker(
-    name: str, image_size: int, timeout: float, threads: int, samples: int, seed: int
+    name: str,
+    image_size: int,
+    timeout: float,
+    threads: int,
+    samples: int,
+    seed: int,
+    zygote: Zygote | None = None,
 ) -> CoverageRow:
-    """One model's row from a fresh ``realm_tools.coverage._worker`` process."""
+    """One model's row from a fresh ``realm_tools.coverage._worker`` process.
+
+    Forked by ``zygote`` where given, else started anew.
+    """
     family = family_of(name)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="realm-coverage-") as work:
@@ -107,7 +133,11 @@ def _run_worker(
             str(seed),
         ]
         try:
-            done = run_bounded(command, timeout)
+            done = (
+                run_bounded(command, timeout)
+                if zygote is None
+                else zygote.run(command[3:], timeout)
+            )
         except subprocess.TimeoutExpired as exc:
             return CoverageRow(
                 name,

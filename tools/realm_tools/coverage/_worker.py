@@ -2,7 +2,8 @@
 
 Prints the model's row (``CoverageRow.to_dict``) as one JSON line on stdout, and nothing else
 there: whatever the export and ONNX Runtime print (Python or C++) goes to stderr. The parent,
-``run_coverage``, kills the process at its timeout and reads a missing row as a crash.
+``run_coverage``, kills the process at its timeout and reads a missing row as a crash. With
+``--serve`` it is the zygote (:mod:`._zygote`) that forks such a process per model.
 """
 
 from __future__ import annotations
@@ -46,4 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--serve"]:  # the zygote of run_coverage: imports once, forks a child
+        from ._zygote import serve
+
+        raise SystemExit(serve(main))
     raise SystemExit(main())
