@@ -91,3 +91,18 @@ def test_export_without_the_export_extra_says_what_is_missing():
     )
     assert done.returncode == 2
     assert "realm export needs the export extra (missing: torch)" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("item", "said"),
+    [
+        ("guardrails.nope=1", "--set 'guardrails.nope=1': "),
+        ("guardrails.max_drift=-1", "max_drift must be a finite number > 0 or None"),
+        ("model.depth=3", "--set: only guardrails.<field> is nested, got 'model.depth'"),
+    ],
+)
+def test_a_guardrail_setting_that_cannot_be_is_refused_before_any_run(item, said, tmp_path, capsys):
+    argv = ["bench", "quality", "--settings", "continual", "--set", item, "--out", str(tmp_path)]
+    assert main(argv) == 2
+    assert said in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # nothing ran, nothing written
