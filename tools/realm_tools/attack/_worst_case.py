@@ -30,7 +30,7 @@ class SearchSettings:
 
     steps: int = 100  # gradient steps per restart
     restarts: int = 4  # the first from θ0, the others from random points in the ball
-    step: float = 0.5  # first step, as a share of the ball's radius (cosine decay to 2 %)
+    step: float = 0.5  # first step, a share of the radius (cosine decay to a fiftieth)
     batch: int = 512  # images per gradient step (all of them where fewer)
     eval_every: int = 10  # steps between scorings on every image (the lowest is kept)
     margin_floor: float = 2.0  # a sample's logit margin counts down to −this (then it is won)
