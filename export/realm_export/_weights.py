@@ -57,7 +57,7 @@ def save_with_shared_weights(
         for (role, model), digest in zip(graphs.items(), digests, strict=True):
             table = tables.setdefault(role, [])
             for tensor in model.graph.initializer:
-                key = digest.get(tensor.name)
+                key = digest.get(tensor.name)  # by bytes: the graphs name the same weights apart
                 if key is None:
                     continue
                 if key not in stored:

@@ -67,15 +67,15 @@ def run_attack_command(args: argparse.Namespace) -> int:
         return 2
     curves: dict[str, list[Any]] = {}
     counts = {s.name: len(s.labels) for s in subjects}
+    balls = {s.name: NormBall(s.model, s.names) for s in subjects}  # θ0 read once per model
     started = time.perf_counter()
     text = ""
     jobs = [(s, b) for s in subjects for b in sorted(args.bounds)]
     with tqdm(jobs, desc="worst case", unit="bound", file=sys.stderr) as bar:
         for subject, bound in bar:
             bar.set_postfix_str(f"{subject.name} b={bound:g}")
-            ball = NormBall(subject.model, subject.names)
             point = worst_case(
-                ball, subject.images, subject.labels, bound, settings, seed=args.seed
+                balls[subject.name], subject.images, subject.labels, bound, settings, seed=args.seed
             )
             curves.setdefault(subject.name, []).append(point)
             machine = (
