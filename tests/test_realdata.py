@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from realm_runtime import Guardrails
 from realm_tools.bench import bench_quality, quality_table, runs_from_json, runs_to_json
 from realm_tools.data import (
     CIFAR10_MEAN,
@@ -454,6 +455,20 @@ def test_cli_streams_keep_finished_runs_and_go_on(cifar_root, tmp_path, capsys):
     again = json.loads((out / "streams.json").read_text())["runs"]
     timeless = [{k: v for k, v in r.items() if k != "seconds"} for r in again]
     assert timeless == [{k: v for k, v in r.items() if k != "seconds"} for r in data["runs"]]
+
+
+def test_cli_streams_record_a_changed_guardrail(cifar_root, tmp_path):
+    from realm_tools.cli import main
+
+    out = tmp_path / "s"
+    argv = ["bench", "quality", "--dataset", "cifar10c", "--data-root", str(cifar_root)]
+    argv += ["--model", "resnet18", "--random-init", "--methods", "realm-guarded"]
+    argv += ["--settings", "continual", "--seeds", "0", "--limit", "4", "--passes", "1"]
+    argv += ["--set", "guardrails.max_drift=0.01", "guardrails.anchor=none"]
+    assert main([*argv, "--out", str(out), "--no-progress"]) == 0
+    recorded = json.loads((out / "streams.json").read_text())["settings"]["overrides"]
+    assert recorded["guardrails"]["max_drift"] == 0.01 and recorded["guardrails"]["anchor"] is None
+    assert recorded["guardrails"]["relax"] == Guardrails().relax  # the rest: the defaults
 
 
 @pytest.mark.parametrize(

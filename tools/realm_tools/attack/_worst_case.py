@@ -1,9 +1,11 @@
 """The worst case inside the drift bound: the lowest clean accuracy any θ in the ball reaches.
 
-Whatever frames an attacker sends, the guardrails keep the adapted norm parameters θ in
-``‖θ − θ0‖ ≤ b·‖θ0‖`` (SPEC §10's ``max_drift``). So the most any stream can cost is the
-lowest clean accuracy of a θ in that ball; this module searches for it directly, with
-projected gradient ascent on θ (no frames, no step: an attacker who could set θ at will).
+Whatever frames an attacker sends, the guardrails keep the adapted norm parameters θ in a
+set around the source θ0 (SPEC §10). So the most any stream can cost is the lowest clean
+accuracy of a θ in that set; this module searches for it directly, with projected gradient
+ascent on θ (no frames, no step: an attacker who could set θ at will). Two shapes of set
+(:data:`SHAPES`): ``"l2"``, ``‖θ − θ0‖ ≤ b·‖θ0‖`` (``max_drift``), and ``"box"``, every
+entry within ``b·rms(θ0_t)`` of its source value, ``t`` its tensor (``max_change``).
 It is an oracle: it maximises the loss on the very images it is scored on, labels known.
 Its result bounds every frame attack from below only as well as the search finds the
 minimum, so it runs several restarts, two losses and a decaying step.
@@ -14,7 +16,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
@@ -22,6 +24,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 LOSSES = ("margin", "cross-entropy")  # the restarts take turns
+SHAPES = ("l2", "box")  # the relative L2 ball of max_drift; the per-entry box of max_change
 
 
 @dataclass(frozen=True)
@@ -49,13 +52,19 @@ class SearchSettings:
 class WorstCase:
     """The lowest clean accuracy found in one ball ``‖θ − θ0‖ ≤ bound·‖θ0‖``."""
 
-    bound: float  # relative radius b
-    radius: float  # b·‖θ0‖
+    bound: float  # relative size b
+    radius: float  # b·‖θ0‖: the ball's radius, the box's half-diagonal
     source_accuracy: float  # θ0's, %
     worst_accuracy: float  # the lowest found, %
     drift: float  # ‖θ − θ0‖/‖θ0‖ of the θ that reached it
     per_restart: list[float] = field(default_factory=list)  # each restart's lowest, %
     seconds: float = 0.0
+    shape: str = "l2"  # of SHAPES
+    delta: Tensor | None = field(default=None, repr=False, compare=False)  # θ − θ0 found
+
+    def to_dict(self) -> dict[str, object]:
+        """Every figure, without the parameters found."""
+        return {k: v for k, v in asdict(self).items() if k != "delta"}
 
     @property
     def drop(self) -> float:
@@ -85,6 +94,13 @@ class NormBall:
         self.norm0 = float(self.theta0.norm())
         if self.norm0 == 0:
             raise ValueError("the adapted parameters are all zero: a relative bound is empty")
+        # Each entry's unit in the box: its tensor's root mean square at the source.
+        self.scale = torch.cat(
+            [
+                torch.full((size,), float(part.norm()) / math.sqrt(size))
+                for size, part in zip(self.sizes, torch.split(self.theta0, self.sizes), strict=True)
+            ]
+        )
 
     def logits(self, theta: Tensor, x: Tensor) -> Tensor:
         """The model's logits on ``x`` with its norm parameters set to ``theta``."""
@@ -112,9 +128,37 @@ def _loss(logits: Tensor, labels: Tensor, kind: str, floor: float) -> Tensor:
     return -margin.clamp(min=-floor).mean()
 
 
-def _project(delta: Tensor, radius: float) -> Tensor:
-    norm = float(delta.norm())
-    return delta if norm <= radius else delta * (radius / norm)
+class _Set:
+    """One shape of set at one size: its projection, its steps and its random points."""
+
+    def __init__(self, ball: NormBall, shape: str, bound: float) -> None:
+        if shape not in SHAPES:
+            raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
+        self.shape, self.radius = shape, bound * ball.norm0
+        self.half = bound * ball.scale  # the box's half-widths
+
+    def project(self, delta: Tensor) -> Tensor:
+        if self.shape == "box":
+            return torch.clamp(delta, -self.half, self.half)
+        norm = float(delta.norm())
+        return delta if norm <= self.radius else delta * (self.radius / norm)
+
+    def ascent(self, grad: Tensor, share: float) -> Tensor | None:
+        """A step of ``share`` of the set's size up ``grad`` (None: no usable gradient)."""
+        norm = float(grad.norm())
+        if not (norm > 0 and math.isfinite(norm)):
+            return None
+        if self.shape == "box":  # steepest ascent in L∞: the gradient's sign, per entry
+            return torch.sign(grad) * self.half * share
+        return grad * (share * self.radius / norm)
+
+    def random_point(self, gen: torch.Generator) -> Tensor:
+        """A point drawn uniformly from the set."""
+        if self.shape == "box":
+            return (2 * torch.rand(self.half.shape, generator=gen) - 1) * self.half
+        direction = torch.randn(self.half.shape, generator=gen)
+        scale = self.radius * float(torch.rand((), generator=gen)) ** (1 / direction.numel())
+        return direction * (scale / float(direction.norm()))
 
 
 def worst_case(
@@ -125,39 +169,49 @@ def worst_case(
     settings: SearchSettings | None = None,
     *,
     seed: int = 0,
+    shape: str = "l2",
+    start: Tensor | None = None,
 ) -> WorstCase:
-    """Search the ball ``‖θ − θ0‖ ≤ bound·‖θ0‖`` for the θ of lowest accuracy on ``images``.
+    """Search the set of size ``bound`` around θ0 for the θ of lowest accuracy on ``images``.
 
-    Projected gradient ascent in L2 (normalised gradient, projection on the ball); the
-    restarts alternate :data:`LOSSES`; every ``eval_every`` steps and at each restart's end
-    θ is scored on every image, and the lowest score is the result.
+    Projected gradient ascent (steepest in the set's norm: the normalised gradient in the
+    ball, its sign in the box); the restarts alternate :data:`LOSSES`; every ``eval_every``
+    steps and at each restart's end θ is scored on every image, and the lowest score is the
+    result.
 
     Args:
         ball: the model and its adapted parameters.
         images: float32 model inputs ``(N, C, H, W)``.
         labels: int64 ``(N,)``.
-        bound: the relative radius b (``max_drift``).
+        bound: the relative size b (``max_drift`` for the ball, ``max_change`` for the box).
         settings: how hard to look (:class:`SearchSettings` by default).
         seed: of the restarts' starting points and the minibatches.
+        shape: of :data:`SHAPES`.
+        start: θ − θ0 to start one more restart from (projected into the set), such as the
+            worst point of a smaller set of the same shape, which this one contains.
     """
     settings = settings or SearchSettings()
     if not bound > 0:
         raise ValueError(f"bound must be > 0, got {bound}")
-    start = time.perf_counter()
+    started = time.perf_counter()
     x = torch.from_numpy(np.ascontiguousarray(images, dtype=np.float32))
     y = torch.from_numpy(np.asarray(labels, dtype=np.int64))
     gen = torch.Generator().manual_seed(seed)
-    radius = bound * ball.norm0
+    region = _Set(ball, shape, bound)
     source = ball.accuracy(ball.theta0, x, y)
     best, best_drift, per_restart = source, 0.0, []
-    for restart in range(settings.restarts):
+    best_delta = torch.zeros_like(ball.theta0)
+    for restart in range(settings.restarts + (start is not None)):
         kind = LOSSES[restart % len(LOSSES)]
         delta = torch.zeros_like(ball.theta0)
-        if restart >= len(LOSSES):  # a random start inside the ball
-            direction = torch.randn(ball.theta0.shape, generator=gen)
-            scale = radius * float(torch.rand((), generator=gen)) ** (1 / direction.numel())
-            delta = direction * (scale / float(direction.norm()))
         lowest = math.inf
+        if restart == settings.restarts:  # the extra restart, from the given point, scored
+            delta = region.project(start.to(delta.dtype))  # type: ignore[union-attr]
+            lowest = ball.accuracy(ball.theta0 + delta, x, y)
+            if lowest < best:
+                best, best_drift, best_delta = lowest, float(delta.norm()) / ball.norm0, delta
+        elif restart >= len(LOSSES):
+            delta = region.random_point(gen)
         for step in range(settings.steps):
             pick = (
                 torch.randperm(len(x), generator=gen)[: settings.batch]
@@ -170,21 +224,24 @@ def worst_case(
             share = settings.step * (
                 0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * step / settings.steps))
             )
-            norm = float(grad.norm())
-            if norm > 0 and math.isfinite(norm):
-                delta = _project(delta + grad * (share * radius / norm), radius)
+            move = region.ascent(grad, share)
+            if move is not None:
+                delta = region.project(delta + move)
             if (step + 1) % settings.eval_every == 0 or step + 1 == settings.steps:
                 score = ball.accuracy(ball.theta0 + delta, x, y)
                 lowest = min(lowest, score)
                 if score < best:
                     best, best_drift = score, float(delta.norm()) / ball.norm0
+                    best_delta = delta.clone()
         per_restart.append(lowest)
     return WorstCase(
         bound=bound,
-        radius=radius,
+        radius=region.radius,
         source_accuracy=source,
         worst_accuracy=best,
         drift=best_drift,
         per_restart=per_restart,
-        seconds=time.perf_counter() - start,
+        seconds=time.perf_counter() - started,
+        shape=shape,
+        delta=best_delta,
     )

@@ -11,7 +11,8 @@
   floor the graphs allow, and each session setting's share (:func:`bench_memory`);
 - quality (``realm bench quality``): online accuracy on corrupted streams, episodic
   (:func:`bench_quality`) or long-running (:func:`bench_streams`), through
-  :func:`run_online`.
+  :func:`run_online`; and a million samples of changing corruptions through ``RealmRuntime``
+  (:func:`bench_endless`).
 
     >>> from realm_tools.bench import bench_model, format_speed
     >>> print(format_speed(bench_model("digits", samples=5, warmup=2)))
@@ -21,6 +22,8 @@ from .._timing import TURN_BLOCKS, block_ratios, take_turns, timed_side
 from ._adapt import AdaptCost, bench_adapt, format_adapt_costs
 from ._client_memory import browser_missing, browser_peak, node_missing, node_peak
 from ._continual import bench_streams, streams_fingerprint, streams_from_json, streams_to_json
+from ._endless import ENDLESS_METHODS, Calibration, EndlessRow, bench_endless, calibrate
+from ._endless_report import endless_to_json, format_endless, plot_endless
 from ._evaluate import OnlineResult, run_online
 from ._examples import plot_examples
 from ._export_time import ExportTimeRow, bench_export, format_export_times
@@ -51,10 +54,13 @@ from ._stream_run import (
 
 __all__ = [
     "DEFAULT_STREAM_METHODS",
+    "ENDLESS_METHODS",
     "QUALITY_METHODS",
     "STREAM_METHODS",
     "TURN_BLOCKS",
     "AdaptCost",
+    "Calibration",
+    "EndlessRow",
     "ExportTimeRow",
     "ExternalRuntime",
     "ExternalSide",
@@ -67,6 +73,7 @@ __all__ = [
     "SpeedRow",
     "StreamRun",
     "bench_adapt",
+    "bench_endless",
     "bench_export",
     "bench_memory",
     "bench_model",
@@ -75,8 +82,11 @@ __all__ = [
     "block_ratios",
     "browser_missing",
     "browser_peak",
+    "calibrate",
     "count_flops",
+    "endless_to_json",
     "format_adapt_costs",
+    "format_endless",
     "format_export_times",
     "format_memory",
     "format_speed",
@@ -85,6 +95,7 @@ __all__ = [
     "method_config",
     "node_missing",
     "node_peak",
+    "plot_endless",
     "plot_examples",
     "plot_quality",
     "plot_speed",

@@ -25,11 +25,34 @@ def add_attack_parser(bench: Any) -> None:
         "--models", nargs="+", default=None, help="digits, fmnist:<recipe> (default: all)"
     )
     attack.add_argument("--bounds", type=float, nargs="+", default=DEFAULT_BOUNDS)
+    attack.add_argument(
+        "--shapes",
+        nargs="+",
+        default=["l2"],
+        choices=["l2", "box"],  # attack.SHAPES (importing it would import torch)
+        help="l2: the max_drift ball; box: the per-entry max_change box (default: l2)",
+    )
     attack.add_argument("--limit", type=int, default=2000, help="clean test images per model")
     attack.add_argument("--steps", type=int, default=None, help="steps per restart")
     attack.add_argument("--restarts", type=int, default=None, help="restarts per bound")
+    attack.add_argument("--batch", type=int, default=None, help="images per gradient step")
     attack.add_argument("--threads", type=int, default=None, help="torch threads (all)")
     attack.add_argument("--data-dir", default=None, help="folder of Fashion-MNIST's IDX files")
+    attack.add_argument(
+        "--frames",
+        action="store_true",
+        help="instead: streams with the attacker's crafted frames mixed in (frames.{md,json,png})",
+    )
+    attack.add_argument(
+        "--shares", type=float, nargs="+", default=[0.01, 0.1, 1.0], help="attacker's frames"
+    )
+    attack.add_argument(
+        "--methods", nargs="+", default=None, help="tent eata sar realm (default: all)"
+    )
+    attack.add_argument("--iterations", type=int, default=None, help="steps per crafted frame")
+    attack.add_argument(
+        "--per-corruption", type=int, default=20, help="natural frames of each corruption"
+    )
     attack.add_argument("--seed", type=int, default=0)
     attack.add_argument("--out", default=None, help="write worst_case.{md,json,png} here")
     attack.set_defaults(func=run_attack_command)
@@ -43,11 +66,9 @@ def run_attack_command(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from ..attack import (
-        SUBJECTS,
         NormBall,
         SearchSettings,
         format_worst_case,
-        load_subject,
         plot_worst_case,
         worst_case,
         worst_case_to_json,
@@ -55,28 +76,35 @@ def run_attack_command(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    chosen = {k: v for k, v in (("steps", args.steps), ("restarts", args.restarts)) if v}
+    if args.frames:
+        return _run_frames(args)
+    asked = (("steps", args.steps), ("restarts", args.restarts), ("batch", args.batch))
+    chosen = {k: v for k, v in asked if v}
     settings = dataclasses.replace(SearchSettings(), **chosen)
-    try:
-        subjects = [
-            load_subject(m, limit=args.limit, data_dir=args.data_dir)
-            for m in (args.models or SUBJECTS)
-        ]
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"realm bench attack: {exc}", file=sys.stderr)
+    subjects = _subjects(args)
+    if subjects is None:
         return 2
     curves: dict[str, list[Any]] = {}
     counts = {s.name: len(s.labels) for s in subjects}
     balls = {s.name: NormBall(s.model, s.names) for s in subjects}  # θ0 read once per model
     started = time.perf_counter()
     text = ""
-    jobs = [(s, b) for s in subjects for b in sorted(args.bounds)]
+    jobs = [(s, h, b) for s in subjects for h in args.shapes for b in sorted(args.bounds)]
+    found: dict[tuple[str, str], Any] = {}  # the worst θ − θ0 of the last, smaller set
     with tqdm(jobs, desc="worst case", unit="bound", file=sys.stderr) as bar:
-        for subject, bound in bar:
-            bar.set_postfix_str(f"{subject.name} b={bound:g}")
+        for subject, shape, bound in bar:
+            bar.set_postfix_str(f"{subject.name} {shape} b={bound:g}")
             point = worst_case(
-                balls[subject.name], subject.images, subject.labels, bound, settings, seed=args.seed
+                balls[subject.name],
+                subject.images,
+                subject.labels,
+                bound,
+                settings,
+                seed=args.seed,
+                shape=shape,
+                start=found.get((subject.name, shape)),  # a smaller set lies inside this one
             )
+            found[(subject.name, shape)] = point.delta
             curves.setdefault(subject.name, []).append(point)
             machine = (
                 f"CPU: {cpu_name()}, torch {torch.__version__} with {torch.get_num_threads()} "
@@ -95,3 +123,84 @@ def run_attack_command(args: argparse.Namespace) -> int:
         )
     print(text)
     return 0
+
+
+def _run_frames(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    import torch
+    from tqdm import tqdm
+
+    from ..attack import (
+        FRAME_METHODS,
+        FrameSettings,
+        attack_rows,
+        attack_stream,
+        format_frame_attacks,
+        frame_attacks_to_json,
+        plot_frame_attacks,
+    )
+
+    methods = args.methods or list(FRAME_METHODS)
+    bad = [m for m in methods if m not in FRAME_METHODS]
+    if bad:
+        print(
+            f"realm bench attack: unknown methods {bad}; known: {list(FRAME_METHODS)}",
+            file=sys.stderr,
+        )
+        return 2
+    if not all(0 < s <= 1 for s in args.shares):
+        print(f"realm bench attack: --shares must be in (0, 1], got {args.shares}", file=sys.stderr)
+        return 2
+    chosen = {"iterations": args.iterations} if args.iterations else {}
+    settings = dataclasses.replace(FrameSettings(), **chosen)
+    subjects = _subjects(args)
+    if subjects is None:
+        return 2
+    jobs = [(s, *row) for s in subjects for row in attack_rows(s, args.shares, methods)]
+    rows = []
+    started = time.perf_counter()
+    text = ""
+    with tqdm(jobs, desc="attack streams", unit="stream", file=sys.stderr) as bar:
+        for subject, method, guarded, share in bar:
+            bar.set_postfix_str(f"{subject.name} {method}{'+g' if guarded else ''} {share:.0%}")
+            rows.append(
+                attack_stream(
+                    subject,
+                    method,
+                    guarded,
+                    share,
+                    settings=settings,
+                    seed=args.seed,
+                    per_corruption=args.per_corruption,
+                )
+            )
+            machine = (
+                f"CPU: {cpu_name()}, torch {torch.__version__} with {torch.get_num_threads()} "
+                f"threads; {time.perf_counter() - started:.0f} s so far\n\n"
+            )
+            text = machine + format_frame_attacks(rows, settings)
+            if args.out:  # kept as each stream finishes
+                out = Path(args.out)
+                header = run_header("Attack streams: crafted frames in a natural stream", sys.argv)
+                write_atomic(out / "frames.md", header + text)
+                meta = {"cpu": cpu_name(), "threads": torch.get_num_threads(), "seed": args.seed}
+                write_atomic(out / "frames.json", frame_attacks_to_json(rows, settings, meta))
+    if args.out:
+        plot_frame_attacks(rows, Path(args.out) / "frames.png")
+    print(text)
+    return 0
+
+
+def _subjects(args: argparse.Namespace) -> list[Any] | None:
+    """The models asked for, or None after saying why they cannot be loaded."""
+    from ..attack import SUBJECTS, load_subject
+
+    try:
+        return [
+            load_subject(m, limit=args.limit, data_dir=args.data_dir)
+            for m in (args.models or SUBJECTS)
+        ]
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"realm bench attack: {exc}", file=sys.stderr)
+        return None

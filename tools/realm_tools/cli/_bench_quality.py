@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from realm_runtime import Guardrails
 
+from ..data import CCC_SETTING
 from ..data import SETTINGS as SETTINGS_CHOICES
+from ._bench_endless import add_endless_arguments, run_endless
 from ._common import progress_factory, run_header, write_atomic
 
 if TYPE_CHECKING:  # torch stays an import of the commands that need it
@@ -104,9 +106,11 @@ def add_quality_parser(bench: Any) -> None:
         "--settings",
         nargs="+",
         default=None,
-        choices=(*SETTINGS_CHOICES, "all"),
+        choices=(*SETTINGS_CHOICES, "all", CCC_SETTING),
         help="long-running streams instead of the episodic table: continual, mixed, "
-        "gradual, correlated, long, junk-* (or all, with episodic); writes streams.md",
+        "gradual, correlated, long, junk-* (or all, with episodic); writes streams.md. "
+        f"{CCC_SETTING}: a million samples of changing corruptions through RealmRuntime "
+        "(no-adapt, REALM + guardrails, EATA, RDumb; the first seed); writes ccc.md",
     )
     quality.add_argument(
         "--set",
@@ -143,6 +147,7 @@ def add_quality_parser(bench: Any) -> None:
         help="default: imagenet for imagenetc, cifar otherwise",
     )
     quality.add_argument("--limit", type=int, default=None, help="samples per stream")
+    add_endless_arguments(quality)
     quality.add_argument("--cache-dir", default=".cache")
     quality.add_argument("--out", default="docs/quality", help="output folder")
     quality.add_argument("--no-progress", action="store_true")
@@ -289,6 +294,8 @@ def run_quality_command(args: argparse.Namespace) -> int:
     if args.overrides and not args.settings:
         print("--set applies to --settings runs (e.g. --settings episodic)", file=sys.stderr)
         return 2
+    if args.settings and CCC_SETTING in args.settings:
+        return run_endless(args, dataset, source)
     if args.settings:
         return _bench_streams(args, dataset, source)
     if args.methods is None:
@@ -486,7 +493,10 @@ def _bench_streams(
         "seeds": list(args.seeds),
         "methods": methods,
         "preset": preset,
-        "overrides": overrides,
+        # A guardrails override is a Guardrails: its fields go into the JSON.
+        "overrides": {
+            k: asdict(v) if isinstance(v, Guardrails) else v for k, v in overrides.items()
+        },
         "streams": asdict(stream_settings),
         "batch_size": 1,
         "jobs": args.jobs,

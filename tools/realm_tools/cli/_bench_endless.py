@@ -1,0 +1,117 @@
+"""``realm bench quality --settings ccc``: the endless stream through ``RealmRuntime``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from realm_runtime import cpu_name
+
+from ._common import run_header, write_atomic
+
+
+def add_endless_arguments(quality: Any) -> None:
+    """The endless setting's own options on the ``quality`` parser."""
+    quality.add_argument(
+        "--length", type=int, default=1_000_000, help="--settings ccc: samples in the stream"
+    )
+    quality.add_argument(
+        "--transition",
+        type=int,
+        default=5000,
+        help="--settings ccc: samples from one corruption to the next",
+    )
+    quality.add_argument(
+        "--window", type=int, default=10_000, help="--settings ccc: samples per accuracy window"
+    )
+    quality.add_argument(
+        "--target",
+        type=float,
+        default=None,
+        help="--settings ccc: the no-adapt accuracy (%%) the stream is held at (default: the "
+        "median of the corruptions' severity-5 accuracy)",
+    )
+
+
+def run_endless(args: argparse.Namespace, dataset: Any, source: Any) -> int:
+    """Run the endless setting with parsed arguments; returns the exit code."""
+    import dataclasses
+
+    from ..bench import (
+        ENDLESS_METHODS,
+        bench_endless,
+        endless_to_json,
+        format_endless,
+        plot_endless,
+    )
+    from ..data import CCCSettings, DigitsShift, load_digits
+    from ..models import train_digits_model
+
+    if len(args.settings) != 1:
+        print("--settings ccc runs alone (it has its own rows and output)", file=sys.stderr)
+        return 2
+    if args.dataset not in ("digits", "fmnist-c"):
+        print("--settings ccc runs on the digits or fmnist-c", file=sys.stderr)
+        return 2
+    if args.overrides:
+        print("--settings ccc runs each method's defaults: drop --set", file=sys.stderr)
+        return 2
+    for flag in ("length", "transition", "window"):
+        if getattr(args, flag) < 1:
+            print(f"--{flag} must be ≥ 1, got {getattr(args, flag)}", file=sys.stderr)
+            return 2
+    methods = args.methods or list(ENDLESS_METHODS)
+    bad = [m for m in methods if m not in ENDLESS_METHODS]
+    if bad:
+        print(f"unknown methods {bad} with --settings ccc; known: {list(ENDLESS_METHODS)}",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    if dataset is None:
+        digits = load_digits()
+        dataset = DigitsShift(digits)
+        source = train_digits_model(digits, epochs=args.epochs or 30, cache_dir=args.cache_dir)
+    settings = dataclasses.replace(
+        CCCSettings(), length=args.length, transition=args.transition, limit=args.limit
+    )
+    seed = args.seeds[0]
+    try:
+        cal, rows = bench_endless(
+            source,
+            dataset,
+            args.dataset,
+            seed=seed,
+            settings=settings,
+            methods=methods,
+            window=args.window,
+            target=args.target,
+            jobs=args.jobs,
+            data_dir=args.data_root,
+            split=args.split,
+        )
+    except (ValueError, RuntimeError) as exc:
+        print(f"realm bench quality: {exc}", file=sys.stderr)
+        return 2
+    text = format_endless(cal, rows, args.window)
+    print(text)
+    out = Path(args.out)
+    header = run_header("The endless stream (CCC-style), through RealmRuntime", sys.argv)
+    meta = {
+        "cpu": cpu_name(),
+        "dataset": args.dataset,
+        "seed": seed,
+        "split": args.split,
+        "settings": dataclasses.asdict(settings),
+        "window": args.window,
+    }
+    write_atomic(out / "ccc.md", header + f"CPU: {cpu_name()}, one thread per row\n\n" + text)
+    write_atomic(out / "ccc.json", endless_to_json(cal, rows, meta))
+    plot_endless(
+        rows,
+        args.window,
+        out / "ccc.png",
+        f"{args.dataset}: {rows[0].samples:,} samples of changing corruptions (seed {seed})",
+    )
+    print(f"written: {out / 'ccc.md'}, {out / 'ccc.json'}, {out / 'ccc.png'}")
+    return 0
