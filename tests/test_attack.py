@@ -168,7 +168,7 @@ def test_the_frames_command_writes_its_table_and_refuses_an_unknown_method(tmp_p
         [
             "bench", "attack", "--frames", "--models", "digits", "--methods", "realm",
             "--shares", "0.5", "--iterations", "1", "--per-corruption", "2", "--limit", "100",
-            "--out", str(tmp_path),
+            "--set", "guardrails.max_drift=0.01", "--out", str(tmp_path),
         ]
     )  # fmt: skip
     assert code == 0
@@ -176,9 +176,14 @@ def test_the_frames_command_writes_its_table_and_refuses_an_unknown_method(tmp_p
     labels = [(r["method"], r["guarded"]) for r in data["rows"]]
     assert labels == [("none", False), ("realm", False), ("realm", True)]
     assert all(r["frames"] == 24 for r in data["rows"])
+    assert data["meta"]["guardrails"]["max_drift"] == 0.01  # the guarded rows' bound
+    guarded = next(r for r in data["rows"] if r["guarded"])
+    assert guarded["drift"] <= 0.01 * (1 + 1e-5)
     table = (tmp_path / "frames.md").read_text()
     assert "| realm + guardrails |" in table and "50%: clean after" in table
     assert (tmp_path / "frames.png").stat().st_size > 10_000
     capsys.readouterr()
     assert main(["bench", "attack", "--frames", "--methods", "deyo"]) == 2
     assert "unknown methods ['deyo']" in capsys.readouterr().err
+    assert main(["bench", "attack", "--frames", "--set", "lr=0.1"]) == 2
+    assert "--set: only guardrails.FIELD=VALUE" in capsys.readouterr().err

@@ -43,7 +43,8 @@ def format_frame_attacks(rows: Sequence[FrameRow], settings: FrameSettings) -> s
                     continue
                 mark = " **✗**" if r.drop > ALLOWED_DROP else ""
                 online = "" if r.benign_online is None else f"{r.benign_online:.1f}"
-                cells += [f"{r.clean_after:.1f} ({-r.drop:+.1f}){mark}", online]
+                sign = "+" if r.drop <= 0 else "−"
+                cells += [f"{r.clean_after:.1f} ({sign}{abs(r.drop):.1f}){mark}", online]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
         lines.append("")
     lines.append(

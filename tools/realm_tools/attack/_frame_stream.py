@@ -69,13 +69,15 @@ def attack_stream(
     settings: FrameSettings | None = None,
     seed: int = 0,
     per_corruption: int = PER_CORRUPTION,
+    guardrails: Guardrails | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> FrameRow:
     """Run one method through the ``seed``'s continual stream with ``share`` of it crafted.
 
     The natural stream is every corruption of the subject's shift set at severity 5 in turn,
     ``per_corruption`` frames each; the attacker's frames replace evenly spread ones (each
-    crafted from the frame it replaces).
+    crafted from the frame it replaces). ``guardrails``: those of a guarded row (None: the
+    defaults).
 
     Raises:
         ValueError: a share outside (0, 1], or an unknown method.
@@ -103,10 +105,8 @@ def attack_stream(
     adapter = attacker = None
     if method != "none":
         name = "realm-guarded" if method == "realm" and guarded else method
-        overrides = {"guardrails": Guardrails() if guarded else Guardrails.off()}
-        if name == "realm-guarded":
-            overrides = {}
-        adapter = RealmAdapter(model, method_config(name, "cifar", 10, overrides))
+        chosen = (guardrails or Guardrails()) if guarded else Guardrails.off()
+        adapter = RealmAdapter(model, method_config(name, "cifar", 10, {"guardrails": chosen}))
         attacker = FrameAttacker(
             adapter,
             subject.own_images,

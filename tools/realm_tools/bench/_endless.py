@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 from torch import nn
+from tqdm import tqdm
 
 from realm_export import ExportOptions, export_realm_artifacts
 from realm_runtime import Guardrails, RealmConfig, RealmRuntime
@@ -174,6 +175,7 @@ def bench_endless(
         pending = list(methods)
         running: list[tuple[str, subprocess.Popen[bytes], Path, float]] = []
         rows: dict[str, EndlessRow] = {}
+        bar = tqdm(total=s.length * len(methods), desc="endless", unit="sample", file=sys.stderr)
         while pending or running:
             while pending and len(running) < max(1, jobs):
                 method = pending.pop(0)
@@ -183,9 +185,12 @@ def bench_endless(
                 command = [
                     sys.executable, "-m", "realm_tools.workers.endless",
                     str(artifacts), mode, str(out), *base,
+                    "--progress", str(work / f"{method}.done"),
                 ]  # fmt: skip
                 running.append((method, subprocess.Popen(command), out, time.perf_counter()))
             time.sleep(0.5)
+            bar.n = len(rows) * s.length + sum(_done(work / f"{m}.done") for m, *_ in running)
+            bar.refresh()
             for item in list(running):
                 method, process, out, _ = item
                 if process.poll() is None:
@@ -202,7 +207,16 @@ def bench_endless(
                     raise RuntimeError(f"the endless worker of {method} imported torch")
                 rows[method] = _row(method, data)
                 log(f"{method}: {rows[method].accuracy:.2f} % over {rows[method].samples}")
+        bar.close()
     return cal, [rows[m] for m in methods]
+
+
+def _done(path: Path) -> int:
+    """Samples a worker has done, from its progress file (0 before the first window)."""
+    try:
+        return int(path.read_text() or 0)
+    except (FileNotFoundError, ValueError):  # not written yet, or caught mid-write
+        return 0
 
 
 def _row(method: str, data: dict[str, Any]) -> EndlessRow:

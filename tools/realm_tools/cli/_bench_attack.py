@@ -8,8 +8,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from realm_runtime import cpu_name
+from realm_runtime import Guardrails, cpu_name
 
+from ._bench_quality import parse_overrides
 from ._common import run_header, write_atomic
 
 DEFAULT_BOUNDS = [0.0025, 0.005, 0.01, 0.02, 0.05]  # the default max_drift (0.02) inside
@@ -50,6 +51,14 @@ def add_attack_parser(bench: Any) -> None:
         "--methods", nargs="+", default=None, help="tent eata sar realm (default: all)"
     )
     attack.add_argument("--iterations", type=int, default=None, help="steps per crafted frame")
+    attack.add_argument(
+        "--set",
+        dest="overrides",
+        nargs="+",
+        default=[],
+        metavar="guardrails.FIELD=VALUE",
+        help="--frames: the guarded rows' guardrails (e.g. guardrails.max_drift=0.01)",
+    )
     attack.add_argument(
         "--per-corruption", type=int, default=20, help="natural frames of each corruption"
     )
@@ -154,6 +163,12 @@ def _run_frames(args: argparse.Namespace) -> int:
         return 2
     chosen = {"iterations": args.iterations} if args.iterations else {}
     settings = dataclasses.replace(FrameSettings(), **chosen)
+    overrides = parse_overrides(args.overrides)
+    if isinstance(overrides, str) or set(overrides) - {"guardrails"}:
+        wrong = overrides if isinstance(overrides, str) else "only guardrails.FIELD=VALUE"
+        print(f"realm bench attack: --set: {wrong}", file=sys.stderr)
+        return 2
+    guardrails = overrides.get("guardrails")
     subjects = _subjects(args)
     if subjects is None:
         return 2
@@ -173,6 +188,7 @@ def _run_frames(args: argparse.Namespace) -> int:
                     settings=settings,
                     seed=args.seed,
                     per_corruption=args.per_corruption,
+                    guardrails=guardrails,  # type: ignore[arg-type]
                 )
             )
             machine = (
@@ -184,7 +200,12 @@ def _run_frames(args: argparse.Namespace) -> int:
                 out = Path(args.out)
                 header = run_header("Attack streams: crafted frames in a natural stream", sys.argv)
                 write_atomic(out / "frames.md", header + text)
-                meta = {"cpu": cpu_name(), "threads": torch.get_num_threads(), "seed": args.seed}
+                meta = {
+                    "cpu": cpu_name(),
+                    "threads": torch.get_num_threads(),
+                    "seed": args.seed,
+                    "guardrails": dataclasses.asdict(guardrails or Guardrails()),
+                }
                 write_atomic(out / "frames.json", frame_attacks_to_json(rows, settings, meta))
     if args.out:
         plot_frame_attacks(rows, Path(args.out) / "frames.png")

@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=10_000)
     parser.add_argument("--reset-every", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--progress", action="store_true", help="a line per window on stderr")
+    parser.add_argument("--progress", default=None, help="a file to keep the samples done in")
     args = parser.parse_args(argv)
     block_torch()  # before numpy and the runtime are imported
     import numpy as np
@@ -68,6 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows = range(start, min(n, start + CHUNK))
             x = np.concatenate([stream.sample(i) for i in rows])
             correct[start : start + len(rows)] = rt.predict(x).argmax(1) == stream.labels[rows]
+            if args.progress and (start // CHUNK) % 40 == 39:
+                Path(args.progress).write_text(str(start + len(rows)))
     else:
         for i in range(n):
             if args.mode == "rdumb" and i > 0 and i % args.reset_every == 0:
@@ -76,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 resets += 1
             correct[i] = rt.adapt(stream.sample(i)).top1[0] == stream.labels[i]
             if args.progress and (i + 1) % args.window == 0:
-                print(f"{args.mode} {i + 1}/{n}", file=sys.stderr, flush=True)
+                Path(args.progress).write_text(str(i + 1))
     windows = [float(correct[k : k + args.window].mean() * 100) for k in range(0, n, args.window)]
     state = rt.state
     Path(args.out).write_text(
