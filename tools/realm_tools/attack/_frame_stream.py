@@ -22,6 +22,7 @@ from ..bench import method_config
 from ..data import StreamSettings, build_stream
 from ._frames import FrameAttacker, FrameSettings
 from ._subjects import Subject
+from ._worst_case import top1_accuracy
 
 FRAME_METHODS = ("tent", "eata", "sar", "realm")  # each with and without the guardrails
 PER_CORRUPTION = 50  # frames of each corruption in the natural stream (one pass)
@@ -51,13 +52,9 @@ class FrameRow:
         return self.source_accuracy - self.clean_after
 
 
-def _accuracy(predict: Callable[[torch.Tensor], torch.Tensor], subject: Subject) -> float:
-    right = 0
-    with torch.no_grad():
-        for start in range(0, len(subject.labels), 512):
-            top1 = predict(torch.from_numpy(subject.images[start : start + 512])).argmax(1)
-            right += int((top1.numpy() == subject.labels[start : start + 512]).sum())
-    return 100.0 * right / len(subject.labels)
+def _accuracy(logits: Callable[[torch.Tensor], torch.Tensor], subject: Subject) -> float:
+    images, labels = torch.from_numpy(subject.images), torch.from_numpy(subject.labels)
+    return top1_accuracy(logits, images, labels, batch=512)
 
 
 def attack_stream(
@@ -104,9 +101,8 @@ def attack_stream(
     source_accuracy = _accuracy(model, subject)
     adapter = attacker = None
     if method != "none":
-        name = "realm-guarded" if method == "realm" and guarded else method
         chosen = (guardrails or Guardrails()) if guarded else Guardrails.off()
-        adapter = RealmAdapter(model, method_config(name, "cifar", 10, {"guardrails": chosen}))
+        adapter = RealmAdapter(model, method_config(method, "cifar", 10, {"guardrails": chosen}))
         attacker = FrameAttacker(
             adapter,
             subject.own_images,

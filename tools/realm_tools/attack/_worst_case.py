@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -108,14 +108,21 @@ class NormBall:
         params = {n: p.reshape(s) for n, p, s in zip(self.names, parts, self.shapes, strict=True)}
         return functional_call(self.model, params, (x,))
 
-    @torch.no_grad()
-    def accuracy(self, theta: Tensor, images: Tensor, labels: Tensor, batch: int = 1024) -> float:
+    def accuracy(self, theta: Tensor, images: Tensor, labels: Tensor) -> float:
         """Top-1 accuracy (%) of the model at ``theta`` on every image."""
-        right = 0
-        for start in range(0, len(images), batch):
-            logits = self.logits(theta, images[start : start + batch])
-            right += int((logits.argmax(1) == labels[start : start + batch]).sum())
-        return 100.0 * right / len(images)
+        return top1_accuracy(lambda x: self.logits(theta, x), images, labels)
+
+
+@torch.no_grad()
+def top1_accuracy(
+    logits: Callable[[Tensor], Tensor], images: Tensor, labels: Tensor, batch: int = 1024
+) -> float:
+    """Top-1 accuracy (%) of ``logits`` on every image, ``batch`` images at a time."""
+    right = 0
+    for start in range(0, len(images), batch):
+        top1 = logits(images[start : start + batch]).argmax(1)
+        right += int((top1 == labels[start : start + batch]).sum())
+    return 100.0 * right / len(images)
 
 
 def _loss(logits: Tensor, labels: Tensor, kind: str, floor: float) -> Tensor:
@@ -201,15 +208,22 @@ def worst_case(
     source = ball.accuracy(ball.theta0, x, y)
     best, best_drift, per_restart = source, 0.0, []
     best_delta = torch.zeros_like(ball.theta0)
+
+    def scored(delta: Tensor) -> float:
+        """θ0 + delta's accuracy, kept where it is the lowest yet."""
+        nonlocal best, best_drift, best_delta
+        score = ball.accuracy(ball.theta0 + delta, x, y)
+        if score < best:
+            best, best_drift, best_delta = score, float(delta.norm()) / ball.norm0, delta.clone()
+        return score
+
     for restart in range(settings.restarts + (start is not None)):
         kind = LOSSES[restart % len(LOSSES)]
         delta = torch.zeros_like(ball.theta0)
         lowest = math.inf
         if restart == settings.restarts:  # the extra restart, from the given point, scored
             delta = region.project(start.to(delta.dtype))  # type: ignore[union-attr]
-            lowest = ball.accuracy(ball.theta0 + delta, x, y)
-            if lowest < best:
-                best, best_drift, best_delta = lowest, float(delta.norm()) / ball.norm0, delta
+            lowest = scored(delta)
         elif restart >= len(LOSSES):
             delta = region.random_point(gen)
         for step in range(settings.steps):
@@ -228,11 +242,7 @@ def worst_case(
             if move is not None:
                 delta = region.project(delta + move)
             if (step + 1) % settings.eval_every == 0 or step + 1 == settings.steps:
-                score = ball.accuracy(ball.theta0 + delta, x, y)
-                lowest = min(lowest, score)
-                if score < best:
-                    best, best_drift = score, float(delta.norm()) / ball.norm0
-                    best_delta = delta.clone()
+                lowest = min(lowest, scored(delta))
         per_restart.append(lowest)
     return WorstCase(
         bound=bound,

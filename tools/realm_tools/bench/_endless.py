@@ -27,7 +27,14 @@ from realm_runtime import Guardrails, RealmConfig, RealmRuntime
 
 from ..data import CCCSettings, ShiftDataset
 
-ENDLESS_METHODS = ("none", "realm-guarded", "eata", "rdumb")
+# Each row: the artifacts it runs (named by the method exported) and the worker's mode.
+ENDLESS_ROWS = {
+    "none": ("realm-guarded", "none"),
+    "realm-guarded": ("realm-guarded", "adapt"),
+    "eata": ("eata", "adapt"),
+    "rdumb": ("eata", "rdumb"),
+}
+ENDLESS_METHODS = tuple(ENDLESS_ROWS)
 RDUMB_EVERY = 1000  # RDumb's reset period, in samples (its paper's)
 NEAR = 10.0  # points: a corruption whose every severity is further from the target is left out
 
@@ -144,13 +151,13 @@ def bench_endless(
         work = Path(work_dir or scratch)
         configs = _configs(dataset.num_classes)
         shape = dataset.input_shape
-        for name in ("realm-guarded", "eata"):
-            if name == "realm-guarded" or {"eata", "rdumb"} & set(methods):
-                export_realm_artifacts(
-                    source,
-                    work / name,
-                    ExportOptions(config=configs[name], input_shape=shape, overwrite=True),
-                )
+        # REALM's artifacts also calibrate the stream, whichever rows run.
+        for name in sorted({"realm-guarded", *(ENDLESS_ROWS[m][0] for m in methods)}):
+            export_realm_artifacts(
+                source,
+                work / name,
+                ExportOptions(config=configs[name], input_shape=shape, overwrite=True),
+            )
         probe = RealmRuntime(work / "realm-guarded", threads=1)
         corruptions = list(dataset.default_corruptions)
         cal = calibrate(probe.predict, dataset, corruptions, target=target, limit=s.limit)
@@ -179,8 +186,8 @@ def bench_endless(
         while pending or running:
             while pending and len(running) < max(1, jobs):
                 method = pending.pop(0)
-                artifacts = work / ("realm-guarded" if method == "realm-guarded" else "eata")
-                mode = {"none": "none", "rdumb": "rdumb"}.get(method, "adapt")
+                exported, mode = ENDLESS_ROWS[method]
+                artifacts = work / exported
                 out = work / f"{method}.json"
                 command = [
                     sys.executable, "-m", "realm_tools.workers.endless",
