@@ -155,7 +155,7 @@ def test_states_move_between_sdk_and_runtime(
     adapter.save(tmp_path / "sdk.npz")
     rt = RealmRuntime(directory, threads=1)
     rt.restore(tmp_path / "sdk.npz")  # adapted in torch, resumed on the device
-    compare_twins(rt, adapter, xs[40:])
+    compare_twins(rt, adapter, xs[40:], source=digits_model)
     rt.save(tmp_path / "rt.npz")
     again = RealmAdapter(copy.deepcopy(digits_model), config)
     again.restore(tmp_path / "rt.npz")  # and back

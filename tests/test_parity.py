@@ -228,45 +228,75 @@ class _OpenRelu(torch.nn.Module):
         return _GateOpenAtZero.apply(x)
 
 
-class _Side:
-    """An SDK run seen as the parity suite sees a runtime: its state as numpy arrays."""
+class _ShiftedHardswish(torch.nn.Module):
+    """Hardswish whose input is rounded up past its kink at -3 by 1e-6: another kernel."""
 
-    def __init__(self, adapter):
-        self.adapter = adapter
-
-    def trainable_parameters(self):
-        return {n: t.detach().numpy() for n, t in self.adapter.trainable_parameters().items()}
-
-    def momentum_buffers(self):
-        return {n: t.detach().numpy() for n, t in self.adapter.momentum_buffers().items()}
+    def forward(self, x):
+        nudged = torch.where((x + 3).abs() < 1e-6, torch.full_like(x, -3 + 1e-6), x)
+        return torch.nn.functional.hardswish(x + (nudged - x).detach())
 
 
-def test_a_kink_the_kernels_decide_is_named_and_nothing_else_is(tmp_path):
-    """A LayerNorm output of exactly 0 meets a ReLU: a side whose kernel opens the gate there
-    takes the SDK's step with that one gate flipped, and relu_kink names it; a side that
-    differs otherwise (twice the lr) is explained by no gate."""
+def _kink_case(act, other, x, tmp_path, eps=1e-5):
+    """The SDK's step and another kernel's on a LayerNorm → ``act`` → Linear net, from one state."""
     import copy
 
     from realm_runtime import Guardrails, RealmConfig
     from realm_sdk import RealmAdapter
-    from realm_tools.parity import relu_kink
 
-    def net(act):
+    def net(a):
         torch.manual_seed(0)
-        return torch.nn.Sequential(torch.nn.LayerNorm(4), act, torch.nn.Linear(4, 3))
+        width = x.shape[1]
+        return torch.nn.Sequential(torch.nn.LayerNorm(width, eps=eps), a, torch.nn.Linear(width, 3))
 
-    source, other = net(torch.nn.ReLU()), net(_OpenRelu())
+    source = net(act)
     config = RealmConfig.preset("cifar", num_classes=3, guardrails=Guardrails.off())
-    x = np.array([[0.0, 1.0, 2.0, 5.0]], np.float32)  # its mean is its third value: LN gives 0
     before = tmp_path / "before.npz"
     sdk = RealmAdapter(copy.deepcopy(source), config)
     sdk.save(before)
     assert sdk.adapt(torch.from_numpy(x)).updated
-    kernel = RealmAdapter(copy.deepcopy(other), config)
+    kernel = RealmAdapter(net(other), config)
     kernel.adapt(torch.from_numpy(x))
+    return source, config, before, sdk, kernel
+
+
+def test_a_kink_the_kernels_decide_is_named_and_nothing_else_is(tmp_path):
+    """A LayerNorm output of exactly 0 meets a ReLU: a side whose kernel opens the gate there
+    takes the SDK's step with that one gate flipped, and kink_split names it; a side that
+    differs otherwise (twice the lr) is explained by no gate."""
+    from realm_sdk import RealmAdapter
+    from realm_tools.parity import kink_split
+
+    x = np.array([[0.0, 1.0, 2.0, 5.0]], np.float32)  # its mean is its third value: LN gives 0
+    for inplace in (False, True):  # an in-place ReLU overwrites the input the gate is read from
+        relu = torch.nn.ReLU(inplace=inplace)
+        source, config, before, sdk, kernel = _kink_case(relu, _OpenRelu(), x, tmp_path)
+        grads = [a.momentum_buffers()["0.bias"] for a in (sdk, kernel)]
+        assert float((grads[0] - grads[1]).abs().max()) > 1e-3  # the sides' steps part
+        named = kink_split(source, config, before, x, kernel, sdk)
+        assert named == "1 call 0 position 2: input 0.0e+00", inplace
+        faster = RealmAdapter(_copy(source), config.with_overrides(lr=2 * config.lr))
+        faster.adapt(torch.from_numpy(x))
+        assert kink_split(source, config, before, x, faster, sdk) is None
+
+
+def test_a_kink_away_from_zero_is_named_too(tmp_path):
+    """Hardswish's kink at -3: one kernel rounds an input of -3 - 2e-7 to the other side."""
+    from realm_tools.parity import kink_split, near_gates
+
+    # Without eps, LayerNorm gives one 0 among nine ones exactly -3, a hair below it in float32.
+    x = np.array([[0.0] + [1.0] * 9], np.float32)
+    source, config, before, sdk, kernel = _kink_case(
+        torch.nn.Hardswish(), _ShiftedHardswish(), x, tmp_path, eps=0.0
+    )
+    gates = near_gates(source[:2], torch.from_numpy(x))
+    assert [(g.layer, g.position, g.kink) for g in gates[:1]] == [("1", 0, -3.0)]
     grads = [a.momentum_buffers()["0.bias"] for a in (sdk, kernel)]
-    assert float((grads[0] - grads[1]).abs().max()) > 1e-3  # the sides' steps part
-    assert relu_kink(_Side(kernel), sdk, source, x, before) == "1 call 0 position 2: input 0.0e+00"
-    faster = RealmAdapter(copy.deepcopy(source), config.with_overrides(lr=2 * config.lr))
-    faster.adapt(torch.from_numpy(x))
-    assert relu_kink(_Side(faster), sdk, source, x, before) is None
+    assert float((grads[0] - grads[1]).abs().max()) > 1e-3
+    named = kink_split(source, config, before, x, kernel, sdk)
+    assert named is not None and named.startswith("1 call 0 position 0: input -3.0e+00 (kink")
+
+
+def _copy(module):
+    import copy
+
+    return copy.deepcopy(module)

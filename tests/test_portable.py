@@ -8,18 +8,20 @@ torch-free run on the newest onnxruntime in test_runtime_without_torch.py.
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 import torch
-from conftest import edit_manifest
+from conftest import edit_manifest, follow
 from torch import nn
 
 from realm_export import ExportOptions, export_realm_artifacts
 from realm_runtime import ArtifactError, RealmRuntime
 from realm_sdk import RealmAdapter, RealmConfig
+from realm_tools.parity import state_arrays
 
 timm = pytest.importorskip("timm")
 
@@ -592,16 +594,26 @@ def test_ort_format_export_writes_checked_graphs_and_the_operator_config(digits_
     ], config
 
 
-def test_ort_graphs_take_the_same_steps_as_the_onnx_graphs(digits_ort_artifacts, digits_stream):
+def test_ort_graphs_take_the_same_steps_as_the_onnx_graphs(
+    digits_ort_artifacts, digits_model, digits_stream, tmp_path
+):
     directory = digits_ort_artifacts[0]
     from_ort = RealmRuntime(directory, threads=1)
     from_onnx = RealmRuntime(directory, threads=1, graph_format="onnx")
     assert (from_ort.graph_format, from_onnx.graph_format) == ("ort", "onnx")
-    for x in digits_stream[0][:80]:
-        a = from_ort.adapt(np.ascontiguousarray(x[None]))
-        b = from_onnx.adapt(np.ascontiguousarray(x[None]))
-        assert (a.reason, a.selected.tolist()) == (b.reason, b.selected.tolist())
-        np.testing.assert_allclose(a.logits, b.logits, rtol=0, atol=1e-5)
+    xs = digits_stream[0][:80]
+
+    def other(first: int, last: int, state: Path | None) -> list:
+        if state is not None:
+            from_ort.restore(state)
+        rows = []
+        for x in xs[first:last]:
+            r = from_ort.adapt(np.ascontiguousarray(x[None]))
+            from_ort.save(tmp_path / "step.npz")  # its file's vectors: α and λ too
+            rows.append((r.reason, r.updated, r.logits[0], state_arrays(tmp_path / "step.npz")))
+        return rows
+
+    follow(other, from_onnx, xs, source=digits_model, where="the .ort graphs")
     sa, sb = from_ort.state, from_onnx.state
     assert sa.updates == sb.updates > 0 and sa.skipped_diversity > 0
     pa, pb = from_ort.trainable_parameters(), from_onnx.trainable_parameters()

@@ -46,7 +46,7 @@ def test_step_for_step_agreement_with_the_sdk(
     rt = RealmRuntime(directory, threads=1, schedule=schedule, backend=backend)
     assert (rt.backend, rt.schedule) == (backend, schedule)
     adapter = RealmAdapter(copy.deepcopy(digits_model), config)
-    worst = compare_twins(rt, adapter, xs)
+    worst = compare_twins(rt, adapter, xs, source=digits_model)
     st = rt.state
     assert 0 < st.updates < 120 and st.skipped_diversity > 0  # both S_div branches ran
     print(backend, schedule, worst)
@@ -74,7 +74,7 @@ def test_other_settings_agree_with_the_sdk(
     config = export_digits(digits_model, tmp_path / "a", **overrides)
     rt = RealmRuntime(tmp_path / "a", threads=1, backend=backend)
     adapter = RealmAdapter(copy.deepcopy(digits_model), config)
-    compare_twins(rt, adapter, digits_stream[0][: steps * batch], batch=batch)
+    compare_twins(rt, adapter, digits_stream[0][: steps * batch], source=digits_model, batch=batch)
     assert rt.state.updates > 0
 
 
@@ -318,7 +318,7 @@ def test_cuda_agrees_with_the_sdk(digits_artifacts, digits_model, digits_stream)
     directory, config = digits_artifacts
     rt = RealmRuntime(directory, device="cuda", backend="onnx")
     adapter = RealmAdapter(copy.deepcopy(digits_model), config)
-    compare_twins(rt, adapter, digits_stream[0][:100])
+    compare_twins(rt, adapter, digits_stream[0][:100], source=digits_model)
 
 
 def test_runtime_side_settings_can_be_overridden(digits_artifacts, digits_stream):
@@ -371,7 +371,7 @@ def test_overrides_run_in_the_adapt_graph_as_the_sdk_runs_them(
     config = exported.with_overrides(**overrides)
     assert rt.config == config
     adapter = RealmAdapter(copy.deepcopy(digits_model), config)
-    compare_twins(rt, adapter, digits_stream[0][:120])
+    compare_twins(rt, adapter, digits_stream[0][:120], source=digits_model)
     st = rt.state
     assert st.updates > 0
     if case == "guards":  # the changed guardrails acted

@@ -19,12 +19,16 @@ agree, and the report carries the smallest margin among them and the largest |co
 difference measured between the sides, so the rule's margin is checked against the float
 error it guards against.
 
-Ties inside the step. A ReLU whose input lies within rounding of 0 passes its gradient on
-one side only, and one step then parts the sides' parameters by far more than their inputs
-differed. Where a step parts them beyond tolerance, the runtime takes it again from the SDK's
-state before it; landing within tolerance there, with the same decisions, makes it a tie of
-the step, counted in ``step_ties``; either way the run goes on from that step. Cases with
-the float64 arbiter (``ParityCase.arbiter``, SPEC §5) are judged by it instead.
+Ties inside the step. An activation whose input lies within rounding of a kink (ReLU's 0,
+ReLU6's bounds, Hardswish's ±3) takes the slope of one side of it in one implementation and
+of the other side in the other, and one step then parts the sides' parameters by far more
+than their inputs differed. Where a step parts them beyond tolerance, the runtime takes it
+again from the SDK's state before it; landing within tolerance there, with the same
+decisions, makes it a tie of the step. Still apart, the SDK takes the step again with each
+gate beside a kink flipped (``kink_split``); the runtime landing on one of those steps makes
+it a tie too, named with its gate. Either is counted in ``step_ties``, and the run goes on
+from the SDK's state. Cases with the float64 arbiter (``ParityCase.arbiter``, SPEC §5) are
+judged by it instead.
 
 Overflow ties. The streams hold samples of 3e38 to exercise the non-finite guard. Such an
 input overflows float32 inside any network, but whether the overflow ends in NaN or in a
@@ -41,7 +45,16 @@ updates and their S_div selections (computed from NaN or overflowed logits) are 
 
 from ._cases import BACKENDS, CASES, ParityCase, build_case, make_stream
 from ._exports import ExportCache
-from ._judge import OVERFLOW_INPUT, TIE_MARGIN, TOLERANCES, judge_step, relu_kink, step_tie
+from ._judge import (
+    OVERFLOW_INPUT,
+    TIE_MARGIN,
+    TOLERANCES,
+    judge_step,
+    kink_split,
+    step_tie,
+    within_tolerance,
+)
+from ._kinks import Gate, near_gates, state_arrays
 from ._report import ParityReport, format_reports, reports_to_json
 from ._suite import run_case
 
@@ -52,14 +65,18 @@ __all__ = [
     "TIE_MARGIN",
     "TOLERANCES",
     "ExportCache",
+    "Gate",
     "ParityCase",
     "ParityReport",
     "build_case",
     "format_reports",
     "judge_step",
+    "kink_split",
     "make_stream",
-    "relu_kink",
+    "near_gates",
     "reports_to_json",
     "run_case",
+    "state_arrays",
     "step_tie",
+    "within_tolerance",
 ]

@@ -11,7 +11,6 @@ runtime's step is that one, the step is a tie, named with its layer and position
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from realm_sdk import RealmAdapter
+from realm_runtime.contract import PARAMS_NAME, VELOCITY_NAME
+from realm_sdk import RealmConfig
+
+from ._kinks import Gate, state_arrays, step_branches
 
 # Tolerances, in one place; the measurements each rests on are in docs/parity.md. Every one
 # is a max abs difference over the run; momentum's is relative to the run's largest buffer
@@ -80,156 +82,116 @@ def abs_diff(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def step_tie(
-    rt: Any,
-    adapter: RealmAdapter,
-    sdk: Any,
+    side: Any,
+    reference: Any,
+    result: Any,
     x: np.ndarray,
     before: Path,
     notes: list[str] | None = None,
     source: nn.Module | None = None,
 ) -> bool:
-    """Whether a step that parted the sides' parameters is a tie of the step itself (SPEC §5).
+    """Whether a step that parted two sides' parameters is a tie of the step itself (SPEC §5).
 
-    The runtime takes the step again from the SDK's state before it; landing within
-    tolerance of the SDK there, with the same decisions, means both compute the step alike,
-    and only a float32 rounding of their inputs (a ReLU's input at 0) parted them. Still
-    apart, the SDK takes the step again with one ReLU gate of the step's forward flipped,
-    for each input within rounding of 0 (:func:`relu_kink`): the runtime landing on one of
-    those steps is a tie decided by the kernels, and the runtime then goes on from the SDK's
-    state after the step (both branches are right). A step that matches neither is a
-    disagreement, and the runtime goes on from its own step.
+    ``side`` takes the step again from the reference's state before it; landing within
+    tolerance of the reference there, with the same decisions, means both compute the step
+    alike, and only a float32 rounding of their inputs (an activation's input at a kink)
+    parted them. Still apart, the SDK takes the step again with one gate of a kink flipped,
+    for each input within rounding of one (:func:`kink_split`): the two sides landing on
+    different ones of those steps is a tie decided by the kernels, and ``side`` then goes on
+    from the reference's state after the step (both branches are right). A step that
+    matches no such pair is a disagreement, and ``side`` goes on from its own step.
 
     Args:
-        rt: the runtime, after the step.
-        adapter: the SDK, after the same step.
-        sdk: the SDK's ``AdaptResult`` of the step.
+        side: the runtime (``adapt``, ``restore``, ``trainable_parameters``,
+            ``momentum_buffers``), after the step.
+        reference: the SDK, or another runtime, after the same step (``save``, ``config``,
+            ``trainable_parameters``, ``momentum_buffers``).
+        result: the reference's ``AdaptResult`` of the step.
         x: the step's input.
-        before: the SDK's state file from before the step.
+        before: the reference's state file from before the step.
         notes: where a kink's description is appended (its layer, position and input).
-        source: the source model the SDK adapted (None: no search for a kink).
+        source: the source model the reference adapts (None: no search for a kink).
 
     Returns:
         False where the sides lie within tolerance; else whether the step is a tie.
     """
-    if _within(rt, adapter):
+    if within_tolerance(side, reference):
         return False
-    rt.restore(before)
-    again = rt.adapt(np.ascontiguousarray(x))
-    if judge_step(again, sdk, 0.0, 0.0) != "same":
+    side.restore(before)
+    again = side.adapt(np.ascontiguousarray(x))
+    if judge_step(again, result, 0.0, 0.0) != "same":
         return False
-    if _within(rt, adapter):
+    if within_tolerance(side, reference):
         return True
-    kink = None if source is None else relu_kink(rt, adapter, source, x, before)
+    if source is None:
+        return False
+    model = getattr(reference, "model", None)  # an SDK runs where its model lives
+    device = next(model.parameters()).device if isinstance(model, nn.Module) else "cpu"
+    kink = kink_split(source, reference.config, before, x, side, reference, device=device)
     if kink is None:
         return False
     if notes is not None:
         notes.append(kink)
-    after = Path(before).with_name("sdk-after-kink.npz")
-    adapter.save(after)
-    rt.restore(after)
+    after = Path(before).with_name("reference-after-kink.npz")
+    reference.save(after)
+    side.restore(after)
     return True
 
 
-# Inputs within this share of their layer's largest |value| of a ReLU's kink are the gates
-# float32 reductions may set either way (their relative error is ~1e-7 per sum).
-KINK_SHARE = 1e-5
-# Gates tried per parting step, nearest to the kink first: the step is taken once per gate.
-KINK_CANDIDATES = 16
-
-
-def relu_kink(
-    rt: Any, adapter: RealmAdapter, source: nn.Module, x: np.ndarray, before: Path
+def kink_split(
+    source: nn.Module,
+    config: RealmConfig,
+    before: Path,
+    x: np.ndarray,
+    *sides: Any,
+    device: str | torch.device = "cpu",
 ) -> str | None:
-    """The one ReLU gate whose flip turns the SDK's step into the runtime's, if any.
+    """The kink gates that explain why sides parted from one state, or None.
 
-    A private SDK on a copy of ``source``, restored from ``before``, runs forward on ``x``;
-    each input of a ``nn.ReLU`` within :data:`KINK_SHARE` of 0 is a candidate. For the nearest
-    :data:`KINK_CANDIDATES`, the SDK takes the step again with that gate the other way (the
-    output keeps its value, within rounding of 0; only the gradient changes) and is compared
-    with the runtime's step.
+    The SDK takes the step from ``before`` as it is and with each gate beside a kink flipped
+    (:func:`~realm_tools.parity._kinks.step_branches`); each side is matched to the first of
+    those steps it lies within tolerance of. The sides landing on different ones is a tie
+    decided by the kernels' rounding.
+
+    Args:
+        source: the model the SDK adapts, as exported.
+        config: the configuration of the step (the runtime's ``config`` is one).
+        before: the state file every side started the step from.
+        x: the step's input.
+        *sides: the sides after the step: twins (:func:`state_arrays`) or a state file's
+            arrays (``realm.params``, and ``realm.velocity`` where the side has it).
+        device: where the SDK runs.
 
     Returns:
-        ``"<layer> call <k> position <i>: input <v>"`` for the gate that explains the step,
-        or None.
+        The gates that set the sides apart (``"<layer> call <k> position <i>: input <v>"``,
+        joined by "; "), or None where some side matches no step, or all match the same.
     """
-    device = next(adapter.model.parameters()).device
-    xt = torch.from_numpy(np.ascontiguousarray(x)).to(device)
-    probe = _restored(adapter, source, before)
-    seen: dict[tuple[str, int], torch.Tensor] = {}
-    record = lambda key, v: seen.setdefault(key, v.detach().clone())  # noqa: E731
-    with _gates(probe.model, record), torch.no_grad():
-        probe.model(xt)
-    found = []
-    for key, v in seen.items():
-        share = v.abs().flatten() / max(float(v.abs().max()), 1e-30)
-        idx = torch.nonzero(share <= KINK_SHARE).flatten()
-        found += [(float(share[i]), key, int(i), float(v.flatten()[i])) for i in idx]
-    for _, (name, call), index, value in sorted(found)[:KINK_CANDIDATES]:
-        flipped = _restored(adapter, source, before)
-
-        def flip(key: tuple[str, int], v: torch.Tensor, at=(name, call), i=index) -> torch.Tensor:
-            out = torch.relu(v)
-            if key != at:
-                return out
-            mask = torch.zeros(v.numel(), dtype=torch.bool, device=v.device)
-            mask[i] = True
-            # Open → closed: 0, no gradient; closed → open: v itself (within rounding of 0).
-            other = torch.zeros_like(v) if bool(v.flatten()[i] > 0) else v
-            return torch.where(mask.reshape(v.shape), other, out)
-
-        with _gates(flipped.model, flip, replace=True):
-            flipped.adapt(xt)
-        if _within(rt, flipped):
-            return f"{name} call {call} position {index}: input {value:.1e}"
-    return None
+    states = [state_arrays(s) for s in sides]  # once: a runtime copies its tensors
+    landed: list[Gate | str | None] = ["none"] * len(states)
+    for gate, branch in step_branches(source, config, before, x, device):
+        for i, state in enumerate(states):
+            if landed[i] == "none" and within_tolerance(state, branch):
+                landed[i] = gate
+        if "none" not in landed:
+            break
+    if "none" in landed or len(set(landed)) == 1:
+        return None
+    return "; ".join(str(g) for g in dict.fromkeys(landed) if g is not None)
 
 
-def _restored(adapter: RealmAdapter, source: nn.Module, before: Path) -> RealmAdapter:
-    """A private SDK of ``adapter``'s configuration on ``source``, at the state of ``before``."""
-    device = next(adapter.model.parameters()).device
-    twin = RealmAdapter(copy.deepcopy(source).to(device), adapter.config)
-    twin.restore(before)
-    return twin
+def within_tolerance(side: Any, reference: Any) -> bool:
+    """A side's parameters and momentum lie within tolerance of the reference's.
 
-
-class _gates:
-    """Hooks on every ``nn.ReLU`` of a model: each call's input goes to ``fn(key, input)``.
-
-    ``key`` is ``(module name, call index within one forward)``; with ``replace`` the
-    module's output becomes ``fn``'s result.
+    Either is a twin or a state file's arrays (:func:`state_arrays`); the trainable tensors
+    are compared (α and λ, which close a file's vectors, are left out: no kink touches them).
+    Parameters absolutely; momentum relative to the reference's largest entry.
     """
-
-    def __init__(self, model: nn.Module, fn: Any, replace: bool = False) -> None:
-        self.model, self.fn, self.replace = model, fn, replace
-        self.handles: list[Any] = []
-        self.calls: dict[str, int] = {}
-
-    def __enter__(self) -> _gates:
-        self.handles.append(self.model.register_forward_pre_hook(lambda *_: self.calls.clear()))
-        for name, module in self.model.named_modules():
-            if isinstance(module, nn.ReLU):
-                self.handles.append(module.register_forward_hook(self._hook(name)))
-        return self
-
-    def _hook(self, name: str) -> Any:
-        def hook(module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> Any:
-            call = self.calls.get(name, 0)
-            self.calls[name] = call + 1
-            result = self.fn((name, call), inputs[0])
-            return result if self.replace else None
-
-        return hook
-
-    def __exit__(self, *exc: object) -> None:
-        for handle in self.handles:
-            handle.remove()
-
-
-def _within(rt: Any, adapter: RealmAdapter) -> bool:
-    """The runtime's parameters and momentum lie within tolerance of the SDK's (as compared)."""
-    mine = {n: t.cpu().numpy() for n, t in adapter.trainable_parameters().items()}
-    if max_diff(rt.trainable_parameters(), mine) > TOLERANCES["params"]:
+    state, branch = state_arrays(side), state_arrays(reference)
+    n = min(state[PARAMS_NAME].size, branch[PARAMS_NAME].size)
+    if abs_diff(state[PARAMS_NAME][:n], branch[PARAMS_NAME][:n]) > TOLERANCES["params"]:
         return False
-    momentum = {n: t.cpu().numpy() for n, t in adapter.momentum_buffers().items()}
-    scale = max(max_abs(momentum), 1e-12)
-    return max_diff(rt.momentum_buffers(), momentum) <= TOLERANCES["momentum"] * scale
+    if VELOCITY_NAME not in state or VELOCITY_NAME not in branch:
+        return True
+    mine, theirs = state[VELOCITY_NAME][:n], branch[VELOCITY_NAME][:n]
+    scale = max(float(np.abs(theirs).max(initial=0.0)), 1e-12)
+    return abs_diff(mine, theirs) <= TOLERANCES["momentum"] * scale
