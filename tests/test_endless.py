@@ -89,7 +89,16 @@ def test_the_command_runs_every_row_through_the_runtime_and_writes_the_plot(tmp_
     table = (tmp_path / "ccc.md").read_text()
     assert "| realm-guarded |" in table and "worst window − no-adapt" in table
     assert (tmp_path / "ccc.png").stat().st_size > 10_000
+    # Finished rows are kept: the same command takes them back; another stream runs anew.
     capsys.readouterr()
+    assert main([*argv, "--methods", "none", "eata"]) == 0
+    out = capsys.readouterr().out
+    assert "none: " in out and out.count("(kept)") == 2
+    again = {r["method"]: r for r in json.loads((tmp_path / "ccc.json").read_text())["rows"]}
+    assert again["eata"]["windows"] == rows["eata"]["windows"]
+    changed = [a if a != "200" else "300" for a in argv]  # --window
+    assert main([*changed, "--methods", "none"]) == 0
+    assert "(kept)" not in capsys.readouterr().out
     assert main([*argv[:4], "continual", *argv[4:]]) == 2
     assert "--settings ccc runs alone" in capsys.readouterr().err
     assert main([*argv, "--methods", "tent"]) == 2

@@ -8,7 +8,9 @@ process (``realm_tools.workers.endless``), which rebuilds the same stream from i
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -26,6 +28,7 @@ from realm_export import ExportOptions, export_realm_artifacts
 from realm_runtime import Guardrails, RealmConfig, RealmRuntime
 
 from ..data import CCCSettings, ShiftDataset
+from ._runlog import weights_digest
 
 # Each row: the artifacts it runs (named by the method exported) and the worker's mode.
 ENDLESS_ROWS = {
@@ -121,6 +124,7 @@ def bench_endless(
     data_dir: str | None = None,
     split: str = "test",
     work_dir: Path | None = None,
+    keep: Path | None = None,
     log: Callable[[str], None] = print,
 ) -> tuple[Calibration, list[EndlessRow]]:
     """Every method of ``methods`` through the endless stream of ``seed``.
@@ -138,6 +142,9 @@ def bench_endless(
         data_dir: Fashion-MNIST's folder, for the workers.
         split: Fashion-MNIST-C's split (``test`` or ``val``), for the workers.
         work_dir: where the artifacts and row files go (a temporary folder if None).
+        keep: a folder that keeps each finished row, with what it ran (model, stream,
+            method); a later call with the same takes the row from there instead of running
+            it again, so a long run can be split over several calls.
         log: receives a line per finished row.
 
     Raises:
@@ -179,9 +186,15 @@ def bench_endless(
             base += ["--data-dir", data_dir]
         if dataset_name == "fmnist-c":
             base += ["--split", split]
-        pending = list(methods)
-        running: list[tuple[str, subprocess.Popen[bytes], Path, float]] = []
+        weights = weights_digest(source)
         rows: dict[str, EndlessRow] = {}
+        for method in methods:
+            kept = _kept(keep, method, [*ENDLESS_ROWS[method], *base, weights])
+            if kept is not None:
+                rows[method] = _row(method, kept)
+                log(f"{method}: {rows[method].accuracy:.2f} % over {rows[method].samples} (kept)")
+        pending = [m for m in methods if m not in rows]
+        running: list[tuple[str, subprocess.Popen[bytes], Path, float]] = []
         bar = tqdm(total=s.length * len(methods), desc="endless", unit="sample", file=sys.stderr)
         while pending or running:
             while pending and len(running) < max(1, jobs):
@@ -214,8 +227,29 @@ def bench_endless(
                     raise RuntimeError(f"the endless worker of {method} imported torch")
                 rows[method] = _row(method, data)
                 log(f"{method}: {rows[method].accuracy:.2f} % over {rows[method].samples}")
+                if keep is not None:
+                    key = _key([*ENDLESS_ROWS[method], *base, weights])
+                    keep.mkdir(parents=True, exist_ok=True)
+                    tmp = keep / f".{method}.json.tmp"  # whole or not at all
+                    tmp.write_text(json.dumps({"key": key, "row": data}))
+                    os.replace(tmp, keep / f"{method}.json")
         bar.close()
     return cal, [rows[m] for m in methods]
+
+
+def _key(parts: list[str]) -> str:
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
+def _kept(keep: Path | None, method: str, parts: list[str]) -> dict[str, Any] | None:
+    """The row kept for ``method`` if it ran exactly ``parts`` (None: not kept, or another)."""
+    if keep is None or not (keep / f"{method}.json").is_file():
+        return None
+    try:
+        saved = json.loads((keep / f"{method}.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return saved["row"] if saved.get("key") == _key(parts) else None
 
 
 def _done(path: Path) -> int:

@@ -76,6 +76,7 @@ def run_endless(args: argparse.Namespace, dataset: Any, source: Any) -> int:
         CCCSettings(), length=args.length, transition=args.transition, limit=args.limit
     )
     seed = args.seeds[0]
+    out = Path(args.out)
     try:
         cal, rows = bench_endless(
             source,
@@ -89,13 +90,13 @@ def run_endless(args: argparse.Namespace, dataset: Any, source: Any) -> int:
             jobs=args.jobs,
             data_dir=args.data_root,
             split=args.split,
+            keep=out / "rows",  # a stopped run keeps its finished rows for the next
         )
     except (ValueError, RuntimeError) as exc:
         print(f"realm bench quality: {exc}", file=sys.stderr)
         return 2
     text = format_endless(cal, rows, args.window)
     print(text)
-    out = Path(args.out)
     header = run_header("The endless stream (CCC-style), through RealmRuntime", sys.argv)
     meta = {
         "cpu": cpu_name(),
