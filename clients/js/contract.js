@@ -32,6 +32,7 @@ export const MANIFEST_REQUIRED = Object.freeze(["input", "logits_name", "num_cla
 export const PORTABLE_KEY = "portable";
 export const ADAPT_KEY = "adapt";
 export const MEMORY_KEY = "memory";
+export const DRIFT_CHECK_KEY = "drift_check";
 export const ERROR_KEY = "error";
 export const FILE_KEY = "file";
 export const STEP_MODEL_KEY = "step_model";

@@ -16,12 +16,14 @@ Two pipelines, each checked against ``realm_sdk`` before anything is moved into 
   unless asked for (``ExportOptions(training=True)``).
 
 ``realm_runtime.RealmRuntime`` runs the online step on either without torch.
+``ExportOptions(drift_check=DriftCheck(images=x, labels=y))`` fits ``max_drift`` to the worst
+case inside it (:mod:`realm_export.bound`).
 """
 
-from ._errors import MemoryBudgetError, UnsupportedModelError
+from ._errors import DriftBoundError, MemoryBudgetError, UnsupportedModelError
 from ._export import ExportInfo, export_realm_artifacts
 from ._layers import export_friendly_norms
-from ._options import ExportOptions, MemoryCheck
+from ._options import DriftCheck, ExportOptions, MemoryCheck
 from ._torchscript import declare_layer_norm_outputs, model_to_onnx
 from ._validate import (
     LOGITS_RTOL,
@@ -34,6 +36,8 @@ from .portable import PortableGraphs, build_portable_graphs
 
 __all__ = [
     "LOGITS_RTOL",
+    "DriftBoundError",
+    "DriftCheck",
     "ExportInfo",
     "ExportOptions",
     "MemoryBudgetError",

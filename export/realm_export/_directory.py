@@ -114,6 +114,7 @@ def _manifest(plan: Plan, traced: Traced, built: Built) -> Manifest:
         training=_training_section(built),
         adapt=built.adapt,
         memory=built.memory,
+        drift_check=plan.drift_check,
     )
 
 

@@ -9,3 +9,7 @@ class UnsupportedModelError(ValueError):
 
 class MemoryBudgetError(ValueError):
     """No setting the export may choose keeps the updating peak within the memory budget."""
+
+
+class DriftBoundError(ValueError):
+    """No candidate ``max_drift`` keeps the worst case inside it within the allowed drop."""

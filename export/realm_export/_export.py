@@ -34,7 +34,8 @@ from realm_runtime.contract import (
 from realm_sdk import RealmAdapter, RealmConfig
 
 from ._directory import empty_dir, write_manifest, written_files
-from ._errors import MemoryBudgetError, UnsupportedModelError
+from ._drift import fit_drift
+from ._errors import DriftBoundError, MemoryBudgetError, UnsupportedModelError
 from ._memory import fit_budget, with_memory
 from ._options import ExportOptions
 from ._plan import Built, Plan, Progress, Stages, Traced
@@ -49,6 +50,7 @@ _SENTENCES = (
     UnsupportedModelError,
     ValidationError,
     MemoryBudgetError,
+    DriftBoundError,
     ArtifactError,
     OSError,
     ImportError,
@@ -117,6 +119,8 @@ def export_realm_artifacts(
     memory = plan.options.memory
     if memory is not None and memory.budget_mb is not None:
         plan = fit_budget(model, plan, lambda trial: _run(model, trial, start).manifest)
+    if plan.options.drift_check is not None:  # on the layers the budget left adapting
+        plan = fit_drift(model, plan)
     return _run(model, plan, start)
 
 

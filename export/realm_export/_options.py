@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from realm_sdk import RealmConfig
+
+from .bound import SearchSettings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +46,65 @@ class MemoryCheck:
             errors.append(f"samples must be an integer ≥ 2, got {self.samples!r}")
         if errors:
             raise ValueError("invalid MemoryCheck: " + "; ".join(errors))
+
+
+# The search of docs/attack.md's worst-case curve.
+DRIFT_SEARCH = SearchSettings(steps=40, restarts=2, batch=128)
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class DriftCheck:
+    """Lower ``max_drift`` until no θ inside it costs more than ``allowed_drop`` points.
+
+    Whatever frames reach the device, the guardrails keep the adapted norm parameters within
+    ``max_drift`` of the source (SPEC §10): the most any stream can cost is the lowest clean
+    accuracy of a θ in that ball. The export searches for it (:func:`realm_export.bound.
+    worst_case`, projected gradient ascent on θ, labels known) on the app's own labelled
+    images, at each of ``bounds`` from the smallest up, and writes the largest bound whose
+    worst case found loses at most ``allowed_drop`` points (never more than the config's
+    own ``max_drift``). The figures go into the manifest's ``drift_check`` section. It is a
+    search: it bounds what an attacker reaches only as well as it finds the minimum.
+
+    Raises:
+        ValueError: a value of the wrong type, shape or range, in one sentence.
+    """
+
+    images: np.ndarray  # float (N, C, ...) clean inputs of the app's own: the search's oracle
+    labels: np.ndarray  # int (N,) their classes
+    allowed_drop: float = 2.0  # points of clean accuracy the worst θ found may lose
+    bounds: tuple[float, ...] = (0.001, 0.0025, 0.005, 0.01, 0.02)  # max_drift's candidates
+    search: SearchSettings = field(default_factory=lambda: DRIFT_SEARCH)  # how hard it looks
+    seed: int = 0  # of the search's random starts and minibatches
+
+    def __post_init__(self) -> None:
+        errors = []
+        x, y = self.images, self.labels
+        if not isinstance(x, np.ndarray) or x.ndim < 2 or len(x) == 0:
+            errors.append("images must be a numpy array (N, C, ...) with N ≥ 1")
+        elif not np.issubdtype(x.dtype, np.floating) or not np.isfinite(x).all():
+            errors.append(f"images must be finite floats, got dtype {x.dtype} or NaN/inf")
+        if not isinstance(y, np.ndarray) or y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
+            errors.append("labels must be a 1-D numpy array of integer classes")
+        elif isinstance(x, np.ndarray) and x.ndim >= 2 and len(y) != len(x):
+            errors.append(f"labels must be one per image: {len(y)} labels for {len(x)} images")
+        elif (y < 0).any():
+            errors.append("labels must be ≥ 0")
+        if not _finite(self.allowed_drop) or not 0 < self.allowed_drop < 100:
+            errors.append(f"allowed_drop must be points in (0, 100), got {self.allowed_drop!r}")
+        bounds = self.bounds
+        if (
+            not isinstance(bounds, tuple)
+            or not bounds
+            or not all(_finite(b) and b > 0 for b in bounds)
+            or list(bounds) != sorted(set(bounds))
+        ):
+            errors.append(f"bounds must be a tuple of increasing numbers > 0, got {bounds!r}")
+        if not isinstance(self.search, SearchSettings):
+            errors.append(f"search must be a SearchSettings, got {type(self.search).__name__}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            errors.append(f"seed must be an integer ≥ 0, got {self.seed!r}")
+        if errors:
+            raise ValueError("invalid DriftCheck: " + "; ".join(errors))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,6 +145,7 @@ class ExportOptions:
     model_info: Mapping[str, Any] | None = None  # name, weights, ...: kept as given
     signing_key: object | None = None  # Ed25519 key (PEM path, PEM bytes, key): signs realm.json
     memory: MemoryCheck | None = None  # measure the updating peak (and fit a budget); None: not
+    drift_check: DriftCheck | None = None  # fit max_drift to a worst case on labelled images
     # The directory.
     overwrite: bool = False  # replace an existing non-empty output directory
 
@@ -111,6 +175,11 @@ class ExportOptions:
             errors.append(
                 f"memory must be a MemoryCheck (e.g. MemoryCheck(budget_mb=160)) or None, "
                 f"got {type(self.memory).__name__}"
+            )
+        if self.drift_check is not None and not isinstance(self.drift_check, DriftCheck):
+            errors.append(
+                f"drift_check must be a DriftCheck (e.g. DriftCheck(images=x, labels=y)) or "
+                f"None, got {type(self.drift_check).__name__}"
             )
         for name in ("preprocessing", "model_info"):
             value = getattr(self, name)

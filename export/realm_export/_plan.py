@@ -46,6 +46,7 @@ class Plan:
     signing_key: object | None  # loaded already, so a bad key fails before the export
     notify: Stages  # the progress callback, remembering the current stage
     budget_trials: tuple[dict[str, Any], ...] = ()  # each adapt_stages tried against the budget
+    drift_check: dict[str, Any] = field(default_factory=dict)  # max_drift fitted; {}: not asked
 
     @property
     def config(self) -> RealmConfig:

@@ -30,6 +30,7 @@ from ._names import (
     BATCH_KEY,
     DECIDE_MODEL_KEY,
     DIGEST_KEY,
+    DRIFT_CHECK_KEY,
     FORWARD_MODEL_KEY,
     LAYOUT_KEY,
     MANIFEST_NAME,
@@ -77,6 +78,7 @@ class Manifest:
     training: dict[str, Any] = field(default_factory=dict)  # legacy artifacts: written, or why not
     adapt: dict[str, Any] = field(default_factory=dict)  # the one adapt graph and its state
     memory: dict[str, Any] = field(default_factory=dict)  # measured updating peak; {}: none
+    drift_check: dict[str, Any] = field(default_factory=dict)  # max_drift fitted; {}: not asked
     digest: str = ""  # manifest_sha256 of the file it was read from ("" before it is written)
 
     def to_bytes(self) -> bytes:
@@ -98,6 +100,7 @@ class Manifest:
             "training": self.training,
             ADAPT_KEY: self.adapt,
             MEMORY_KEY: self.memory,
+            DRIFT_CHECK_KEY: self.drift_check,
             DIGEST_KEY: _UNSEALED,
         }
         return seal(json.dumps(data, indent=2, sort_keys=False).encode("utf-8"))
@@ -129,6 +132,7 @@ class Manifest:
             "training": dict,
             ADAPT_KEY: dict,
             MEMORY_KEY: dict,
+            DRIFT_CHECK_KEY: dict,
         }
         for key, kind in kinds.items():
             if key in data and (not isinstance(data[key], kind) or isinstance(data[key], bool)):
@@ -181,6 +185,7 @@ class Manifest:
             training=dict(data.get("training", {})),
             adapt=dict(data.get(ADAPT_KEY, {})),
             memory=dict(data.get(MEMORY_KEY, {})),
+            drift_check=dict(data.get(DRIFT_CHECK_KEY, {})),
             digest=str(data.get(DIGEST_KEY, "")),
         )
 

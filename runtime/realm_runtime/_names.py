@@ -62,6 +62,7 @@ MANIFEST_REQUIRED = ("input", "logits_name", "num_classes", "config", "trainable
 PORTABLE_KEY = "portable"  # the portable graphs' section (or its "error")
 ADAPT_KEY = "adapt"  # the one adapt graph's section (or its "error")
 MEMORY_KEY = "memory"  # the measured updating peak, and the budget it was chosen for
+DRIFT_CHECK_KEY = "drift_check"  # the worst case inside each max_drift tried, and the one chosen
 ERROR_KEY = "error"  # a section's only key where its graphs were not written: why
 FILE_KEY = "file"  # the adapt section's graph; the weights section's file
 # The portable section (and its "ort_format" subsection, which names the .ort files).

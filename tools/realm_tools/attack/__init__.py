@@ -13,12 +13,13 @@ each frame crafted through the method's own step, mixed into a natural shifted s
     >>> worst_case(NormBall(s.model, s.names), s.images, s.labels, 0.02).worst_accuracy
 """
 
+from realm_export.bound import LOSSES, SHAPES, NormBall, SearchSettings, WorstCase, worst_case
+
 from ._frame_report import format_frame_attacks, frame_attacks_to_json, plot_frame_attacks
 from ._frame_stream import FRAME_METHODS, FrameRow, attack_rows, attack_stream
 from ._frames import FrameAttacker, FrameSettings
 from ._report import ALLOWED_DROP, format_worst_case, plot_worst_case, worst_case_to_json
 from ._subjects import SUBJECTS, Subject, load_subject
-from ._worst_case import LOSSES, SHAPES, NormBall, SearchSettings, WorstCase, worst_case
 
 __all__ = [
     "ALLOWED_DROP",

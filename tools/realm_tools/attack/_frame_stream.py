@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from realm_export.bound import top1_accuracy
 from realm_runtime import Guardrails
 from realm_sdk import RealmAdapter
 
@@ -22,7 +23,6 @@ from ..bench import method_config
 from ..data import StreamSettings, build_stream
 from ._frames import FrameAttacker, FrameSettings
 from ._subjects import Subject
-from ._worst_case import top1_accuracy
 
 FRAME_METHODS = ("tent", "eata", "sar", "realm")  # each with and without the guardrails
 PER_CORRUPTION = 50  # frames of each corruption in the natural stream (one pass)

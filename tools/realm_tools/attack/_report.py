@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from ._worst_case import SHAPES, SearchSettings, WorstCase
+from realm_export.bound import SHAPES, SearchSettings, WorstCase
 
 ALLOWED_DROP = 2.0  # points below the source the guarantee allows
 SHAPE_TITLES = {

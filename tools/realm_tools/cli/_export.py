@@ -126,9 +126,43 @@ def add_export_parser(sub: Any) -> None:
         default=None,
         help="ONNX Runtime threads while measuring, as the app sets them (default: ORT's)",
     )
+    drift = p.add_argument_group("drift bound (the worst case inside max_drift)")
+    drift.add_argument(
+        "--drift-check",
+        metavar="NPZ",
+        default=None,
+        help="labelled clean images of the app's own (an .npz with 'images' (N, C, ...) and "
+        "'labels' (N,)): max_drift becomes the largest bound whose worst case found on them "
+        "loses at most --allowed-drop points; the figures go into the manifest",
+    )
+    drift.add_argument(
+        "--allowed-drop",
+        type=float,
+        default=2.0,
+        help="points of clean accuracy the worst case inside max_drift may lose (default 2)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.add_argument("--cache-dir", default=".cache", help="where the digits model is cached")
     p.set_defaults(func=run_export)
+
+
+def _drift_check(path: str, allowed_drop: float) -> Any:
+    """The ``DriftCheck`` of ``--drift-check`` (ValueError: a file that does not hold one)."""
+    import numpy as np
+
+    from realm_export import DriftCheck
+
+    try:
+        with np.load(path) as data:
+            missing = [k for k in ("images", "labels") if k not in data.files]
+            if missing:
+                raise ValueError(f"no array {missing} (it needs 'images' and 'labels')")
+            images, labels = data["images"], data["labels"]
+    except ValueError as exc:
+        raise ValueError(f"--drift-check {path}: {exc}") from None
+    except OSError as exc:
+        raise ValueError(f"--drift-check {path}: not a readable .npz ({exc})") from None
+    return DriftCheck(images=images, labels=labels, allowed_drop=allowed_drop)
 
 
 def _default_shape(model: nn.Module, spec: str) -> tuple[int, ...]:
@@ -147,6 +181,7 @@ def run_export(args: argparse.Namespace) -> int:
         print(missing, file=sys.stderr)
         return 2
     from realm_export import (
+        DriftBoundError,
         ExportOptions,
         MemoryBudgetError,
         MemoryCheck,
@@ -179,6 +214,9 @@ def run_export(args: argparse.Namespace) -> int:
                 python=args.memory_python,
                 threads=args.memory_threads,
             )
+        drift = (
+            None if args.drift_check is None else _drift_check(args.drift_check, args.allowed_drop)
+        )
     except (ValueError, FileNotFoundError) as exc:
         print(f"realm export: {exc}", file=sys.stderr)
         return 2
@@ -212,13 +250,14 @@ def run_export(args: argparse.Namespace) -> int:
                 overwrite=args.overwrite,
                 model_info=info,
                 memory=memory,
+                drift_check=drift,
             ),
             progress=progress,
         )
     except ValidationError as exc:
         print(f"realm export: validation FAILED, nothing written.\n{exc}", file=sys.stderr)
         return 1
-    except MemoryBudgetError as exc:
+    except (MemoryBudgetError, DriftBoundError) as exc:
         print(f"realm export: {exc}; nothing written", file=sys.stderr)
         return 1
     except ImportError as exc:
@@ -264,7 +303,24 @@ def run_export(args: argparse.Namespace) -> int:
         print(f"legacy training artifacts {result.training_error}")
     if result.manifest.memory:
         print(memory_summary(result.manifest.memory))
+    if result.manifest.drift_check:
+        print(drift_summary(result.manifest.drift_check))
     return 0
+
+
+def drift_summary(section: dict[str, Any]) -> str:
+    """The manifest's ``drift_check`` section as the lines ``realm export`` prints."""
+    lines = [
+        f"drift bound: max_drift {section['max_drift']:g}, the largest whose worst case found "
+        f"on {section['images']} labelled images loses at most {section['allowed_drop']:g} "
+        "points of clean accuracy:"
+    ]
+    for t in section["tried"]:
+        lines.append(
+            f"  max_drift {t['bound']:<7g} source {t['source_accuracy']:6.2f} %  worst found "
+            f"{t['worst_accuracy']:6.2f} %  (−{t['drop']:.2f})  {t['seconds']:.0f} s"
+        )
+    return "\n".join(lines)
 
 
 def memory_summary(memory: dict[str, Any]) -> str:
