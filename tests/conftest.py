@@ -261,7 +261,7 @@ def follow(other: Callable, twin, xs: np.ndarray, *, source: nn.Module, where: s
     Returns:
         How many steps were ties (at most :func:`allowed_ties`).
     """
-    from realm_tools.parity import TOLERANCES, within_tolerance
+    from realm_tools.parity import TOLERANCES, state_arrays, within_tolerance
 
     rows, ties = dict(enumerate(other(0, len(xs), None))), []
     with tempfile.TemporaryDirectory() as scratch:
@@ -275,11 +275,12 @@ def follow(other: Callable, twin, xs: np.ndarray, *, source: nn.Module, where: s
                 np.testing.assert_allclose(
                     logits, ours.logits[0], rtol=0, atol=TOLERANCES["logits"], err_msg=f"step {i}"
                 )
-            _same_alpha_lambda(arrays, twin, f"{where}: step {i}")
-            if within_tolerance(arrays, twin):
+            mine = state_arrays(twin)  # once: a runtime copies its tensors
+            _same_alpha_lambda(arrays, twin.state, mine, f"{where}: step {i}")
+            if within_tolerance(arrays, mine):
                 continue
             (again,) = other(i, i + 1, before)
-            if within_tolerance(again[3], twin):
+            if within_tolerance(again[3], mine):
                 message = f"{where}: step {i}: a near-tie, within tolerance from the twin's state"
                 warnings.warn(message, NearTie, 2)
                 ties.append(message)
@@ -441,13 +442,13 @@ STATE_ATOL = 1e-5
 MOMENTUM_RTOL = 1e-4
 
 
-def _same_alpha_lambda(arrays: Mapping[str, np.ndarray], twin, where: str) -> None:
-    """REALM's α and λ, which close a state file's ``realm.params``, as the twin's."""
+def _same_alpha_lambda(arrays: Mapping[str, np.ndarray], state, mine: Mapping, where: str) -> None:
+    """REALM's α and λ, which close a state file's ``realm.params``, as the twin's ``state``
+    (``mine``: the twin's trainable tensors, flat)."""
     from realm_runtime.contract import PARAMS_NAME
-    from realm_tools.parity import TOLERANCES, state_arrays
+    from realm_tools.parity import TOLERANCES
 
-    state = twin.state
-    tail = np.asarray(arrays[PARAMS_NAME])[state_arrays(twin)[PARAMS_NAME].size :]
+    tail = np.asarray(arrays[PARAMS_NAME])[mine[PARAMS_NAME].size :]
     if state.alpha is None:
         assert tail.size == 0, where
         return

@@ -187,9 +187,10 @@ def bench_endless(
         if dataset_name == "fmnist-c":
             base += ["--split", split]
         weights = weights_digest(source)
+        keys = {m: _key([*ENDLESS_ROWS[m], *base, weights]) for m in methods}  # what each ran
         rows: dict[str, EndlessRow] = {}
         for method in methods:
-            kept = _kept(keep, method, [*ENDLESS_ROWS[method], *base, weights])
+            kept = _kept(keep, method, keys[method])
             if kept is not None:
                 rows[method] = _row(method, kept)
                 log(f"{method}: {rows[method].accuracy:.2f} % over {rows[method].samples} (kept)")
@@ -228,10 +229,9 @@ def bench_endless(
                 rows[method] = _row(method, data)
                 log(f"{method}: {rows[method].accuracy:.2f} % over {rows[method].samples}")
                 if keep is not None:
-                    key = _key([*ENDLESS_ROWS[method], *base, weights])
                     keep.mkdir(parents=True, exist_ok=True)
                     tmp = keep / f".{method}.json.tmp"  # whole or not at all
-                    tmp.write_text(json.dumps({"key": key, "row": data}))
+                    tmp.write_text(json.dumps({"key": keys[method], "row": data}))
                     os.replace(tmp, keep / f"{method}.json")
         bar.close()
     return cal, [rows[m] for m in methods]
@@ -241,15 +241,15 @@ def _key(parts: list[str]) -> str:
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
-def _kept(keep: Path | None, method: str, parts: list[str]) -> dict[str, Any] | None:
-    """The row kept for ``method`` if it ran exactly ``parts`` (None: not kept, or another)."""
+def _kept(keep: Path | None, method: str, key: str) -> dict[str, Any] | None:
+    """The row kept for ``method`` if its key is ``key`` (None: not kept, or another run's)."""
     if keep is None or not (keep / f"{method}.json").is_file():
         return None
     try:
         saved = json.loads((keep / f"{method}.json").read_text())
     except (OSError, json.JSONDecodeError):
         return None
-    return saved["row"] if saved.get("key") == _key(parts) else None
+    return saved["row"] if saved.get("key") == key else None
 
 
 def _done(path: Path) -> int:
