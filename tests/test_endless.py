@@ -93,9 +93,12 @@ def test_the_command_runs_every_row_through_the_runtime_and_writes_the_plot(tmp_
     capsys.readouterr()
     assert main([*argv, "--methods", "none", "eata"]) == 0
     out = capsys.readouterr().out
-    assert "none: " in out and out.count("(kept)") == 2
+    assert "none: " in out and out.count(" (kept)\n") == 2
     again = {r["method"]: r for r in json.loads((tmp_path / "ccc.json").read_text())["rows"]}
     assert again["eata"]["windows"] == rows["eata"]["windows"]
+    assert again["eata"]["kept"] and not rows["eata"]["kept"]
+    marked = (tmp_path / "ccc.md").read_text()  # the table says which rows it took back
+    assert "(kept)" not in table and marked.count(" (kept) |") == 2 and "rows/" in marked
     changed = [a if a != "200" else "300" for a in argv]  # --window
     assert main([*changed, "--methods", "none"]) == 0
     assert "(kept)" not in capsys.readouterr().out

@@ -296,6 +296,45 @@ def test_a_kink_away_from_zero_is_named_too(tmp_path):
     assert named is not None and named.startswith("1 call 0 position 0: input -3.0e+00 (kink")
 
 
+class _FunctionalNet(torch.nn.Module):
+    """LayerNorm → an activation its forward calls (no module of its own) → Linear."""
+
+    def __init__(self, act, width):
+        super().__init__()
+        torch.manual_seed(0)
+        self.norm, self.act = torch.nn.LayerNorm(width), act
+        self.head = torch.nn.Linear(width, 3)
+
+    def forward(self, x):
+        return self.head(self.act(self.norm(x)))
+
+
+def test_a_kink_a_forward_calls_as_a_function_is_named_too(tmp_path):
+    """``F.relu`` and an in-place ``x.relu_()`` in a forward: a kernel that opens the gate at
+    0 takes the step kink_split finds with that call's gate flipped, named by the module whose
+    forward made the call."""
+    import copy
+
+    from realm_runtime import Guardrails, RealmConfig
+    from realm_sdk import RealmAdapter
+    from realm_tools.parity import kink_split
+
+    x = np.array([[0.0, 1.0, 2.0, 5.0]], np.float32)  # LayerNorm gives exactly 0 at position 2
+    config = RealmConfig.preset("cifar", num_classes=3, guardrails=Guardrails.off())
+    for act, op in ((torch.nn.functional.relu, "relu"), (lambda t: t.relu_(), "relu_")):
+        source = _FunctionalNet(act, 4)
+        before = tmp_path / "before.npz"
+        sdk = RealmAdapter(copy.deepcopy(source), config)
+        sdk.save(before)
+        assert sdk.adapt(torch.from_numpy(x)).updated
+        kernel = RealmAdapter(_FunctionalNet(_GateOpenAtZero.apply, 4), config)
+        kernel.adapt(torch.from_numpy(x))
+        grads = [a.momentum_buffers()["norm.bias"] for a in (sdk, kernel)]
+        assert float((grads[0] - grads[1]).abs().max()) > 1e-3  # the sides' steps part
+        named = kink_split(source, config, before, x, kernel, sdk)
+        assert named == f"model call 0 ({op}) position 2: input 0.0e+00"
+
+
 def _copy(module):
     import copy
 

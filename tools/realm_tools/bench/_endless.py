@@ -63,7 +63,8 @@ class EndlessRow:
     updates: int
     resets: int
     drift_clips: int
-    seconds: float
+    seconds: float  # the row's own run, whichever command ran it
+    kept: bool = False  # taken back from an earlier run's kept rows, not run by this one
 
 
 def calibrate(
@@ -192,7 +193,7 @@ def bench_endless(
         for method in methods:
             kept = _kept(keep, method, keys[method])
             if kept is not None:
-                rows[method] = _row(method, kept)
+                rows[method] = _row(method, kept, kept=True)
                 log(f"{method}: {rows[method].accuracy:.2f} % over {rows[method].samples} (kept)")
         pending = [m for m in methods if m not in rows]
         running: list[tuple[str, subprocess.Popen[bytes], Path, float]] = []
@@ -260,7 +261,7 @@ def _done(path: Path) -> int:
         return 0
 
 
-def _row(method: str, data: dict[str, Any]) -> EndlessRow:
+def _row(method: str, data: dict[str, Any], *, kept: bool = False) -> EndlessRow:
     return EndlessRow(
         method=method,
         samples=int(data["samples"]),
@@ -270,4 +271,5 @@ def _row(method: str, data: dict[str, Any]) -> EndlessRow:
         resets=int(data["resets"]),
         drift_clips=int(data["drift_clips"]),
         seconds=float(data["seconds"]),
+        kept=kept,
     )

@@ -34,7 +34,7 @@ def format_endless(cal: Calibration, rows: Sequence[EndlessRow], window: int) ->
         lines.append(
             f"| {r.method} | {r.accuracy:.2f} | {r.windows[0]:.2f} | {r.windows[-1]:.2f} | "
             f"{min(r.windows):.2f} | {worst} | {below} | {r.updates} | {r.resets} | "
-            f"{r.drift_clips} | {r.seconds:.0f} |"
+            f"{r.drift_clips} | {r.seconds:.0f}{' (kept)' if r.kept else ''} |"
         )
     severities = ", ".join(f"{c} {s}" for c, s in cal.chosen.items())
     lines += [
@@ -48,6 +48,11 @@ def format_endless(cal: Calibration, rows: Sequence[EndlessRow], window: int) ->
         )
         + ".",
     ]
+    if any(r.kept for r in rows):
+        lines.append(
+            "(kept): the row of an earlier command with the same model, stream and method, "
+            "taken back from `rows/`; its seconds are that run's."
+        )
     return "\n".join(lines)
 
 

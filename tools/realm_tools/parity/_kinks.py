@@ -1,7 +1,9 @@
 """Kinks of the step: activations whose gradient jumps at a point, and the gates beside them.
 
 ReLU's gradient jumps at 0, Hardtanh's (ReLU6's) at its bounds, Hardswish's and
-Hardsigmoid's at ±3. An activation input that lies within float32 rounding of such a point
+Hardsigmoid's at ±3, whether a module (``nn.ReLU``) or a call in a ``forward``
+(``F.relu``, ``x.relu_()``) applies them. An activation input that lies within float32
+rounding of such a point
 is a gate two implementations may set either way from the very same state: their reductions
 round it to opposite sides, and one step then parts their parameters by far more than the
 rounding. This module finds those gates in one forward of the SDK and takes the SDK's step
@@ -21,6 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
+from torch.overrides import TorchFunctionMode
 
 from realm_runtime.contract import PARAMS_NAME, VELOCITY_NAME, read_state
 from realm_sdk import RealmAdapter, RealmConfig
@@ -43,6 +47,30 @@ def kink_points(module: nn.Module) -> tuple[float, ...]:
     return ()
 
 
+# The functions that apply those activations, as a forward calls them (modules call them too).
+_AT_ZERO = (F.relu, torch.relu, torch.relu_, torch.Tensor.relu, torch.Tensor.relu_)
+_LEAKY = (F.leaky_relu, F.leaky_relu_)
+_HARDTANH = (F.hardtanh, F.hardtanh_)
+_AT_THREE = (F.hardswish, F.hardsigmoid)
+
+
+def call_kinks(
+    func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[float, ...]:
+    """Where the activation ``func(*args, **kwargs)`` has its kinks (empty: not one)."""
+    if any(func is f for f in _AT_ZERO + _LEAKY):
+        return (0.0,)
+    if func is F.relu6:
+        return (0.0, 6.0)
+    if any(func is f for f in _HARDTANH):
+        low = kwargs.get("min_val", args[1] if len(args) > 1 else -1.0)
+        high = kwargs.get("max_val", args[2] if len(args) > 2 else 1.0)
+        return (float(low), float(high))
+    if any(func is f for f in _AT_THREE):
+        return (-3.0, 3.0)
+    return ()
+
+
 @dataclass(frozen=True)
 class Gate:
     """One activation input beside a kink: where it is, its value and the kink's."""
@@ -52,9 +80,12 @@ class Gate:
     position: int  # the input's flat index
     value: float  # the input, in the SDK's float32 forward
     kink: float  # the point it lies beside
+    op: str = ""  # the function, where a forward calls it (empty: the layer is the activation)
 
     def __str__(self) -> str:
-        where = f"{self.layer} call {self.call} position {self.position}: input {self.value:.1e}"
+        layer = self.layer or "model"
+        call = f"call {self.call}" + (f" ({self.op})" if self.op else "")
+        where = f"{layer} {call} position {self.position}: input {self.value:.1e}"
         return where if self.kink == 0 else f"{where} (kink at {self.kink:g})"
 
 
@@ -81,22 +112,22 @@ def near_gates(model: nn.Module, x: torch.Tensor) -> list[Gate]:
     Inputs exactly on a kink come last: most are exact zeros that every implementation
     computes alike (sums of zeros), and there may be thousands of them.
     """
-    seen: dict[tuple[str, int], tuple[nn.Module, torch.Tensor]] = {}
+    seen: dict[tuple[str, int], tuple[_Call, torch.Tensor]] = {}
 
-    def record(key: tuple[str, int], module: nn.Module, v: torch.Tensor) -> None:
-        seen.setdefault(key, (module, v.detach().flatten().clone()))
+    def record(key: tuple[str, int], call: _Call, v: torch.Tensor) -> None:
+        seen.setdefault(key, (call, v.detach().flatten().clone()))
 
-    with _Hooks(model, record), torch.no_grad():
+    with _Watch(model, record), torch.no_grad():
         model(x)
     found = []
-    for (name, call), (module, v) in seen.items():
-        scale = max(float(v.abs().max()), 1e-30)
-        for kink in kink_points(module):
+    for (name, index), (call, v) in seen.items():
+        scale = max(float(v.abs().max()), 1e-30) if v.numel() else 1e-30
+        for kink in call.kinks:
             share = (v - kink).abs() / scale
             for i in torch.nonzero(share <= KINK_SHARE).flatten().tolist():
                 value = float(v[i])
                 key = (value == kink, float(share[i]))
-                found.append((key, Gate(name, call, i, value, kink)))
+                found.append((key, Gate(name, index, i, value, kink, call.op)))
     found.sort(key=lambda item: item[0])
     return [gate for _, gate in found]
 
@@ -127,40 +158,38 @@ def step_branches(
     yield None, state_arrays(plain)
     for gate in gates[:KINK_CANDIDATES]:
         flipped = _restored(source, config, before, device)
-        with _Hooks(flipped.model, _flipper(gate), replace=True):
+        with _Watch(flipped.model, _flipper(gate)):
             flipped.adapt(xt)
         yield gate, state_arrays(flipped)
 
 
-def _flipper(gate: Gate) -> Callable[..., torch.Tensor]:
-    """The hook function that sets ``gate`` the other way and leaves every other input alone."""
+def _flipper(gate: Gate) -> Callable[..., torch.Tensor | None]:
+    """The watch function that sets ``gate`` the other way and leaves every other call alone."""
 
-    def flip(key: tuple[str, int], module: nn.Module, v: torch.Tensor) -> torch.Tensor:
-        # forward itself (calling the module runs this hook again), on a copy (in-place ones)
-        out = module.forward(v.clone())
+    def flip(key: tuple[str, int], call: _Call, v: torch.Tensor) -> torch.Tensor | None:
         if key != (gate.layer, gate.call):
-            return out
-        left, right, at = _slopes(module, gate.kink)
+            return None
+        left, right, at = _slopes(call, gate.kink)
         if gate.value != gate.kink:
             other = left if gate.value > gate.kink else right
         else:  # on the kink: the side this kernel's gradient does not take
             other = right if at == left else left
-        base = float(module.forward(torch.tensor([gate.kink], dtype=torch.float64))[0])
+        base = float(call.apply(torch.tensor([gate.kink], dtype=torch.float64))[0])
         mask = torch.zeros(v.numel(), dtype=torch.bool, device=v.device)
         mask[gate.position] = True
         # The other side's linear piece through the kink: the same value within rounding of
         # the kink, the other slope for the backward.
-        return torch.where(mask.reshape(v.shape), base + other * (v - gate.kink), out)
+        return torch.where(mask.reshape(v.shape), base + other * (v - gate.kink), call.apply(v))
 
     return flip
 
 
-def _slopes(module: nn.Module, kink: float) -> tuple[float, float, float]:
-    """``module``'s slope just left of ``kink``, just right of it, and torch's at it."""
+def _slopes(call: _Call, kink: float) -> tuple[float, float, float]:
+    """The activation's slope just left of ``kink``, just right of it, and torch's at it."""
     step = 1e-7 * max(1.0, abs(kink))
     points = torch.tensor([kink - step, kink + step, kink], dtype=torch.float64)
     points.requires_grad_(True)
-    module.forward(points.clone()).sum().backward()  # a copy: in-place ones
+    call.apply(points).sum().backward()
     grad = points.grad
     assert grad is not None
     return float(grad[0]), float(grad[1]), float(grad[2])
@@ -184,44 +213,90 @@ def _numpy(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
-class _Hooks:
-    """Hooks on every module of a model that has a kink.
+@dataclass(frozen=True)
+class _Call:
+    """One call of an activation with a kink, as a forward made it."""
 
-    Each call's input goes to ``fn(key, module, input)``, with ``key`` = (module name, call
-    index within one forward); with ``replace`` the module's output becomes ``fn``'s result.
+    apply: Callable[[torch.Tensor], torch.Tensor]  # the activation on another input (a copy)
+    kinks: tuple[float, ...]  # where its gradient jumps
+    op: str  # the function's name where a forward calls it, empty where a module applies it
 
-    The input is copied before the module runs: an in-place activation overwrites it.
+
+class _Watch:
+    """Every activation call with a kink in one model's forwards, module or functional.
+
+    Each call's input goes to ``fn(key, call, input)``, with ``key`` = (the innermost module's
+    name, the call's index among that module's activation calls within one forward); a
+    tensor that ``fn`` returns replaces the call's output (in place where the call was).
+
+    The input is copied before the call runs: an in-place activation overwrites it.
     """
 
-    def __init__(self, model: nn.Module, fn: Callable[..., Any], replace: bool = False) -> None:
-        self.model, self.fn, self.replace = model, fn, replace
+    def __init__(self, model: nn.Module, fn: Callable[..., torch.Tensor | None]) -> None:
+        self.model, self.fn = model, fn
         self.handles: list[Any] = []
         self.calls: dict[str, int] = {}
-        self.inputs: dict[str, torch.Tensor] = {}
+        self.stack: list[tuple[str, nn.Module]] = []
+        self.mode = _Mode(self)
 
-    def __enter__(self) -> _Hooks:
-        self.handles.append(self.model.register_forward_pre_hook(lambda *_: self.calls.clear()))
+    def __enter__(self) -> _Watch:
         for name, module in self.model.named_modules():
-            if kink_points(module):
-                self.handles.append(module.register_forward_pre_hook(self._before(name)))
-                self.handles.append(module.register_forward_hook(self._after(name)))
+            self.handles.append(module.register_forward_pre_hook(self._enter(name)))
+            self.handles.append(module.register_forward_hook(self._leave, always_call=True))
+        self.mode.__enter__()
         return self
 
-    def _before(self, name: str) -> Callable[..., None]:
-        def hook(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
-            self.inputs[name] = inputs[0].clone()
+    def _enter(self, name: str) -> Callable[..., None]:
+        def hook(module: nn.Module, inputs: Any) -> None:
+            if not self.stack and module is self.model:
+                self.calls.clear()  # call indices count within one forward
+            self.stack.append((name, module))
 
         return hook
 
-    def _after(self, name: str) -> Callable[..., Any]:
-        def hook(module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> Any:
-            call = self.calls.get(name, 0)
-            self.calls[name] = call + 1
-            result = self.fn((name, call), module, self.inputs.pop(name))
-            return result if self.replace else None
+    def _leave(self, *_: Any) -> None:
+        self.stack.pop()
 
-        return hook
+    def called(
+        self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """Run ``func`` as the model called it, through ``fn`` where it is an activation."""
+        kinks = call_kinks(func, args, kwargs) if self.stack else ()
+        if not kinks or not args or not isinstance(args[0], torch.Tensor):
+            return func(*args, **kwargs)
+        name, module = self.stack[-1]
+        index = self.calls.get(name, 0)
+        self.calls[name] = index + 1
+        rest = args[1:]
+        op = "" if kink_points(module) else getattr(func, "__name__", "activation")
+        call = _Call(lambda t: func(t.clone(), *rest, **kwargs), kinks, op)
+        replaced = self.fn((name, index), call, args[0].clone())
+        if replaced is None:
+            return func(*args, **kwargs)
+        probe = args[0].detach().clone()
+        if func(probe, *rest, **kwargs) is probe:  # an in-place call: its input holds the result
+            return args[0].copy_(replaced)
+        return replaced
 
     def __exit__(self, *exc: object) -> None:
+        self.mode.__exit__(*exc)
         for handle in self.handles:
             handle.remove()
+        self.stack.clear()
+
+
+class _Mode(TorchFunctionMode):
+    """Hands every torch function a forward calls to its watch."""
+
+    def __init__(self, watch: _Watch) -> None:
+        super().__init__()
+        self.watch = watch
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        return self.watch.called(func, args, kwargs or {})
