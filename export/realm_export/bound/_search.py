@@ -5,7 +5,8 @@ set around the source θ0 (SPEC §10). So the most any stream can cost is the lo
 accuracy of a θ in that set; this module searches for it directly, with projected gradient
 ascent on θ (no frames, no step: an attacker who could set θ at will). Two shapes of set
 (:data:`SHAPES`): ``"l2"``, ``‖θ − θ0‖ ≤ b·‖θ0‖`` (``max_drift``), and ``"box"``, every
-entry within ``b·rms(θ0_t)`` of its source value, ``t`` its tensor (``max_change``).
+entry within ``b·rms(θ0_t)`` of its source value, ``t`` its tensor (a candidate guardrail, not
+a field of ``Guardrails``).
 It is an oracle: it maximises the loss on the very images it is scored on, labels known.
 Its result bounds every frame attack from below only as well as the search finds the
 minimum, so it runs several restarts, two losses and a decaying step.
@@ -24,7 +25,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 LOSSES = ("margin", "cross-entropy")  # the restarts take turns
-SHAPES = ("l2", "box")  # the relative L2 ball of max_drift; the per-entry box of max_change
+SHAPES = ("l2", "box")  # the relative L2 ball of max_drift; a per-entry box (a candidate)
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,7 @@ def worst_case(
         ball: the model and its adapted parameters.
         images: float32 model inputs ``(N, C, H, W)``.
         labels: int64 ``(N,)``.
-        bound: the relative size b (``max_drift`` for the ball, ``max_change`` for the box).
+        bound: the relative size b (``max_drift`` for the ball, the per-entry share for the box).
         settings: how hard to look (:class:`SearchSettings` by default).
         seed: of the restarts' starting points and the minibatches.
         shape: of :data:`SHAPES`.

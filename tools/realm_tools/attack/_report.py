@@ -11,7 +11,7 @@ from realm_export.bound import SHAPES, SearchSettings, WorstCase
 ALLOWED_DROP = 2.0  # points below the source the guarantee allows
 SHAPE_TITLES = {
     "l2": "ball ‖θ − θ0‖ ≤ b·‖θ0‖ (max_drift)",
-    "box": "box |θ_i − θ0_i| ≤ b·rms(θ0_t), per entry (max_change)",
+    "box": "box |θ_i − θ0_i| ≤ b·rms(θ0_t), per entry (a candidate guardrail)",
 }
 
 
