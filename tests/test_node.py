@@ -32,7 +32,7 @@ from torch import nn
 
 from realm_runtime import Guardrails, RealmRuntime
 from realm_runtime.contract import PARAMS_NAME, read_state
-from realm_tools.demo import write_stream_folder
+from realm_tools.data import write_stream_folder
 from realm_tools.parity import TOLERANCES
 
 SAMPLES = 100  # ≥ 100 steps of every method's trajectory

@@ -31,7 +31,7 @@ from conftest import export_digits, node_app_missing, run_node_app
 from realm_runtime import COUNTERS, RealmRuntime
 from realm_runtime.contract import ADAPT_SETTINGS, COUNTERS_NAME, adapt_settings, read_state
 from realm_sdk import RealmAdapter, RealmConfig
-from realm_tools.demo import write_stream_folder
+from realm_tools.data import write_stream_folder
 
 EPS = 1e-5  # relative distance of each threshold from the figure (≈ 84 float32 ulps)
 

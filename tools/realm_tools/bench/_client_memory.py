@@ -28,6 +28,8 @@ import numpy as np
 
 from realm_runtime.contract import DIVERSITY_MARGIN_NAME, ENTROPY_MARGIN_NAME
 
+from ..data import write_stream_folder
+
 _EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 NODE_APP = _EXAMPLES / "node" / "edge-app.mjs"
 WEB = _EXAMPLES / "web"
@@ -47,12 +49,6 @@ process.on("exit", () => {
 def _updating(classes: int) -> list[str]:
     """The settings, NAME=VALUE, under which every sample updates."""
     return [f"{DIVERSITY_MARGIN_NAME}=1", f"{ENTROPY_MARGIN_NAME}={math.log(classes) + 0.1}"]
-
-
-def _write_folder(folder: Path, stream: np.ndarray) -> None:
-    folder.mkdir()
-    for i, x in enumerate(stream):
-        np.save(folder / f"{i:05d}.npy", x)
 
 
 def node_missing() -> str | None:
@@ -76,7 +72,7 @@ def node_peak(artifacts: Path, stream: np.ndarray, threads: int, classes: int) -
     """
     with tempfile.TemporaryDirectory() as tmp:
         folder, hwm, errors = Path(tmp) / "stream", Path(tmp) / "hwm.txt", Path(tmp) / "err.txt"
-        _write_folder(folder, stream)
+        write_stream_folder(folder, stream)
         preload = Path(tmp) / "hwm.mjs"
         preload.write_text(_NODE_HWM.replace("HWM_FILE", json.dumps(str(hwm))))
         command = ["node", "--import", preload.as_uri(), str(NODE_APP)]
@@ -145,7 +141,7 @@ def browser_peak(
     site = _build_site()
     with tempfile.TemporaryDirectory() as tmp:
         folder, out = Path(tmp) / "stream", Path(tmp) / "page.json"
-        _write_folder(folder, stream)
+        write_stream_folder(folder, stream)
         root = site.build(Path(tmp) / "site", artifacts=artifacts, stream=folder)
         httpd = site.server(root)
         threading.Thread(target=httpd.serve_forever, daemon=True).start()

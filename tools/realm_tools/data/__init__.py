@@ -10,7 +10,8 @@ nothing here imports torch.
 - CIFAR-10-C and ImageNet-C from disk (:func:`load_cifar10c`, :func:`load_imagenetc`), read
   as online streams through the :class:`ShiftDataset` interface the benchmarks run on;
 - long-running test streams (:func:`build_stream`, :data:`SETTINGS`): continual, mixed,
-  gradual, correlated, long and junk; and the endless CCC-style one (:func:`build_ccc_stream`).
+  gradual, correlated, long and junk; and the endless CCC-style one (:func:`build_ccc_stream`);
+- a stream as the edge apps read it, one file per sample (:func:`write_stream_folder`).
 
     >>> from realm_tools.data import load_digits
     >>> images, labels = load_digits().stream("fog", 5, seed=0)
@@ -33,6 +34,7 @@ from ._fashion import preprocessing as fashion_preprocessing
 from ._fashion_c import FashionMNISTC, load_fmnistc
 from ._imagenet_c import IMAGENET_MEAN, IMAGENET_STD, ImageNetC, load_imagenetc
 from ._realdata import CIFAR10_MEAN, CIFAR10_STD, Cifar10C, LazyImages, ShiftDataset, load_cifar10c
+from ._stream_folder import write_stream_folder
 from ._streams import JUNK, NO_LABEL, SETTINGS, Stream, StreamSettings, build_stream
 
 __all__ = [
@@ -75,4 +77,5 @@ __all__ = [
     "load_fmnistc",
     "load_imagenetc",
     "resize_bilinear",
+    "write_stream_folder",
 ]

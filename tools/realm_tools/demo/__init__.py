@@ -4,7 +4,7 @@ The task (:func:`demo_task`) is the shipped ResNet-26-GN on Fashion-MNIST-C wher
 is installed, the digits model otherwise. :func:`run_demo` adapts it online with the PyTorch
 reference SDK (no-adapt, Tent, EATA, REALM) on corrupted test streams;
 :func:`run_runtime_demo` exports it and runs the same stream through the torch-free
-``RealmRuntime``, writing the stream for the edge apps (:func:`write_stream_folder`).
+``RealmRuntime``, writing the stream for the edge apps (``realm_tools.data.write_stream_folder``).
 :func:`export_digits_artifacts` is the one digits export the web site and the tests use.
 
     >>> task, _ = demo_task()
@@ -19,7 +19,6 @@ from ._run import (
     format_runtime_demo,
     run_demo,
     run_runtime_demo,
-    write_stream_folder,
 )
 from ._task import DemoTask, demo_task, digits_task, fashion_task
 
@@ -35,5 +34,4 @@ __all__ = [
     "format_runtime_demo",
     "run_demo",
     "run_runtime_demo",
-    "write_stream_folder",
 ]

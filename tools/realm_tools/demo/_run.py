@@ -17,7 +17,14 @@ from realm_runtime import RealmConfig
 from realm_sdk import RealmAdapter
 
 from ..bench import run_online
-from ..data import IMAGE_SIZE, NUM_CLASSES, DigitsData, digits_preprocessing, load_digits
+from ..data import (
+    IMAGE_SIZE,
+    NUM_CLASSES,
+    DigitsData,
+    digits_preprocessing,
+    load_digits,
+    write_stream_folder,
+)
 from ._task import DemoTask, digits_task
 
 if TYPE_CHECKING:  # the export extra is optional for the SDK
@@ -178,25 +185,6 @@ def export_digits_artifacts(
             **options,
         ),
     )
-
-
-def write_stream_folder(folder: Path, images: Any, labels: Any) -> None:
-    """Write a stream as the Node app reads it.
-
-    ``00000.npy``, ``00001.npy``, … (float32, one sample each, in stream order) and
-    ``labels.json`` (file name → class).
-    """
-    import json
-
-    import numpy as np
-
-    folder.mkdir(parents=True, exist_ok=True)
-    names = {}
-    for i, (x, label) in enumerate(zip(images, labels, strict=True)):
-        name = f"{i:05d}.npy"
-        np.save(folder / name, np.ascontiguousarray(x, dtype=np.float32))
-        names[name] = int(label)
-    (folder / "labels.json").write_text(json.dumps(names), encoding="utf-8")
 
 
 def run_runtime_demo(
