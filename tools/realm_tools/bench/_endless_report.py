@@ -49,10 +49,11 @@ def format_endless(cal: Calibration, rows: Sequence[EndlessRow], window: int) ->
         + ".",
     ]
     if any(r.kept for r in rows):
-        lines.append(
+        lines += [
+            "",
             "(kept): the row of an earlier command with the same model, stream and method, "
-            "taken back from `rows/`; its seconds are that run's."
-        )
+            "taken back from `rows/`; its seconds are that run's.",
+        ]
     return "\n".join(lines)
 
 
