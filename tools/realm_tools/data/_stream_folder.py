@@ -17,16 +17,14 @@ def write_stream_folder(
     ``00000.npy``, ``00001.npy``, … (float32, one sample each, in stream order) and, where
     ``labels`` are given, ``labels.json`` (file name → class).
     """
-    folder.mkdir(parents=True, exist_ok=True)
     images = list(images)
-    names = {}
-    for i, x in enumerate(images):
-        name = f"{i:05d}.npy"
+    classes = None if labels is None else [int(label) for label in labels]
+    if classes is not None and len(classes) != len(images):  # checked before any file
+        raise ValueError(f"{len(images)} images but {len(classes)} labels")
+    folder.mkdir(parents=True, exist_ok=True)
+    names = [f"{i:05d}.npy" for i in range(len(images))]
+    for name, x in zip(names, images, strict=True):
         np.save(folder / name, np.ascontiguousarray(x, dtype=np.float32))
-        names[name] = i
-    if labels is not None:
-        classes = [int(label) for label in labels]
-        if len(classes) != len(images):
-            raise ValueError(f"{len(images)} images but {len(classes)} labels")
-        text = json.dumps({name: classes[i] for name, i in names.items()})
+    if classes is not None:
+        text = json.dumps(dict(zip(names, classes, strict=True)))
         (folder / "labels.json").write_text(text, encoding="utf-8")

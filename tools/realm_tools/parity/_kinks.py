@@ -36,15 +36,8 @@ KINK_SHARE = 1e-5
 KINK_CANDIDATES = 16
 
 
-def kink_points(module: nn.Module) -> tuple[float, ...]:
-    """Where ``module``'s gradient jumps (empty: a smooth or unknown module)."""
-    if isinstance(module, nn.Hardtanh):  # ReLU6 is one
-        return (float(module.min_val), float(module.max_val))
-    if isinstance(module, (nn.ReLU, nn.LeakyReLU)):
-        return (0.0,)
-    if isinstance(module, (nn.Hardswish, nn.Hardsigmoid)):
-        return (-3.0, 3.0)
-    return ()
+# The modules that are one of those activations: a gate in one is named by the module alone.
+_ACTIVATION_MODULES = (nn.ReLU, nn.LeakyReLU, nn.Hardtanh, nn.Hardswish, nn.Hardsigmoid)
 
 
 # The functions that apply those activations, as a forward calls them (modules call them too).
@@ -169,6 +162,7 @@ def _flipper(gate: Gate) -> Callable[..., torch.Tensor | None]:
     def flip(key: tuple[str, int], call: _Call, v: torch.Tensor) -> torch.Tensor | None:
         if key != (gate.layer, gate.call):
             return None
+        v = v.clone()  # an in-place call writes the result over its input
         left, right, at = _slopes(call, gate.kink)
         if gate.value != gate.kink:
             other = left if gate.value > gate.kink else right
@@ -229,7 +223,8 @@ class _Watch:
     name, the call's index among that module's activation calls within one forward); a
     tensor that ``fn`` returns replaces the call's output (in place where the call was).
 
-    The input is copied before the call runs: an in-place activation overwrites it.
+    ``fn`` sees the input before the call runs (an in-place activation overwrites it) and
+    copies what it keeps.
     """
 
     def __init__(self, model: nn.Module, fn: Callable[..., torch.Tensor | None]) -> None:
@@ -268,9 +263,9 @@ class _Watch:
         index = self.calls.get(name, 0)
         self.calls[name] = index + 1
         rest = args[1:]
-        op = "" if kink_points(module) else getattr(func, "__name__", "activation")
+        op = "" if isinstance(module, _ACTIVATION_MODULES) else getattr(func, "__name__", "?")
         call = _Call(lambda t: func(t.clone(), *rest, **kwargs), kinks, op)
-        replaced = self.fn((name, index), call, args[0].clone())
+        replaced = self.fn((name, index), call, args[0])  # before the call: the input is intact
         if replaced is None:
             return func(*args, **kwargs)
         probe = args[0].detach().clone()
