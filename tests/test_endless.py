@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -89,6 +91,7 @@ def test_the_command_runs_every_row_through_the_runtime_and_writes_the_plot(tmp_
     table = (tmp_path / "ccc.md").read_text()
     assert "| realm-guarded |" in table and "worst window − no-adapt" in table
     assert (tmp_path / "ccc.png").stat().st_size > 10_000
+    assert not list((tmp_path / "rows" / ".partial").iterdir())  # finished: no checkpoint left
     # Finished rows are kept: the same command takes them back; another stream runs anew.
     capsys.readouterr()
     assert main([*argv, "--methods", "none", "eata"]) == 0
@@ -106,3 +109,38 @@ def test_the_command_runs_every_row_through_the_runtime_and_writes_the_plot(tmp_
     assert "--settings ccc runs alone" in capsys.readouterr().err
     assert main([*argv, "--methods", "tent"]) == 2
     assert "unknown methods ['tent'] with --settings ccc" in capsys.readouterr().err
+
+
+def _worker(artifacts, mode, out, *extra):
+    argv = [
+        sys.executable, "-m", "realm_tools.workers.endless", str(artifacts), mode, str(out),
+        "--severities", json.dumps({"fog": 3, "pixelate": 5, "gaussian_blur": 4}),
+        "--seed", "5", "--length", "900", "--transition", "150", "--window", "150",
+        "--reset-every", "100", *extra,
+    ]  # fmt: skip
+    return subprocess.run(argv, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("mode", ["rdumb", "none"])
+def test_a_stopped_row_goes_on_from_its_checkpoint_to_the_same_figures(
+    digits_artifacts, tmp_path, mode
+):
+    artifacts = digits_artifacts[0]
+    whole = _worker(artifacts, mode, tmp_path / "whole.json")
+    assert whole.returncode == 0, whole.stderr
+    folder = tmp_path / "partial"
+    first = _worker(artifacts, mode, tmp_path / "x.json", "--checkpoint", folder,
+                    "--stop-after", "300")  # fmt: skip
+    assert first.returncode == 3 and not (tmp_path / "x.json").exists(), first.stderr
+    assert json.loads((folder / "latest.json").read_text())["done"] == 300
+    assert [p.name for p in folder.glob("state-*.npz")] == ["state-300.npz"]
+    rest = _worker(artifacts, mode, tmp_path / "rest.json", "--checkpoint", folder)
+    assert rest.returncode == 0, rest.stderr
+    a, b = (json.loads((tmp_path / f).read_text()) for f in ("whole.json", "rest.json"))
+    for key in ("windows", "accuracy", "updates", "resets", "drift_clips", "drift"):
+        assert a[key] == b[key], key
+    if mode == "rdumb":
+        assert a["resets"] == 8 and a["updates"] > 0
+    other = _worker(artifacts, mode, tmp_path / "y.json", "--checkpoint", folder,
+                    "--seed", "6")  # fmt: skip
+    assert other.returncode != 0 and "holds the checkpoint of another run" in other.stderr

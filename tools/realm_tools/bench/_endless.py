@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -126,6 +127,7 @@ def bench_endless(
     split: str = "test",
     work_dir: Path | None = None,
     keep: Path | None = None,
+    progress: bool = True,
     log: Callable[[str], None] = print,
 ) -> tuple[Calibration, list[EndlessRow]]:
     """Every method of ``methods`` through the endless stream of ``seed``.
@@ -145,7 +147,10 @@ def bench_endless(
         work_dir: where the artifacts and row files go (a temporary folder if None).
         keep: a folder that keeps each finished row, with what it ran (model, stream,
             method); a later call with the same takes the row from there instead of running
-            it again, so a long run can be split over several calls.
+            it again. An unfinished row keeps a checkpoint there at every window
+            (``.partial/``), which the same call goes on from: a long run can be split
+            over several calls, or stopped at any moment.
+        progress: show a progress bar of the samples every row has done.
         log: receives a line per finished row.
 
     Raises:
@@ -196,8 +201,16 @@ def bench_endless(
                 rows[method] = _row(method, kept, kept=True)
                 log(f"{method}: {rows[method].accuracy:.2f} % over {rows[method].samples} (kept)")
         pending = [m for m in methods if m not in rows]
+        partial = {m: keep / ".partial" / f"{m}-{keys[m][:16]}" for m in pending} if keep else {}
+        for method, folder in partial.items():
+            done = _done(folder / "latest.json", key="done")
+            if done:
+                log(f"{method}: going on from sample {done} of {s.length}")
         running: list[tuple[str, subprocess.Popen[bytes], Path, float]] = []
-        bar = tqdm(total=s.length * len(methods), desc="endless", unit="sample", file=sys.stderr)
+        bar = tqdm(
+            total=s.length * len(methods), desc="endless", unit="sample", file=sys.stderr,
+            disable=not progress,
+        )  # fmt: skip
         while pending or running:
             while pending and len(running) < max(1, jobs):
                 method = pending.pop(0)
@@ -209,6 +222,8 @@ def bench_endless(
                     str(artifacts), mode, str(out), *base,
                     "--progress", str(work / f"{method}.done"),
                 ]  # fmt: skip
+                if method in partial:
+                    command += ["--checkpoint", str(partial[method])]
                 running.append((method, subprocess.Popen(command), out, time.perf_counter()))
             time.sleep(0.5)
             bar.n = len(rows) * s.length + sum(_done(work / f"{m}.done") for m, *_ in running)
@@ -234,6 +249,7 @@ def bench_endless(
                     tmp = keep / f".{method}.json.tmp"  # whole or not at all
                     tmp.write_text(json.dumps({"key": keys[method], "row": data}))
                     os.replace(tmp, keep / f"{method}.json")
+                    shutil.rmtree(partial[method], ignore_errors=True)
         bar.close()
     return cal, [rows[m] for m in methods]
 
@@ -253,11 +269,15 @@ def _kept(keep: Path | None, method: str, key: str) -> dict[str, Any] | None:
     return saved["row"] if saved.get("key") == key else None
 
 
-def _done(path: Path) -> int:
-    """Samples a worker has done, from its progress file (0 before the first window)."""
+def _done(path: Path, key: str | None = None) -> int:
+    """Samples a worker has done, from its progress file (0 before the first window).
+
+    ``key``: the file is JSON and the count is its ``key`` field (a checkpoint's mark).
+    """
     try:
-        return int(path.read_text() or 0)
-    except (FileNotFoundError, ValueError):  # not written yet, or caught mid-write
+        text = path.read_text() or "0"
+        return int(json.loads(text)[key] if key else text)
+    except (FileNotFoundError, ValueError, KeyError, TypeError):  # none yet, or mid-write
         return 0
 
 

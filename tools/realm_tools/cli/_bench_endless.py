@@ -91,6 +91,7 @@ def run_endless(args: argparse.Namespace, dataset: Any, source: Any) -> int:
             data_dir=args.data_root,
             split=args.split,
             keep=out / "rows",  # a stopped run keeps its finished rows for the next
+            progress=not args.no_progress,
         )
     except (ValueError, RuntimeError) as exc:
         print(f"realm bench quality: {exc}", file=sys.stderr)
