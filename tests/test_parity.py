@@ -310,9 +310,10 @@ class _FunctionalNet(torch.nn.Module):
 
 
 def test_a_kink_a_forward_calls_as_a_function_is_named_too(tmp_path):
-    """``F.relu`` and an in-place ``x.relu_()`` in a forward: a kernel that opens the gate at
-    0 takes the step kink_split finds with that call's gate flipped, named by the module whose
-    forward made the call."""
+    """``F.relu``, an in-place ``x.relu_()`` and clamps in a forward: a kernel that opens the
+    gate at 0 takes the step kink_split finds with that call's gate flipped, named by the
+    module whose forward made the call (a clamp to a tensor bound: torch halves the slope at
+    the kink, so each side is tried)."""
     import copy
 
     from realm_runtime import Guardrails, RealmConfig
@@ -321,7 +322,13 @@ def test_a_kink_a_forward_calls_as_a_function_is_named_too(tmp_path):
 
     x = np.array([[0.0, 1.0, 2.0, 5.0]], np.float32)  # LayerNorm gives exactly 0 at position 2
     config = RealmConfig.preset("cifar", num_classes=3, guardrails=Guardrails.off())
-    for act, op in ((torch.nn.functional.relu, "relu"), (lambda t: t.relu_(), "relu_")):
+    acts = (
+        (torch.nn.functional.relu, "relu"),
+        (lambda t: t.relu_(), "relu_"),
+        (lambda t: t.clamp(min=0.0, max=9.0), "clamp"),
+        (lambda t: torch.clamp_min(t, torch.tensor(0.0)), "clamp_min"),
+    )
+    for act, op in acts:
         source = _FunctionalNet(act, 4)
         before = tmp_path / "before.npz"
         sdk = RealmAdapter(copy.deepcopy(source), config)

@@ -1,14 +1,14 @@
 """Kinks of the step: activations whose gradient jumps at a point, and the gates beside them.
 
-ReLU's gradient jumps at 0, Hardtanh's (ReLU6's) at its bounds, Hardswish's and
-Hardsigmoid's at ±3, whether a module (``nn.ReLU``) or a call in a ``forward``
-(``F.relu``, ``x.relu_()``) applies them. An activation input that lies within float32
-rounding of such a point
-is a gate two implementations may set either way from the very same state: their reductions
-round it to opposite sides, and one step then parts their parameters by far more than the
-rounding. This module finds those gates in one forward of the SDK and takes the SDK's step
-again with one of them flipped: the output keeps its value (within rounding of the kink),
-only the slope the backward sees changes to the other side's.
+ReLU's gradient jumps at 0, Hardtanh's (ReLU6's) and a clamp's at its bounds,
+Hardswish's and Hardsigmoid's at ±3, whether a module (``nn.ReLU``) or a call in a
+``forward`` (``F.relu``, ``x.relu_()``, ``x.clamp(min=0)``) applies them. An activation
+input that lies within float32 rounding of such a point is a gate two implementations may
+set either way from the very same state: their reductions round it to opposite sides, and
+one step then parts their parameters by far more than the rounding. This module finds those
+gates in one forward of the SDK and takes the SDK's step again with one of them flipped: the
+output keeps its value (within rounding of the kink), only the slope the backward sees
+changes to the other side's.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,14 @@ _AT_ZERO = (F.relu, torch.relu, torch.relu_, torch.Tensor.relu, torch.Tensor.rel
 _LEAKY = (F.leaky_relu, F.leaky_relu_)
 _HARDTANH = (F.hardtanh, F.hardtanh_)
 _AT_THREE = (F.hardswish, F.hardsigmoid)
+_CLAMPS = {  # name → the positions of its (min, max) arguments after the input
+    **{n: (0, 1) for n in ("clamp", "clamp_", "clip", "clip_")},
+    **{n: (0, None) for n in ("clamp_min", "clamp_min_")},
+    **{n: (None, 0) for n in ("clamp_max", "clamp_max_")},
+}
+_CLAMP_FUNCS = {
+    getattr(owner, name): at for name, at in _CLAMPS.items() for owner in (torch, torch.Tensor)
+}
 
 
 def call_kinks(
@@ -61,7 +69,27 @@ def call_kinks(
         return (float(low), float(high))
     if any(func is f for f in _AT_THREE):
         return (-3.0, 3.0)
+    if func in _CLAMP_FUNCS:
+        return _clamp_kinks(_CLAMP_FUNCS[func], args[1:], kwargs)
     return ()
+
+
+def _clamp_kinks(
+    at: tuple[int | None, int | None], rest: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[float, ...]:
+    """A clamp's bounds that are numbers (a bound per element has no one kink: none)."""
+    kinks = []
+    for position, key in zip(at, ("min", "max"), strict=True):
+        if position is None:
+            continue
+        bound = kwargs.get(key, rest[position] if len(rest) > position else None)
+        if isinstance(bound, torch.Tensor):
+            if bound.numel() != 1:
+                return ()
+            bound = bound.item()
+        if bound is not None:
+            kinks.append(float(bound))
+    return tuple(kinks)
 
 
 @dataclass(frozen=True)
@@ -74,6 +102,9 @@ class Gate:
     value: float  # the input, in the SDK's float32 forward
     kink: float  # the point it lies beside
     op: str = ""  # the function, where a forward calls it (empty: the layer is the activation)
+    # The slopes another kernel may give it: the other side's, or on the kink each side's
+    # that torch's own is not (a bound given as a tensor takes half of each there).
+    slopes: tuple[float, ...] = field(default=(), compare=False, repr=False)
 
     def __str__(self) -> str:
         layer = self.layer or "model"
@@ -117,10 +148,16 @@ def near_gates(model: nn.Module, x: torch.Tensor) -> list[Gate]:
         scale = max(float(v.abs().max()), 1e-30) if v.numel() else 1e-30
         for kink in call.kinks:
             share = (v - kink).abs() / scale
+            left, right, at = _slopes(call, kink)
             for i in torch.nonzero(share <= KINK_SHARE).flatten().tolist():
                 value = float(v[i])
                 key = (value == kink, float(share[i]))
-                found.append((key, Gate(name, index, i, value, kink, call.op)))
+                if value != kink:
+                    slopes = (left if value > kink else right,)
+                else:
+                    slopes = tuple(side for side in (left, right) if side != at)
+                gate = Gate(name, index, i, value, kink, call.op, slopes)
+                found.append((key, gate))
     found.sort(key=lambda item: item[0])
     return [gate for _, gate in found]
 
@@ -135,7 +172,8 @@ def step_branches(
     """The SDK's step from ``before`` on ``x``, as it is and with one gate flipped.
 
     First the plain step (gate None), then the same step with each gate of
-    :func:`near_gates` flipped (at most :data:`KINK_CANDIDATES`), as state arrays.
+    :func:`near_gates` flipped (at most :data:`KINK_CANDIDATES` gates, each to every slope
+    of its ``slopes``), as state arrays.
 
     Args:
         source: the model the SDK adapts, as exported (it is copied, never changed).
@@ -150,24 +188,20 @@ def step_branches(
     plain.adapt(xt)
     yield None, state_arrays(plain)
     for gate in gates[:KINK_CANDIDATES]:
-        flipped = _restored(source, config, before, device)
-        with _Watch(flipped.model, _flipper(gate)):
-            flipped.adapt(xt)
-        yield gate, state_arrays(flipped)
+        for slope in gate.slopes:
+            flipped = _restored(source, config, before, device)
+            with _Watch(flipped.model, _flipper(gate, slope)):
+                flipped.adapt(xt)
+            yield gate, state_arrays(flipped)
 
 
-def _flipper(gate: Gate) -> Callable[..., torch.Tensor | None]:
-    """The watch function that sets ``gate`` the other way and leaves every other call alone."""
+def _flipper(gate: Gate, other: float) -> Callable[..., torch.Tensor | None]:
+    """The watch function that gives ``gate`` the slope ``other`` and leaves all else alone."""
 
     def flip(key: tuple[str, int], call: _Call, v: torch.Tensor) -> torch.Tensor | None:
         if key != (gate.layer, gate.call):
             return None
         v = v.clone()  # an in-place call writes the result over its input
-        left, right, at = _slopes(call, gate.kink)
-        if gate.value != gate.kink:
-            other = left if gate.value > gate.kink else right
-        else:  # on the kink: the side this kernel's gradient does not take
-            other = right if at == left else left
         base = float(call.apply(torch.tensor([gate.kink], dtype=torch.float64))[0])
         mask = torch.zeros(v.numel(), dtype=torch.bool, device=v.device)
         mask[gate.position] = True
