@@ -102,6 +102,15 @@ def test_the_command_runs_every_row_through_the_runtime_and_writes_the_plot(tmp_
     assert again["eata"]["kept"] and not rows["eata"]["kept"]
     marked = (tmp_path / "ccc.md").read_text()  # the table says which rows it took back
     assert "(kept)" not in table and marked.count(" (kept) |") == 2 and "rows/" in marked
+    # --set changes REALM's row alone: the no-adapt row is taken back, REALM's runs anew.
+    assert main([*argv, "--methods", "none", "realm-guarded", "--set", "lr=0.001"]) == 0
+    out = capsys.readouterr().out
+    assert "none: " in out and out.count(" (kept)\n") == 1 and "realm-guarded: " in out
+    variant = json.loads((tmp_path / "ccc.json").read_text())
+    assert variant["meta"]["overrides"] == {"lr": "0.001"}
+    assert variant["rows"][1]["windows"] != rows["realm-guarded"]["windows"]
+    assert main([*argv, "--set", "nope=1"]) == 2
+    assert "do not fit RealmConfig" in capsys.readouterr().err
     changed = [a if a != "200" else "300" for a in argv]  # --window
     assert main([*changed, "--methods", "none"]) == 0
     assert "(kept)" not in capsys.readouterr().out

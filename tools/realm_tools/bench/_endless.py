@@ -103,9 +103,9 @@ def calibrate(
     return Calibration(target, table, chosen, left_out)
 
 
-def _configs(num_classes: int) -> dict[str, RealmConfig]:
+def _configs(num_classes: int, overrides: dict[str, Any]) -> dict[str, RealmConfig]:
     return {
-        "realm-guarded": RealmConfig.preset("cifar", num_classes=num_classes),
+        "realm-guarded": RealmConfig.preset("cifar", num_classes=num_classes, **overrides),
         "eata": RealmConfig.preset(
             "cifar", num_classes=num_classes, method="eata", guardrails=Guardrails.off()
         ),
@@ -127,6 +127,7 @@ def bench_endless(
     split: str = "test",
     work_dir: Path | None = None,
     keep: Path | None = None,
+    overrides: dict[str, Any] | None = None,
     progress: bool = True,
     log: Callable[[str], None] = print,
 ) -> tuple[Calibration, list[EndlessRow]]:
@@ -150,11 +151,13 @@ def bench_endless(
             it again. An unfinished row keeps a checkpoint there at every window
             (``.partial/``), which the same call goes on from: a long run can be split
             over several calls, or stopped at any moment.
+        overrides: RealmConfig fields of REALM's row, a variant of its defaults.
         progress: show a progress bar of the samples every row has done.
         log: receives a line per finished row.
 
     Raises:
-        ValueError: an unknown method, or fewer than two corruptions near the target.
+        ValueError: an unknown method, overrides RealmConfig refuses, or fewer than two
+            corruptions near the target.
     """
     bad = [m for m in methods if m not in ENDLESS_METHODS]
     if bad:
@@ -162,7 +165,10 @@ def bench_endless(
     s = settings or CCCSettings()
     with tempfile.TemporaryDirectory(prefix="realm-endless-") as scratch:
         work = Path(work_dir or scratch)
-        configs = _configs(dataset.num_classes)
+        try:
+            configs = _configs(dataset.num_classes, dict(overrides or {}))
+        except TypeError as exc:  # a field RealmConfig does not have
+            raise ValueError(f"the overrides {overrides} do not fit RealmConfig: {exc}") from exc
         shape = dataset.input_shape
         # REALM's artifacts also calibrate the stream, whichever rows run.
         for name in sorted({"realm-guarded", *(ENDLESS_ROWS[m][0] for m in methods)}):
@@ -193,7 +199,9 @@ def bench_endless(
         if dataset_name == "fmnist-c":
             base += ["--split", split]
         weights = weights_digest(source)
-        keys = {m: _key([*ENDLESS_ROWS[m], *base, weights]) for m in methods}  # what each ran
+        # The overrides change REALM's row alone (no-adapt only predicts with the same model).
+        variant = {"realm-guarded": [repr(sorted(overrides.items()))]} if overrides else {}
+        keys = {m: _key([*ENDLESS_ROWS[m], *base, weights, *variant.get(m, [])]) for m in methods}
         rows: dict[str, EndlessRow] = {}
         for method in methods:
             kept = _kept(keep, method, keys[method])

@@ -35,8 +35,13 @@ def add_endless_arguments(quality: Any) -> None:
     )
 
 
-def run_endless(args: argparse.Namespace, dataset: Any, source: Any) -> int:
-    """Run the endless setting with parsed arguments; returns the exit code."""
+def run_endless(
+    args: argparse.Namespace, dataset: Any, source: Any, overrides: dict[str, object]
+) -> int:
+    """Run the endless setting with parsed arguments; returns the exit code.
+
+    ``overrides``: RealmConfig fields REALM's row gets (``--set``, parsed).
+    """
     import dataclasses
 
     from ..bench import (
@@ -54,9 +59,6 @@ def run_endless(args: argparse.Namespace, dataset: Any, source: Any) -> int:
         return 2
     if args.dataset not in ("digits", "fmnist-c"):
         print("--settings ccc runs on the digits or fmnist-c", file=sys.stderr)
-        return 2
-    if args.overrides:
-        print("--settings ccc runs each method's defaults: drop --set", file=sys.stderr)
         return 2
     for flag in ("length", "transition", "window"):
         if getattr(args, flag) < 1:
@@ -91,6 +93,7 @@ def run_endless(args: argparse.Namespace, dataset: Any, source: Any) -> int:
             data_dir=args.data_root,
             split=args.split,
             keep=out / "rows",  # a stopped run keeps its finished rows for the next
+            overrides=overrides,
             progress=not args.no_progress,
         )
     except (ValueError, RuntimeError) as exc:
@@ -101,6 +104,7 @@ def run_endless(args: argparse.Namespace, dataset: Any, source: Any) -> int:
     header = run_header("The endless stream (CCC-style), through RealmRuntime", sys.argv)
     meta = {
         "cpu": cpu_name(),
+        "overrides": {k: str(v) for k, v in overrides.items()},
         "dataset": args.dataset,
         "seed": seed,
         "split": args.split,

@@ -119,7 +119,8 @@ def add_quality_parser(bench: Any) -> None:
         default=[],
         metavar="FIELD=VALUE",
         help="--settings: RealmConfig fields every adapting row gets, a variant of the preset "
-        "(e.g. lr=0.0003125 freeze_last_block=true: SAR's reading of the CIFAR settings)",
+        "(e.g. lr=0.0003125 freeze_last_block=true: SAR's reading of the CIFAR settings); "
+        f"with {CCC_SETTING}, REALM's row only (EATA and RDumb run their paper's)",
     )
     quality.add_argument("--passes", type=int, default=4, help="--settings continual: passes")
     quality.add_argument(
@@ -295,7 +296,11 @@ def run_quality_command(args: argparse.Namespace) -> int:
         print("--set applies to --settings runs (e.g. --settings episodic)", file=sys.stderr)
         return 2
     if args.settings and CCC_SETTING in args.settings:
-        return run_endless(args, dataset, source)
+        overrides = parse_overrides(args.overrides)
+        if isinstance(overrides, str):
+            print(overrides, file=sys.stderr)
+            return 2
+        return run_endless(args, dataset, source, overrides)
     if args.settings:
         return _bench_streams(args, dataset, source)
     if args.methods is None:
