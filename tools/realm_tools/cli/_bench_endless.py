@@ -111,13 +111,16 @@ def run_endless(
         "settings": dataclasses.asdict(settings),
         "window": args.window,
     }
+    model = f" {args.model}" if args.model else ""  # the plot names what ran, as ccc.md does
+    variant = f"; REALM {' '.join(args.overrides)}" if args.overrides else ""
     write_atomic(out / "ccc.md", header + f"CPU: {cpu_name()}, one thread per row\n\n" + text)
     write_atomic(out / "ccc.json", endless_to_json(cal, rows, meta))
     plot_endless(
         rows,
         args.window,
         out / "ccc.png",
-        f"{args.dataset}: {rows[0].samples:,} samples of changing corruptions (seed {seed})",
+        f"{args.dataset}{model}: {rows[0].samples:,} samples of changing corruptions "
+        f"(seed {seed}){variant}",
     )
     print(f"written: {out / 'ccc.md'}, {out / 'ccc.json'}, {out / 'ccc.png'}")
     return 0
