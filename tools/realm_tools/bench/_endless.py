@@ -29,6 +29,8 @@ from realm_export import ExportOptions, export_realm_artifacts
 from realm_runtime import Guardrails, RealmConfig, RealmRuntime
 
 from ..data import CCCSettings, ShiftDataset
+from ..workers import ENDLESS
+from ..workers.endless import checkpoint_done
 from ._runlog import weights_digest
 
 # Each row: the artifacts it runs (named by the method exported) and the worker's mode.
@@ -211,7 +213,7 @@ def bench_endless(
         pending = [m for m in methods if m not in rows]
         partial = {m: keep / ".partial" / f"{m}-{keys[m][:16]}" for m in pending} if keep else {}
         for method, folder in partial.items():
-            done = _done(folder / "latest.json", key="done")
+            done = checkpoint_done(folder)
             if done:
                 log(f"{method}: going on from sample {done} of {s.length}")
         running: list[tuple[str, subprocess.Popen[bytes], Path, float]] = []
@@ -226,7 +228,7 @@ def bench_endless(
                 artifacts = work / exported
                 out = work / f"{method}.json"
                 command = [
-                    sys.executable, "-m", "realm_tools.workers.endless",
+                    sys.executable, "-m", ENDLESS,
                     str(artifacts), mode, str(out), *base,
                     "--progress", str(work / f"{method}.done"),
                 ]  # fmt: skip
@@ -277,15 +279,11 @@ def _kept(keep: Path | None, method: str, key: str) -> dict[str, Any] | None:
     return saved["row"] if saved.get("key") == key else None
 
 
-def _done(path: Path, key: str | None = None) -> int:
-    """Samples a worker has done, from its progress file (0 before the first window).
-
-    ``key``: the file is JSON and the count is its ``key`` field (a checkpoint's mark).
-    """
+def _done(path: Path) -> int:
+    """Samples a worker has done, from its progress file (0 before the first window)."""
     try:
-        text = path.read_text() or "0"
-        return int(json.loads(text)[key] if key else text)
-    except (FileNotFoundError, ValueError, KeyError, TypeError):  # none yet, or mid-write
+        return int(path.read_text() or 0)
+    except (FileNotFoundError, ValueError):  # not written yet, or caught mid-write
         return 0
 
 

@@ -148,8 +148,11 @@ def near_gates(model: nn.Module, x: torch.Tensor) -> list[Gate]:
         scale = max(float(v.abs().max()), 1e-30) if v.numel() else 1e-30
         for kink in call.kinks:
             share = (v - kink).abs() / scale
-            left, right, at = _slopes(call, kink)
-            for i in torch.nonzero(share <= KINK_SHARE).flatten().tolist():
+            near = torch.nonzero(share <= KINK_SHARE).flatten().tolist()
+            if not near:
+                continue
+            left, right, at = _slopes(call, kink)  # a backward: only where a gate is
+            for i in near:
                 value = float(v[i])
                 key = (value == kink, float(share[i]))
                 if value != kink:

@@ -30,6 +30,15 @@ MODES = ("none", "adapt", "rdumb")  # predict only; adapt every sample; adapt, r
 CHUNK = 256  # samples per prediction call of the no-adapt row
 # Arguments that say where, not what: a checkpoint resumes whatever they are.
 SITE = ("artifacts", "out", "progress", "checkpoint", "stop_after")
+LATEST = "latest.json"  # a checkpoint's mark: the samples done and the sums so far
+
+
+def checkpoint_done(folder: Path) -> int:
+    """Samples done at a checkpoint folder's last mark (0: none yet, or unreadable)."""
+    try:
+        return int(json.loads((folder / LATEST).read_text())["done"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -137,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 class Checkpoint:
     """A run's folder to go on from: its artifacts, state and outcomes at the last mark.
 
-    Each mark writes a new state and outcome file, then names them in ``latest.json`` by
+    Each mark writes a new state and outcome file, then names them in :data:`LATEST` by
     an atomic rename, then removes the older ones: a run killed at any moment leaves a
     matching pair to resume from.
     """
@@ -169,10 +178,10 @@ class Checkpoint:
 
     def saved(self) -> bool:
         """Whether a mark has been written."""
-        return (self.folder / "latest.json").is_file()
+        return checkpoint_done(self.folder) > 0
 
     def save(self, rt: Any, correct: Any, sums: dict[str, float]) -> None:
-        """Write the state after ``len(correct)`` samples and point ``latest.json`` at it."""
+        """Write the state after ``len(correct)`` samples and point :data:`LATEST` at it."""
         import numpy as np
 
         done = len(correct)
@@ -181,7 +190,7 @@ class Checkpoint:
         with open(outcome.with_suffix(".tmp"), "wb") as f:
             np.save(f, np.packbits(correct))
         os.replace(outcome.with_suffix(".tmp"), outcome)
-        latest = self.folder / "latest.json"
+        latest = self.folder / LATEST
         latest.with_suffix(".tmp").write_text(json.dumps({"done": done, **sums}))
         os.replace(latest.with_suffix(".tmp"), latest)
         for old in [*self.folder.glob("state-*.npz"), *self.folder.glob("correct-*.npy")]:
@@ -192,7 +201,7 @@ class Checkpoint:
         """Restore the runtime and the outcomes; the samples done and the sums so far."""
         import numpy as np
 
-        mark = json.loads((self.folder / "latest.json").read_text())
+        mark = json.loads((self.folder / LATEST).read_text())
         done = int(mark.pop("done"))
         rt.restore(self.folder / f"state-{done}.npz")
         bits = np.load(self.folder / f"correct-{done}.npy", allow_pickle=False)
