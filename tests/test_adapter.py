@@ -85,6 +85,39 @@ def test_one_step_matches_hand_derivation(scale):
     assert not model.fc.weight.requires_grad
 
 
+class _BatchNormThenLayerNorm(torch.nn.Module):
+    """x (B, 6) → BatchNorm1d with running statistics → LayerNorm → Tiny's linear map."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        tiny = Tiny()
+        self.bn = torch.nn.BatchNorm1d(6, dtype=torch.float64)
+        with torch.no_grad():
+            self.bn.running_mean.copy_(torch.linspace(-0.2, 0.3, 6, dtype=torch.float64))
+            self.bn.running_var.copy_(torch.linspace(0.5, 2.0, 6, dtype=torch.float64))
+            self.bn.weight.copy_(torch.linspace(0.8, 1.3, 6, dtype=torch.float64))
+        self.norm, self.fc = tiny.norm, tiny.fc
+
+    def forward(self, x):
+        return self.fc(self.norm(self.bn(x)))
+
+
+def test_batch_norm_steps_at_its_own_rate():
+    model = _BatchNormThenLayerNorm()
+    cfg = tiny_config(lr=0.05, lr_batch_norm=0.01)
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if "." in n}
+    adapter = RealmAdapter(model, cfg)
+    assert adapter.adapt(tiny_sample(1)).updated
+    grads = adapter.momentum_buffers()  # momentum 0: the buffer is this step's gradient
+    after = adapter.trainable_parameters()
+    assert set(after) == {"bn.weight", "bn.bias", "norm.weight", "norm.bias"}
+    for name, rate in [("bn.weight", 0.01), ("bn.bias", 0.01), ("norm.weight", 0.05)]:
+        assert grads[name].abs().max() > 0
+        np.testing.assert_allclose(
+            after[name].numpy(), (before[name] - rate * grads[name]).numpy(), rtol=1e-12
+        )
+
+
 def test_returned_logits_are_pre_update():
     model = Tiny()
     adapter = RealmAdapter(model, tiny_config(lr=1.0))

@@ -26,6 +26,21 @@ def test_cifar_preset_matches_paper_table():
     assert not cfg.freeze_last_block and cfg.frozen == ()
     assert cfg.ema_beta == 0.9
     assert cfg.preset_name == "cifar"
+    # BatchNorm's own rate, chosen on the validation split (SPEC §4), REALM's alone.
+    assert cfg.lr_batch_norm == 0.001 and cfg.batch_norm_lr == 0.001
+
+
+@pytest.mark.parametrize("method", ["tent", "eata", "sar", "deyo"])
+def test_the_baselines_step_batch_norm_at_their_one_rate(method):
+    cfg = RealmConfig.preset("cifar", num_classes=10, method=method)
+    assert cfg.lr_batch_norm is None and cfg.batch_norm_lr == cfg.lr == 0.005
+
+
+def test_batch_norm_rate_follows_lr_when_unset():
+    cfg = RealmConfig.preset("imagenet", num_classes=1000)
+    assert cfg.lr_batch_norm is None and cfg.batch_norm_lr == cfg.lr
+    custom = RealmConfig.preset("cifar", num_classes=10, lr=0.01, lr_batch_norm=None)
+    assert custom.batch_norm_lr == 0.01
 
 
 def test_imagenet_preset_matches_paper_table():
@@ -78,6 +93,8 @@ def test_overrides_apply_after_the_preset():
         ("num_classes", 1, "num_classes"),
         ("frozen", ["layer4"], "frozen"),
         ("entropy_margin", -1.0, "entropy_margin"),
+        ("lr_batch_norm", 0.0, "freeze BatchNorm layers with `frozen`"),
+        ("lr_batch_norm", float("nan"), "lr_batch_norm"),
     ],
 )
 def test_invalid_values_are_named(field, value, message):

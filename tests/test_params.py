@@ -9,6 +9,7 @@ from torch import nn
 from realm_sdk import (
     RealmAdapter,
     RealmConfig,
+    batch_norm_names,
     last_block_patterns,
     norm_affine_names,
     select_trainable,
@@ -137,6 +138,39 @@ def test_timm_norm_subclasses_are_found():
         "3.weight",
     ]
     assert torch.is_tensor(dict(model.named_parameters())["3.weight"])
+
+
+def test_batch_norm_names_are_the_ones_with_running_statistics():
+    from timm.layers import BatchNormAct2d
+
+    model = nn.Sequential(
+        nn.BatchNorm2d(4),
+        nn.GroupNorm(2, 4),
+        BatchNormAct2d(4),
+        nn.BatchNorm2d(4, track_running_stats=False),  # normalises each batch, as GroupNorm
+        nn.LayerNorm(4),
+    )
+    names = norm_affine_names(model)
+    assert batch_norm_names(model, names) == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert batch_norm_names(model, ["2.bias", "1.weight", "0.weight"]) == ["2.bias", "0.weight"]
+
+
+def test_the_mixed_digits_model_has_both_families():
+    from realm_tools.models import DigitsGNNet
+
+    model = DigitsGNNet(batch_norm_stages=1)
+    names = norm_affine_names(model)
+    assert len(names) == 16
+    # the stem and stage 0's two blocks: three BatchNorms, six tensors; the rest GroupNorm
+    assert batch_norm_names(model, names) == names[:6]
+    assert names[:6] == [
+        "stem.1.weight",
+        "stem.1.bias",
+        "stages.0.0.1.weight",
+        "stages.0.0.1.bias",
+        "stages.0.1.1.weight",
+        "stages.0.1.1.bias",
+    ]
 
 
 def test_digits_model_adapts_its_eight_groupnorms():

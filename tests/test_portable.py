@@ -308,6 +308,7 @@ def test_step_graph_reports_a_non_finite_step(digits_artifacts, digits_stream):
         "realm.sample_weight": np.ones(1, np.float32),
         "realm.lr": np.array(0.005, np.float32),
         "realm.lr_alpha_lambda": np.array(0.01, np.float32),
+        "realm.lr_batch_norm": np.array(0.0, np.float32),
         "realm.momentum": np.array(0.0, np.float32),
         "realm.entropy_margin": np.array(1.0, np.float32),
         "realm.params": source,

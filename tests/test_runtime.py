@@ -393,6 +393,27 @@ def test_a_graph_with_constant_settings_runs_overrides_on_the_twin(digits_artifa
     assert RealmRuntime(directory, threads=1, overrides={"lr": config.lr}).backend == "onnx"
 
 
+def test_artifacts_from_before_lr_batch_norm_refuse_only_a_rate_of_its_own(
+    digits_artifacts, tmp_path
+):
+    """A manifest that does not say which tensors are BatchNorm's runs them at lr, or says so."""
+    directory = tmp_path / "a"
+    shutil.copytree(digits_artifacts[0], directory)
+
+    def older(data):
+        data.pop("batch_norm")
+        data["config"].pop("lr_batch_norm")
+        data["adapt"]["settings"].remove("realm.lr_batch_norm")
+
+    edit_manifest(directory, older)
+    for backend in BACKENDS:
+        assert RealmRuntime(directory, threads=1, backend=backend).config.lr_batch_norm is None
+    with pytest.raises(ValueError, match=r"written before lr_batch_norm.*re-export"):
+        RealmRuntime(directory, threads=1, overrides={"lr_batch_norm": 0.002})
+    lr = digits_artifacts[1].lr  # the same rate as lr's is no rate of its own
+    assert RealmRuntime(directory, threads=1, overrides={"lr_batch_norm": lr}).backend == "onnx"
+
+
 def test_auto_runs_the_adapt_graph_unless_asked_otherwise(digits_artifacts):
     """`auto` is the one adapt graph; a twin where an order of graphs is asked for."""
     directory, config = digits_artifacts

@@ -34,6 +34,7 @@ from realm_runtime.contract import (
     WEIGHTS_KEY,
     sha256_of,
 )
+from realm_sdk import batch_norm_names
 
 from ._plan import Built, Plan, Traced
 
@@ -115,6 +116,7 @@ def _manifest(plan: Plan, traced: Traced, built: Built) -> Manifest:
         adapt=built.adapt,
         memory=built.memory,
         drift_check=plan.drift_check,
+        batch_norm=batch_norm_names(traced.source, traced.requires_grad),
     )
 
 

@@ -73,6 +73,7 @@ class TrainingBackend(StepBackend):
             )
         self.max_batch = None
         self._config = config
+        self._batch_norm = frozenset(manifest.batch_norm or ())  # they step at lr_batch_norm
         self._logits_name = manifest.logits_name
         self._params = {n: self._state.parameters[n] for n in self.names}
         self._shapes = {n: tuple(manifest.trainable[n]) for n in self.names}
@@ -114,8 +115,10 @@ class TrainingBackend(StepBackend):
         values: dict[str, np.ndarray] = {}
         momentum: dict[str, np.ndarray] = {}
         for n in self.names:
-            special = n in (ALPHA_NAME, LAMBDA_NAME)
-            lr = cfg.lr_alpha_lambda if special else cfg.lr
+            if n in (ALPHA_NAME, LAMBDA_NAME):
+                lr = cfg.lr_alpha_lambda
+            else:
+                lr = cfg.batch_norm_lr if n in self._batch_norm else cfg.lr
             values[n], momentum[n] = sgd_momentum(
                 self._values[n], grads[n], self._momentum[n], lr, cfg.momentum
             )

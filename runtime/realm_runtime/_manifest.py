@@ -28,6 +28,7 @@ from ._names import (
     ARTIFACT_FORMAT,
     ARTIFACT_VERSION,
     BATCH_KEY,
+    BATCH_NORM_KEY,
     DECIDE_MODEL_KEY,
     DIGEST_KEY,
     DRIFT_CHECK_KEY,
@@ -79,6 +80,9 @@ class Manifest:
     adapt: dict[str, Any] = field(default_factory=dict)  # the one adapt graph and its state
     memory: dict[str, Any] = field(default_factory=dict)  # measured updating peak; {}: none
     drift_check: dict[str, Any] = field(default_factory=dict)  # max_drift fitted; {}: not asked
+    # The trainable tensors of BatchNorm layers (they step at lr_batch_norm); None: exported
+    # before the field, so their rate cannot differ from lr's.
+    batch_norm: list[str] | None = None
     digest: str = ""  # manifest_sha256 of the file it was read from ("" before it is written)
 
     def to_bytes(self) -> bytes:
@@ -101,6 +105,7 @@ class Manifest:
             ADAPT_KEY: self.adapt,
             MEMORY_KEY: self.memory,
             DRIFT_CHECK_KEY: self.drift_check,
+            **({} if self.batch_norm is None else {BATCH_NORM_KEY: self.batch_norm}),
             DIGEST_KEY: _UNSEALED,
         }
         return seal(json.dumps(data, indent=2, sort_keys=False).encode("utf-8"))
@@ -168,6 +173,15 @@ class Manifest:
                 f"got {data['input']!r}"
             )
         _check_portable(data.get(PORTABLE_KEY, {}), source)
+        batch_norm = data.get(BATCH_NORM_KEY)
+        if batch_norm is not None and (
+            not isinstance(batch_norm, list)
+            or not all(isinstance(n, str) and n in data["trainable"] for n in batch_norm)
+        ):
+            raise ArtifactError(
+                f"{source}: field {BATCH_NORM_KEY!r} must list trainable tensor names, got "
+                f"{batch_norm!r}"
+            )
         return cls(
             format=data["format"],
             version=data["version"],
@@ -186,6 +200,7 @@ class Manifest:
             adapt=dict(data.get(ADAPT_KEY, {})),
             memory=dict(data.get(MEMORY_KEY, {})),
             drift_check=dict(data.get(DRIFT_CHECK_KEY, {})),
+            batch_norm=None if batch_norm is None else list(batch_norm),
             digest=str(data.get(DIGEST_KEY, "")),
         )
 

@@ -62,6 +62,7 @@ MANIFEST_REQUIRED = ("input", "logits_name", "num_classes", "config", "trainable
 PORTABLE_KEY = "portable"  # the portable graphs' section (or its "error")
 ADAPT_KEY = "adapt"  # the one adapt graph's section (or its "error")
 MEMORY_KEY = "memory"  # the measured updating peak, and the budget it was chosen for
+BATCH_NORM_KEY = "batch_norm"  # the trainable tensors of BatchNorm layers (lr_batch_norm's)
 DRIFT_CHECK_KEY = "drift_check"  # the worst case inside each max_drift tried, and the one chosen
 ERROR_KEY = "error"  # a section's only key where its graphs were not written: why
 FILE_KEY = "file"  # the adapt section's graph; the weights section's file
@@ -133,6 +134,7 @@ NEXT_SUFFIX = ".next"  # a state input's next value is the output named input + 
 # input; the JavaScript ones cannot feed an input that has an initializer).
 LR_NAME = "realm.lr"  # learning rate of the norm parameters
 LR_ALPHA_LAMBDA_NAME = "realm.lr_alpha_lambda"  # learning rate of α and λ
+LR_BATCH_NORM_NAME = "realm.lr_batch_norm"  # learning rate of BatchNorm's θ (0: realm.lr)
 MOMENTUM_NAME = "realm.momentum"  # SGD momentum μ
 ENTROPY_MARGIN_NAME = "realm.entropy_margin"  # EATA's e0 (others ignore it)
 SAM_RHO_NAME = "realm.sam_rho"  # SAR: SAM's radius ρ
@@ -164,6 +166,7 @@ ADAPT_SETTINGS = (
     EPISODIC_NAME,
     FULL_RATE_NAME,  # after the others: older graphs' slots keep their places
     PLPD_THRESHOLD_NAME,
+    LR_BATCH_NORM_NAME,
 )  # a slot added later must mean "as before" at 0: graphs that predate it run it so
 
 # ------------------------------------------------------------------ counters

@@ -23,6 +23,7 @@ from ._names import (
     EPISODIC_NAME,
     FULL_RATE_NAME,
     LR_ALPHA_LAMBDA_NAME,
+    LR_BATCH_NORM_NAME,
     LR_NAME,
     MAX_DRIFT_NAME,
     MOMENTUM_NAME,
@@ -48,6 +49,8 @@ def step_settings(config: RealmConfig) -> dict[str, float]:
     return {
         LR_NAME: config.lr,
         LR_ALPHA_LAMBDA_NAME: config.lr_alpha_lambda,
+        # 0: at lr, as graphs that predate the slot run it
+        LR_BATCH_NORM_NAME: 0.0 if config.batch_norm_lr == config.lr else config.batch_norm_lr,
         MOMENTUM_NAME: config.momentum,
         ENTROPY_MARGIN_NAME: config.e0,
         SAM_RHO_NAME: config.sam_rho,

@@ -171,6 +171,12 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
         except ValueError as exc:
             raise ArtifactError(f"{self.directory / MANIFEST_NAME}: its config: {exc}") from exc
         self.config = RealmConfig.from_dict({**self.manifest.config, **(overrides or {})})
+        if self.manifest.batch_norm is None and self.config.batch_norm_lr != self.config.lr:
+            raise ValueError(
+                f"{self.directory / MANIFEST_NAME} was written before lr_batch_norm and does not "
+                "say which tensors are BatchNorm's: re-export the model to give BatchNorm "
+                "layers their own rate, or leave lr_batch_norm out of the overrides"
+            )
         self.device = device
         backend = choose_backend(
             backend, self.manifest, self.config, overrides or {}, schedule, self.directory

@@ -28,6 +28,7 @@ from ._adapter import AdaptResult, RealmAdapter
 from ._loss import entropy
 from ._margin import decision_margin, prediction_cosines
 from ._params import (
+    batch_norm_names,
     last_block_patterns,
     norm_affine_names,
     norm_layer_types,
@@ -47,6 +48,7 @@ __all__ = [
     "Guardrails",
     "RealmAdapter",
     "RealmConfig",
+    "batch_norm_names",
     "decision_margin",
     "eata_loss",
     "entropy",

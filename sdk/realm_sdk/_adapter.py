@@ -18,7 +18,7 @@ from realm_runtime.contract import OnlineAdaptation, StateArrays, method_input
 from ._batch_norm import contiguous_batch_norms
 from ._inputs import check_input, infer_sample_shape
 from ._loss import entropy
-from ._params import select_trainable
+from ._params import batch_norm_names, select_trainable
 from .methods import StepInputs, torch_form
 
 
@@ -102,6 +102,7 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
         )
         named = dict(model.named_parameters())
         self._params: dict[str, nn.Parameter] = {n: named[n] for n in self._names}
+        self._batch_norm = frozenset(batch_norm_names(model, self._names))  # lr_batch_norm's
         model.eval()  # dropout/drop-path off, BatchNorm on its frozen running statistics
         contiguous_batch_norms(model)  # torch's CPU BatchNorm backward errs on mixed layouts
         for p in model.parameters():
@@ -307,7 +308,7 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
         for (n, p), g in zip(self._params.items(), grads, strict=False):
             v = self._momentum[n]
             v.mul_(mu).add_(g)
-            p.sub_(cfg.lr * v)
+            p.sub_((cfg.batch_norm_lr if n in self._batch_norm else cfg.lr) * v)
         if cfg.rules.learns_alpha_lambda:
             g_alpha, g_lam = grads[-2], grads[-1]
             self._alpha_momentum = mu * self._alpha_momentum + g_alpha

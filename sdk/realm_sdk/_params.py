@@ -102,6 +102,28 @@ def norm_affine_names(model: nn.Module) -> list[str]:
     return [n for n in reported if n in wanted]
 
 
+def batch_norm_names(model: nn.Module, names: Iterable[str]) -> list[str]:
+    """The ones of ``names`` that are affine parameters of a BatchNorm with running statistics.
+
+    They step at ``RealmConfig.lr_batch_norm``: in eval mode those statistics are frozen, so
+    nothing after the layer re-standardises a changed scale, as GroupNorm and LayerNorm do
+    per sample. A BatchNorm without running statistics normalises each batch and is not one.
+
+    Args:
+        model: the classifier.
+        names: parameter names (as in ``model.named_parameters()``), e.g. the trainable ones.
+
+    Returns:
+        Those of ``names`` that qualify, in their order.
+    """
+    found = set()
+    for module_name, module in model.named_modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.track_running_stats:
+            for pname, _ in module.named_parameters(recurse=False):
+                found.add(f"{module_name}.{pname}" if module_name else pname)
+    return [n for n in names if n in found]
+
+
 def last_block_patterns(model: nn.Module) -> tuple[str, ...]:
     """Name patterns of the model's last block, frozen by the ImageNet preset.
 

@@ -6,18 +6,19 @@ translator (:mod:`._to_onnx`; opset 18, IR ≤ 10), and the forward cut out of i
 ``step_model.onnx`` — the whole update of SPEC §3 in one call::
 
     inputs:  input (1, …), realm.sample_weight (1,), realm.lr, realm.lr_alpha_lambda,
-             realm.momentum, realm.entropy_margin (scalars), realm.params (P,),
-             realm.velocity (P,)
+             realm.lr_batch_norm, realm.momentum,
+             realm.entropy_margin (scalars), realm.params (P,), realm.velocity (P,)
     outputs: realm.loss (scalar), logits (1, C), realm.finite (bool scalar),
              realm.new_params (P,), realm.new_velocity (P,)
 
   ``realm.params`` holds every trainable tensor flattened, in the manifest's order (norm
   parameters, then realm.alpha and realm.lambda), ``realm.velocity`` their momentum buffers.
-  ``v' = μ·v + g``, ``w' = w − lr·v'`` (``lr_alpha_lambda`` for α, λ, which are then
-  projected into their bounds), the loss being ``Σ w_i L_i`` as in the training graph;
-  EATA's detached weight ``exp(−(H − e0))`` is computed inside the graph. Nothing is
-  committed by the graph: the runtime adopts the new vectors only when S_div and
-  ``realm.finite`` allow, which costs no copy (it swaps two references), also on a GPU.
+  ``v' = μ·v + g``, ``w' = w − lr·v'`` (``lr_batch_norm`` for BatchNorm's θ where it is
+  above 0, ``lr_alpha_lambda`` for α, λ, which are then projected into their bounds), the
+  loss being ``Σ w_i L_i`` as in the training graph; EATA's detached weight
+  ``exp(−(H − e0))`` is computed inside the graph. Nothing is committed by the graph: the
+  runtime adopts the new vectors only when S_div and ``realm.finite`` allow, which costs no
+  copy (it swaps two references), also on a GPU.
   One flat vector keeps the update, the projection and the finiteness test at a handful of
   nodes instead of four per tensor. With ``μ = 0`` and a zero buffer,
   ``realm.new_velocity`` *is* the gradient: that is how validation reads the gradients.
@@ -59,6 +60,7 @@ from realm_runtime.contract import (
     LOGITS_NAME,
     LOSS_NAME,
     LR_ALPHA_LAMBDA_NAME,
+    LR_BATCH_NORM_NAME,
     LR_NAME,
     MOMENTUM_NAME,
     NEW_PARAMS_NAME,
@@ -70,7 +72,7 @@ from realm_runtime.contract import (
     TensorSlot,
     method_input,
 )
-from realm_sdk import RealmConfig, entropy
+from realm_sdk import RealmConfig, batch_norm_names, entropy
 from realm_sdk.methods import StepInputs, torch_form
 
 from .._errors import UnsupportedModelError
@@ -150,6 +152,11 @@ def build_portable_graphs(
         lower[-2], upper[-2], lower[-1] = ALPHA_MIN, ALPHA_MAX, LAMBDA_MIN
 
     initial = torch.cat([v.reshape(-1) for v in values])  # θ0, α0, λ0: what κ pulls toward
+    # Where BatchNorm's θ lies: it steps at realm.lr_batch_norm (0: at realm.lr).
+    batch_norm = set(batch_norm_names(model, norm_names))
+    on_batch_norm = torch.cat(
+        [torch.full((size,), name in batch_norm) for name, size in zip(names, sizes, strict=True)]
+    )
 
     def unflatten(flat: Tensor) -> list[Tensor]:
         return [
@@ -168,6 +175,7 @@ def build_portable_graphs(
         weight: Tensor,
         lr: Tensor,
         lr_al: Tensor,
+        lr_bn: Tensor,
         mu: Tensor,
         e0: Tensor,
         flat: Tensor,
@@ -192,6 +200,8 @@ def build_portable_graphs(
         finite = torch.isfinite(checked)
         v_new = mu * velocity + grad
         rate = lr.expand(total) if not realm else torch.cat([lr.expand(total - 2), lr_al.expand(2)])
+        if batch_norm:
+            rate = torch.where(on_batch_norm, torch.where(lr_bn > 0, lr_bn, lr), rate)
         p_new = torch.minimum(torch.maximum(flat - rate * v_new, lower), upper)
         # SPEC §10's relax and anchor, v ← v − κ·(v − v0), as inputs: 0 gives back nothing
         kappa = torch.cat([anchor.expand(total - 2), knob.expand(2)]) if realm else anchor
@@ -207,6 +217,7 @@ def build_portable_graphs(
         scalar,
         scalar.clone(),
         scalar.clone(),
+        scalar.clone(),
         torch.tensor(config.e0),
         source.clone().requires_grad_(True),
         torch.zeros_like(source),
@@ -219,6 +230,7 @@ def build_portable_graphs(
         SAMPLE_WEIGHT_NAME,
         LR_NAME,
         LR_ALPHA_LAMBDA_NAME,
+        LR_BATCH_NORM_NAME,
         MOMENTUM_NAME,
         ENTROPY_MARGIN_NAME,
         PARAMS_NAME,

@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from realm_export import ExportOptions, export_realm_artifacts
 from realm_runtime import Guardrails, RealmConfig, RealmRuntime
+from realm_sdk import batch_norm_names, norm_affine_names
 
 from ..data import CCCSettings, ShiftDataset
 from ..workers import ENDLESS
@@ -203,6 +204,10 @@ def bench_endless(
         weights = weights_digest(source)
         # The overrides change REALM's row alone (no-adapt only predicts with the same model).
         variant = {"realm-guarded": [repr(sorted(overrides.items()))]} if overrides else {}
+        # BatchNorm's own rate is in REALM's defaults: a row run at another is not this one.
+        if batch_norm_names(source, norm_affine_names(source)):
+            rate = f"lr_batch_norm={configs['realm-guarded'].batch_norm_lr!r}"
+            variant.setdefault("realm-guarded", []).append(rate)
         keys = {m: _key([*ENDLESS_ROWS[m], *base, weights, *variant.get(m, [])]) for m in methods}
         rows: dict[str, EndlessRow] = {}
         for method in methods:

@@ -213,7 +213,7 @@ def _quality_data(
 
 
 def parse_overrides(items: list[str]) -> dict[str, object] | str:
-    """``FIELD=VALUE`` items as configuration fields (numbers, true/false, text), or an error.
+    """``FIELD=VALUE`` items as configuration fields (numbers, true/false, none, text), or an error.
 
     ``guardrails.FIELD=VALUE`` changes one field of REALM's default :class:`Guardrails`
     (``none`` for off), e.g. ``guardrails.max_drift=0.01``.
@@ -224,7 +224,9 @@ def parse_overrides(items: list[str]) -> dict[str, object] | str:
         if not sep or not field:
             return f"--set expects FIELD=VALUE items, got {item!r}"
         value: object = text
-        if text.lower() in ("true", "false"):
+        if text.lower() == "none":  # e.g. lr_batch_norm=none: BatchNorm at lr, as the baselines
+            value = None
+        elif text.lower() in ("true", "false"):
             value = text.lower() == "true"
         else:
             for kind in (int, float):

@@ -72,6 +72,23 @@ def _trained_digits_resnet18() -> nn.Module:
     return copy.deepcopy(_TRAINED["resnet18_bn"])
 
 
+def _trained_digits_mixed() -> nn.Module:
+    """The digits CNN with BatchNorm in its stem and first stage, GroupNorm after.
+
+    Trained like ``digits_gn``, so its running statistics are real; its two families' affine
+    parameters step at different rates (``RealmConfig.lr_batch_norm``).
+    """
+    if "digits_mixed" not in _TRAINED:
+        _TRAINED["digits_mixed"] = train_digits_model(
+            load_digits(),
+            epochs=6,
+            cache_dir=_cache_dir(),
+            name="digits_mixed",
+            build=partial(DigitsGNNet, batch_norm_stages=1),
+        )
+    return copy.deepcopy(_TRAINED["digits_mixed"])
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """A named model: how to build it, one sample's shape and its number of classes."""
@@ -94,6 +111,8 @@ MODELS: dict[str, ModelSpec] = {
     "digits": ModelSpec(DigitsGNNet, (1, 32, 32), 10),
     # the same CNN trained 6 epochs on the digits (parity: real structure in the stream)
     "digits_gn": ModelSpec(_trained_digits_gn, (1, 32, 32), 10),
+    # BatchNorm stem and first stage, GroupNorm after, trained (parity: two rates in one step)
+    "digits_mixed": ModelSpec(_trained_digits_mixed, (1, 32, 32), 10),
     # timm's resnet18 (BatchNorm) trained on the digits (parity: real running statistics)
     "resnet18_bn": ModelSpec(_trained_digits_resnet18, (1, 32, 32), 10),
     # trained on Fashion-MNIST, the weights the package ships (one per norm family)

@@ -88,6 +88,8 @@ CASES: tuple[ParityCase, ...] = (
         "and d that update often enough on 10 classes to compare something",
     ),
     ParityCase("digits-imagenet-preset", "digits_gn", "imagenet", steps=100),
+    # BatchNorm's θ at lr_batch_norm, GroupNorm's at lr, within one step
+    ParityCase("digits-mixed-cifar-realm", "digits_mixed", "cifar", steps=100),
     ParityCase("digits-cifar-tent", "digits_gn", "cifar", "tent", steps=100),
     ParityCase("digits-cifar-eata", "digits_gn", "cifar", "eata", steps=100),
     ParityCase(
