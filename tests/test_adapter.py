@@ -111,6 +111,12 @@ def test_batch_norm_steps_at_its_own_rate():
     grads = adapter.momentum_buffers()  # momentum 0: the buffer is this step's gradient
     after = adapter.trainable_parameters()
     assert set(after) == {"bn.weight", "bn.bias", "norm.weight", "norm.bias"}
+    assert adapter.learning_rates == {
+        "bn.weight": 0.01,
+        "bn.bias": 0.01,
+        "norm.weight": 0.05,
+        "norm.bias": 0.05,
+    }
     for name, rate in [("bn.weight", 0.01), ("bn.bias", 0.01), ("norm.weight", 0.05)]:
         assert grads[name].abs().max() > 0
         np.testing.assert_allclose(

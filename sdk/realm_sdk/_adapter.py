@@ -122,6 +122,12 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
     # adapt, predict, state, reset, save, restore, trainable_names: OnlineAdaptation's.
 
     @property
+    def learning_rates(self) -> dict[str, float]:
+        """Each adapted tensor's SGD rate: ``lr_batch_norm``'s for BatchNorm, ``lr`` else."""
+        cfg = self.config
+        return {n: cfg.batch_norm_lr if n in self._batch_norm else cfg.lr for n in self._params}
+
+    @property
     def device(self) -> torch.device:
         """The device of the adapted parameters: inputs must be on it."""
         return self._device
@@ -305,10 +311,11 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
         # The runtime's twin: _step.sgd_momentum (numpy) or the portable step graph.
         cfg = self.config
         mu = cfg.momentum
+        rates = self.learning_rates
         for (n, p), g in zip(self._params.items(), grads, strict=False):
             v = self._momentum[n]
             v.mul_(mu).add_(g)
-            p.sub_((cfg.batch_norm_lr if n in self._batch_norm else cfg.lr) * v)
+            p.sub_(rates[n] * v)
         if cfg.rules.learns_alpha_lambda:
             g_alpha, g_lam = grads[-2], grads[-1]
             self._alpha_momentum = mu * self._alpha_momentum + g_alpha

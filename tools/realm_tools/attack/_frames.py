@@ -121,9 +121,10 @@ class FrameAttacker:
         )
         loss = torch_form(cfg).step_loss(inputs).loss
         grads = torch.autograd.grad(loss, theta, create_graph=True)
+        rates = self.adapter.learning_rates
         moved = [
-            p - cfg.lr * (cfg.momentum * v + g)
-            for p, v, g in zip(theta, now.momentum, grads, strict=True)
+            p - rates[n] * (cfg.momentum * v + g)
+            for n, p, v, g in zip(self.names, theta, now.momentum, grads, strict=True)
         ]
         guard = cfg.guard
         if guard.anchor is not None:
