@@ -412,6 +412,11 @@ def test_artifacts_from_before_lr_batch_norm_refuse_only_a_rate_of_its_own(
         RealmRuntime(directory, threads=1, overrides={"lr_batch_norm": 0.002})
     lr = digits_artifacts[1].lr  # the same rate as lr's is no rate of its own
     assert RealmRuntime(directory, threads=1, overrides={"lr_batch_norm": lr}).backend == "onnx"
+    damaged = tmp_path / "b"  # a current manifest without its list: damaged, not older
+    shutil.copytree(digits_artifacts[0], damaged)
+    edit_manifest(damaged, lambda data: data.pop("batch_norm"))
+    with pytest.raises(ArtifactError, match=r"realm\.json: its config gives BatchNorm"):
+        RealmRuntime(damaged, threads=1)
 
 
 def test_auto_runs_the_adapt_graph_unless_asked_otherwise(digits_artifacts):

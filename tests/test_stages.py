@@ -72,9 +72,10 @@ def test_bad_stage_counts_are_one_sentence():
 def test_the_runtime_adapts_the_same_stages_and_leaves_the_rest_at_the_source(tmp_path):
     torch.manual_seed(0)
     model = timm.create_model("resnet18", pretrained=False, num_classes=10, in_chans=1).eval()
-    # lr raised so that six steps move a random-init model's norms well above float32's noise
+    # the rate raised so that six steps move a random-init model's norms well above float32's
+    # noise: BatchNorm's own (lr_batch_norm), as resnet18's norms are all BatchNorm
     config = RealmConfig.preset(
-        "cifar", num_classes=10, adapt_stages=1, diversity_margin=1.0, lr=0.5
+        "cifar", num_classes=10, adapt_stages=1, diversity_margin=1.0, lr_batch_norm=0.5
     )
     info = export_realm_artifacts(
         model, tmp_path / "k1", ExportOptions(config=config, input_shape=(1, 1, 32, 32))

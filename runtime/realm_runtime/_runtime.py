@@ -39,6 +39,7 @@ from ._names import (
     ADAPT_UPDATED_KEY,
     ADAPT_WATCH_KEY,
     ALPHA_NAME,
+    BATCH_NORM_KEY,
     LAMBDA_NAME,
     MANIFEST_NAME,
 )
@@ -172,10 +173,16 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
             raise ArtifactError(f"{self.directory / MANIFEST_NAME}: its config: {exc}") from exc
         self.config = RealmConfig.from_dict({**self.manifest.config, **(overrides or {})})
         if self.manifest.batch_norm is None and self.config.batch_norm_lr != self.config.lr:
+            where = self.directory / MANIFEST_NAME
+            if RealmConfig.from_dict(self.manifest.config).lr_batch_norm is not None:
+                raise ArtifactError(
+                    f"{where}: its config gives BatchNorm a rate of its own (lr_batch_norm) "
+                    f"but it does not list BatchNorm's tensors ({BATCH_NORM_KEY}): re-export"
+                )
             raise ValueError(
-                f"{self.directory / MANIFEST_NAME} was written before lr_batch_norm and does not "
-                "say which tensors are BatchNorm's: re-export the model to give BatchNorm "
-                "layers their own rate, or leave lr_batch_norm out of the overrides"
+                f"{where} was written before lr_batch_norm and does not say which tensors "
+                "are BatchNorm's: re-export the model to give BatchNorm layers their own "
+                "rate, or leave lr_batch_norm out of the overrides"
             )
         self.device = device
         backend = choose_backend(
