@@ -458,10 +458,10 @@ def _bench_streams(
     if log.done:
         cut = f"; {log.dropped} cut-off line(s) run again" if log.dropped else ""
         print(
-            f"going on from {log_path}: {len(log.done)} runs done before are reused "
-            f"(--fresh starts over){cut}"
+            f"going on from {log_path}: {len(log.done)} runs kept there; those of the same "
+            f"configuration are reused (--fresh starts over){cut}"
         )
-    started, reused = time.perf_counter(), len(log.done)
+    started, prior = time.perf_counter(), dict(log.done)
     try:
         runs = bench_streams(
             dataset,
@@ -481,6 +481,7 @@ def _bench_streams(
         print(exc, file=sys.stderr)
         return 2
     minutes = (time.perf_counter() - started) / 60
+    reused = sum(1 for label, run in prior.items() if log.done.get(label) is run)  # not rerun
     timed = [r["seconds"] for r in log.done.values() if r.get("seconds")]
     kept = sum(timed) / 60
     took = (
