@@ -457,6 +457,22 @@ def test_cli_streams_keep_finished_runs_and_go_on(cifar_root, tmp_path, capsys):
     assert timeless == [{k: v for k, v in r.items() if k != "seconds"} for r in data["runs"]]
 
 
+def test_cli_streams_count_only_the_runs_they_reused(cifar_root, tmp_path, capsys):
+    from realm_tools.cli import main
+
+    argv = ["bench", "quality", "--dataset", "cifar10c", "--data-root", str(cifar_root)]
+    argv += ["--model", "resnet18", "--random-init", "--methods", "none", "realm"]
+    argv += ["--settings", "continual", "--seeds", "0", "--limit", "4", "--passes", "1"]
+    argv += ["--out", str(tmp_path / "s"), "--no-progress"]
+    assert main(argv) == 0
+    assert main(argv) == 0
+    assert "; 2 runs came from an earlier invocation" in capsys.readouterr().out
+    # Another configuration of REALM's row: that run is done again, no-adapt's is reused.
+    assert main([*argv, "--set", "lr=0.004"]) == 0
+    said = capsys.readouterr().out
+    assert "2 runs kept there" in said and "; 1 runs came from an earlier invocation" in said
+
+
 def test_cli_streams_record_a_changed_guardrail(cifar_root, tmp_path):
     from realm_tools.cli import main
 
