@@ -73,7 +73,11 @@ class TrainingBackend(StepBackend):
             )
         self.max_batch = None
         self._config = config
-        self._batch_norm = frozenset(manifest.batch_norm or ())  # they step at lr_batch_norm
+        # α and λ step at lr_alpha_lambda; the norm tensors at lr, or BatchNorm's at its own
+        self._rates = {ALPHA_NAME: config.lr_alpha_lambda, LAMBDA_NAME: config.lr_alpha_lambda}
+        self._rates |= config.learning_rates(
+            [n for n in self.names if n not in self._rates], frozenset(manifest.batch_norm or ())
+        )
         self._logits_name = manifest.logits_name
         self._params = {n: self._state.parameters[n] for n in self.names}
         self._shapes = {n: tuple(manifest.trainable[n]) for n in self.names}
@@ -115,12 +119,8 @@ class TrainingBackend(StepBackend):
         values: dict[str, np.ndarray] = {}
         momentum: dict[str, np.ndarray] = {}
         for n in self.names:
-            if n in (ALPHA_NAME, LAMBDA_NAME):
-                lr = cfg.lr_alpha_lambda
-            else:
-                lr = cfg.batch_norm_lr if n in self._batch_norm else cfg.lr
             values[n], momentum[n] = sgd_momentum(
-                self._values[n], grads[n], self._momentum[n], lr, cfg.momentum
+                self._values[n], grads[n], self._momentum[n], self._rates[n], cfg.momentum
             )
         if ALPHA_NAME in values:
             values[ALPHA_NAME] = project_alpha(values[ALPHA_NAME])

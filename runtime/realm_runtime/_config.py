@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -145,6 +146,15 @@ class RealmConfig:
         """The learning rate BatchNorm's affine parameters step at: ``lr_batch_norm`` or ``lr``."""
         return self.lr if self.lr_batch_norm is None else self.lr_batch_norm
 
+    def learning_rates(self, names: Iterable[str], batch_norm: Container[str]) -> dict[str, float]:
+        """Each norm tensor's SGD rate: :attr:`batch_norm_lr` for those in ``batch_norm``, else lr.
+
+        Args:
+            names: the adapted norm tensors (not α, λ, which step at ``lr_alpha_lambda``).
+            batch_norm: the names of BatchNorm's tensors among them.
+        """
+        return {n: self.batch_norm_lr if n in batch_norm else self.lr for n in names}
+
     @property
     def guard(self) -> Guardrails:
         """The guardrails in force (``guardrails`` with its method's default resolved)."""
@@ -188,7 +198,8 @@ class RealmConfig:
                 diversity_margin=0.4,
                 freeze_last_block=False,
             )
-            if method == "realm":  # the baselines run their papers' one rate
+            rules = BY_NAME.get(method)
+            if rules is not None and rules.batch_norm_rate:
                 # Chosen on the validation split: at lr the BatchNorm model's endless stream
                 # falls below not adapting (docs/continual.md).
                 base["lr_batch_norm"] = 0.001

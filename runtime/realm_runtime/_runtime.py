@@ -168,13 +168,13 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
                 "re-export to change them"
             )
         try:
-            RealmConfig.from_dict(self.manifest.config)
+            exported = RealmConfig.from_dict(self.manifest.config)
         except ValueError as exc:
             raise ArtifactError(f"{self.directory / MANIFEST_NAME}: its config: {exc}") from exc
         self.config = RealmConfig.from_dict({**self.manifest.config, **(overrides or {})})
         if self.manifest.batch_norm is None and self.config.batch_norm_lr != self.config.lr:
             where = self.directory / MANIFEST_NAME
-            if RealmConfig.from_dict(self.manifest.config).lr_batch_norm is not None:
+            if exported.lr_batch_norm is not None:
                 raise ArtifactError(
                     f"{where}: its config gives BatchNorm a rate of its own (lr_batch_norm) "
                     f"but it does not list BatchNorm's tensors ({BATCH_NORM_KEY}): re-export"

@@ -124,8 +124,7 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
     @property
     def learning_rates(self) -> dict[str, float]:
         """Each adapted tensor's SGD rate: ``lr_batch_norm``'s for BatchNorm, ``lr`` else."""
-        cfg = self.config
-        return {n: cfg.batch_norm_lr if n in self._batch_norm else cfg.lr for n in self._params}
+        return self.config.learning_rates(self._params, self._batch_norm)
 
     @property
     def device(self) -> torch.device:

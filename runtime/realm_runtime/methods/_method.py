@@ -36,3 +36,6 @@ class Method:
     entropy_share: float = 0.4  # e0 = this·ln C unless RealmConfig.entropy_margin says
     # Why onnxruntime-training's artifacts cannot hold the step, as a clause (None: they can).
     legacy_training: str | None = None
+    # The cifar preset steps BatchNorm's θ at a rate of its own (chosen on validation,
+    # SPEC §4); False: its paper's one rate for every θ.
+    batch_norm_rate: bool = False

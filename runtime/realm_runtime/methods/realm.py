@@ -20,4 +20,5 @@ REALM = Method(
     recovery=False,
     guardrails=Guardrails(),  # the SDK's own method runs bounded (SPEC §10)
     step_input=RELAX_NAME,  # not the loss's: the guardrails' share of α − α0, λ − λ0 given back
+    batch_norm_rate=True,  # at lr its BatchNorm models fell below not adapting (SPEC §4)
 )

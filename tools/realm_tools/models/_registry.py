@@ -45,11 +45,16 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("REALM_CACHE_DIR", ".cache"))
 
 
+def _trained(key: str, **recipe: Any) -> nn.Module:
+    """A copy of the digits model ``train_digits_model(**recipe)`` gives, made once per process."""
+    if key not in _TRAINED:
+        _TRAINED[key] = train_digits_model(load_digits(), cache_dir=_cache_dir(), **recipe)
+    return copy.deepcopy(_TRAINED[key])
+
+
 def _trained_digits_gn() -> nn.Module:
     # Trained briefly (6 epochs), so a stream has real structure for S_div to act on.
-    if "digits_gn" not in _TRAINED:
-        _TRAINED["digits_gn"] = train_digits_model(load_digits(), epochs=6, cache_dir=_cache_dir())
-    return copy.deepcopy(_TRAINED["digits_gn"])
+    return _trained("digits_gn", epochs=6)
 
 
 def _trained_digits_resnet18() -> nn.Module:
@@ -61,15 +66,8 @@ def _trained_digits_resnet18() -> nn.Module:
     torch (measured: one spatial position of layer4.1 in or out, a bias gradient exactly 2×
     on one side). A trained network is what anyone adapts, and has neither.
     """
-    if "resnet18_bn" not in _TRAINED:
-        _TRAINED["resnet18_bn"] = train_digits_model(
-            load_digits(),
-            epochs=4,
-            cache_dir=_cache_dir(),
-            name="digits_resnet18",
-            build=partial(timm_model, "resnet18", 10, in_chans=1),
-        )
-    return copy.deepcopy(_TRAINED["resnet18_bn"])
+    build = partial(timm_model, "resnet18", 10, in_chans=1)
+    return _trained("resnet18_bn", epochs=4, name="digits_resnet18", build=build)
 
 
 def _trained_digits_mixed() -> nn.Module:
@@ -78,15 +76,8 @@ def _trained_digits_mixed() -> nn.Module:
     Trained like ``digits_gn``, so its running statistics are real; its two families' affine
     parameters step at different rates (``RealmConfig.lr_batch_norm``).
     """
-    if "digits_mixed" not in _TRAINED:
-        _TRAINED["digits_mixed"] = train_digits_model(
-            load_digits(),
-            epochs=6,
-            cache_dir=_cache_dir(),
-            name="digits_mixed",
-            build=partial(DigitsGNNet, batch_norm_stages=1),
-        )
-    return copy.deepcopy(_TRAINED["digits_mixed"])
+    build = partial(DigitsGNNet, batch_norm_stages=1)
+    return _trained("digits_mixed", epochs=6, name="digits_mixed", build=build)
 
 
 @dataclass(frozen=True)
