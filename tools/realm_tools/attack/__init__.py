@@ -20,6 +20,7 @@ from ._frame_stream import FRAME_METHODS, FrameRow, attack_rows, attack_stream
 from ._frames import FrameAttacker, FrameSettings
 from ._report import ALLOWED_DROP, format_worst_case, plot_worst_case, worst_case_to_json
 from ._subjects import SUBJECTS, Subject, load_subject
+from ._twice import NotTwiceDifferentiable, TwiceDifferentiable
 
 __all__ = [
     "ALLOWED_DROP",
@@ -31,8 +32,10 @@ __all__ = [
     "FrameRow",
     "FrameSettings",
     "NormBall",
+    "NotTwiceDifferentiable",
     "SearchSettings",
     "Subject",
+    "TwiceDifferentiable",
     "WorstCase",
     "attack_rows",
     "attack_stream",

@@ -26,6 +26,8 @@ from realm_runtime.contract import method_input
 from realm_sdk import RealmAdapter, entropy
 from realm_sdk.methods import StepInputs, torch_form
 
+from ._twice import TwiceDifferentiable, explain
+
 PENALTY = 10.0  # weight of a refused frame's penalty: a refused frame moves nothing
 
 
@@ -72,6 +74,10 @@ class FrameAttacker:
         high: the most (a white pixel).
         settings: :class:`FrameSettings`.
         seed: of the look-ahead batches.
+
+    Raises:
+        NotTwiceDifferentiable: the model has an op torch cannot differentiate twice (the
+            attack differentiates through the step's gradient); checked once, at the start.
     """
 
     def __init__(
@@ -97,6 +103,26 @@ class FrameAttacker:
         self.source = [source[n] for n in self.names]
         self.norm0 = math.sqrt(sum(float((p0**2).sum()) for p0 in self.source))
         self.gen = torch.Generator().manual_seed(seed)
+        drawn = self.gen.get_state()  # the probe leaves the look-ahead batches as they were
+        self._ascent(self.own[:1].clone(), self._snapshot())  # fails here, not mid-stream
+        self.gen.set_state(drawn)
+
+    def _ascent(self, x: Tensor, now: _Snapshot) -> Tensor:
+        """The gradient of the attacker's gain with respect to the frame's pixels.
+
+        Raises:
+            NotTwiceDifferentiable: the model has an op torch cannot differentiate twice.
+        """
+        x = x.detach().requires_grad_(True)
+        try:
+            with torch.enable_grad(), TwiceDifferentiable():
+                (grad,) = torch.autograd.grad(self._objective(x, now), x)
+        except RuntimeError as error:
+            reason = explain(error, self.adapter.model)
+            if reason is None:
+                raise
+            raise reason from None
+        return grad
 
     def _logits_at(self, inputs: Tensor, theta: list[Tensor]) -> Tensor:
         params = dict(zip(self.names, theta, strict=True))
@@ -162,9 +188,7 @@ class FrameAttacker:
         span = self.high - self.low
         now = self._snapshot()
         for k in range(s.iterations):
-            x = x.detach().requires_grad_(True)
-            with torch.enable_grad():
-                (grad,) = torch.autograd.grad(self._objective(x, now), x)
+            grad = self._ascent(x, now)
             share = s.step * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * k / s.iterations)))
             x = (x + share * span * torch.sign(grad)).clamp(self.low, self.high)
         return x.detach().numpy()

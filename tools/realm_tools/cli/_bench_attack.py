@@ -143,6 +143,7 @@ def _run_frames(args: argparse.Namespace) -> int:
     from ..attack import (
         FRAME_METHODS,
         FrameSettings,
+        NotTwiceDifferentiable,
         attack_rows,
         attack_stream,
         format_frame_attacks,
@@ -179,8 +180,8 @@ def _run_frames(args: argparse.Namespace) -> int:
     with tqdm(jobs, desc="attack streams", unit="stream", file=sys.stderr) as bar:
         for subject, method, guarded, share in bar:
             bar.set_postfix_str(f"{subject.name} {method}{'+g' if guarded else ''} {share:.0%}")
-            rows.append(
-                attack_stream(
+            try:
+                row = attack_stream(
                     subject,
                     method,
                     guarded,
@@ -190,7 +191,10 @@ def _run_frames(args: argparse.Namespace) -> int:
                     per_corruption=args.per_corruption,
                     guardrails=guardrails,  # type: ignore[arg-type]
                 )
-            )
+            except NotTwiceDifferentiable as error:
+                print(f"realm bench attack: {subject.name}: {error}", file=sys.stderr)
+                return 2
+            rows.append(row)
             machine = (
                 f"CPU: {cpu_name()}, torch {torch.__version__} with {torch.get_num_threads()} "
                 f"threads; {time.perf_counter() - started:.0f} s so far\n\n"
