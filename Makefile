@@ -22,12 +22,12 @@ venv: $(STAMP)
 # Re-installs when pyproject.toml changes; reuses the venv otherwise. uv (from PyPI) installs
 # torch's wheels (gigabytes) several times faster than pip; pip does it where uv cannot.
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml lab/pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: the dev environment needs Python 3.11 (onnxruntime-training 1.19.2 builds the training artifacts; set PYTHON=...)"; exit 1; }
 	@test -x $(BIN)/python || { echo "creating $(VENV) with $$($(PYTHON) --version)"; $(PYTHON) -m venv $(VENV); }
-	@echo "installing .[dev] into $(VENV)"
-	@{ $(PIP) 'uv>=0.5,<1' && $(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]'; } || \
-		{ echo "uv could not install .[dev]: installing with pip"; $(PIP) -e '.[dev]'; }
+	@echo "installing .[dev] and the lab (lab/) into $(VENV)"
+	@{ $(PIP) 'uv>=0.5,<1' && $(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]' -e ./lab; } || \
+		{ echo "uv could not install .[dev]: installing with pip"; $(PIP) -e '.[dev]' -e ./lab; }
 	@touch $(STAMP)
 
 demo: $(STAMP) data
@@ -120,7 +120,7 @@ clean:
 # so the same command started again goes on where it stopped and redoes nothing.
 FMNIST_MODELS ?= resnet26_gn mobilenetv3_bn vit_ln
 FMNIST_SEEDS  ?= 0 1 2
-FMNIST_BENCH   = $(BIN)/realm bench quality --dataset fmnist-c --jobs 2
+FMNIST_BENCH   = $(BIN)/realm-lab bench quality --dataset fmnist-c --jobs 2
 FMNIST_LONG   := continual mixed gradual correlated long junk-noise junk-image junk-class junk-dark
 .PHONY: fmnist-tables fmnist-val
 fmnist-tables: $(STAMP) data

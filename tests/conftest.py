@@ -88,7 +88,7 @@ def _export_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def digits_cache_dir(tmp_path_factory):
-    """The cache folder of :func:`digits_model` (``realm bench quality --quick`` reuses it),
+    """The cache folder of :func:`digits_model` (``realm-lab bench quality --quick`` reuses it),
     shared by the run's workers."""
     folder = _run_folder(tmp_path_factory) / "weights"
     folder.mkdir(exist_ok=True)
@@ -119,8 +119,8 @@ def export_digits(model, directory, *, ort_format=False, signing_key=None, **con
     tests exporting calls ``export_realm_artifacts`` itself.
     """
     from realm_sdk import RealmConfig
-    from realm_tools.bench import weights_digest
     from realm_tools.demo import export_digits_artifacts
+    from realm_tools.models import weights_digest
 
     preset = config_overrides.pop("preset", "cifar")
     config = RealmConfig.preset(preset, num_classes=10, **config_overrides)

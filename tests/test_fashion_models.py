@@ -12,9 +12,9 @@ import torch
 from conftest import needs_fashion_mnist
 
 from realm_export import ExportOptions, export_realm_artifacts
+from realm_lab.cli import main
 from realm_runtime import RealmConfig
 from realm_runtime.contract import MANIFEST_NAME
-from realm_tools.cli import main
 from realm_tools.models import RECIPES, WEIGHTS_DIR, fashion_model, weights_file
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "models.md"
@@ -26,12 +26,12 @@ def test_each_shipped_model_is_documented_with_its_digest(name):
     digest = hashlib.sha256(file.read_bytes()).hexdigest()
     text = DOCS.read_text(encoding="utf-8")
     assert digest in text, f"{file.name}'s sha256 {digest} is not in docs/models.md"
-    assert f"realm train --model {name}" in text
+    assert f"realm-lab train --model {name}" in text
 
 
 def test_missing_weights_name_the_command_that_makes_them(tmp_path, monkeypatch):
     monkeypatch.setattr("realm_tools.models._fashion.SHIPPED", tmp_path)
-    with pytest.raises(FileNotFoundError, match="realm train --model vit_ln"):
+    with pytest.raises(FileNotFoundError, match="realm-lab train --model vit_ln"):
         fashion_model("vit_ln", cache_dir=tmp_path)
     with pytest.raises(ValueError, match="unknown Fashion-MNIST model 'resnet99'"):
         fashion_model("resnet99")

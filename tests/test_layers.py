@@ -1,6 +1,7 @@
-"""Four packages in a line, each importing only those below it, through public names.
+"""Five packages in a line, each importing only those below it, through public names.
 
-``realm_runtime`` ← ``realm_sdk`` ← ``realm_export`` ← ``realm_tools``. Every import statement
+``realm_runtime`` ← ``realm_sdk`` ← ``realm_export`` ← ``realm_tools`` ← ``realm_lab``: the
+product, then the lab above it, which nothing of the product imports. Every import statement
 of every module (subpackages included) is walked with ``ast``, including those inside functions
 (which a plain ``import`` test would not execute, and which is where an import circle hides).
 Three rules:
@@ -24,12 +25,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ("realm_runtime", "realm_sdk", "realm_export", "realm_tools")
+LAYERS = ("realm_runtime", "realm_sdk", "realm_export", "realm_tools", "realm_lab")
 FOLDERS = {
     "realm_runtime": "runtime",
     "realm_sdk": "sdk",
     "realm_export": "export",
     "realm_tools": "tools",
+    "realm_lab": "lab",
 }
 # Libraries the runtime must never need (torch-free devices, no exporter on them).
 EXPORT_LIBRARIES = ("torch", "torchvision", "timm", "onnxscript")

@@ -1,20 +1,22 @@
-"""realm_tools: the ``realm`` command, demo, benchmarks, parity suite, data and models.
+"""realm_tools: the ``realm`` command a user runs on their own model, and what it stands on.
 
-Everything built on the REALM packages rather than part of them, one subpackage per feature:
+Export, demo, parity, coverage, speed and memory, one subpackage per feature:
 
 - :mod:`realm_tools.cli`: the ``realm`` command (``python -m realm_tools``), one module per
   sub-command;
 - :mod:`realm_tools.data`: the digits task and its corruptions, CIFAR-10-C / ImageNet-C
   loaders, long-running test streams (numpy only);
 - :mod:`realm_tools.models`: the one model registry and weight loader, and the digits model;
-- :mod:`realm_tools.bench`: the speed, adapt-graph and quality benchmarks, FLOP counting;
+- :mod:`realm_tools.bench`: the speed, adapt-graph, memory and export-time benchmarks, FLOP
+  counting, and the one online evaluation loop (:func:`run_online`);
 - :mod:`realm_tools.parity`: the parity suite's cases, run and reports;
 - :mod:`realm_tools.coverage`: which timm architectures export, validate and adapt;
 - :mod:`realm_tools.demo`: the end-to-end digits demo and the one digits export;
 - :mod:`realm_tools.workers`: the programs the others start with ``python -m``.
 
-The top of the four layers (``realm_runtime`` ← ``realm_sdk`` ← ``realm_export`` ←
-``realm_tools``): it imports the others and nothing imports it. Install it with the ``dev``
+The top of the product's four layers (``realm_runtime`` ← ``realm_sdk`` ← ``realm_export`` ←
+``realm_tools``): it imports the others, and only the lab (``lab/``, ``realm_lab``: the
+project's own tables) imports it. Install it with the ``dev``
 or ``bench`` extras; an app that only adapts needs ``realm_runtime`` (on the device) or
 ``realm_sdk`` (in PyTorch) alone.
 
@@ -31,12 +33,8 @@ if TYPE_CHECKING:
     from .bench import (
         bench_adapt,
         bench_model,
-        bench_quality,
-        bench_streams,
         format_adapt_costs,
         format_speed,
-        quality_table,
-        streams_tables,
     )
     from .cli import main
     from .coverage import format_coverage, run_coverage
@@ -69,12 +67,8 @@ _HOMES = {
     "train_digits_model": "models",
     "bench_adapt": "bench",
     "bench_model": "bench",
-    "bench_quality": "bench",
-    "bench_streams": "bench",
     "format_adapt_costs": "bench",
     "format_speed": "bench",
-    "quality_table": "bench",
-    "streams_tables": "bench",
     "CASES": "parity",
     "format_reports": "parity",
     "run_case": "parity",
@@ -91,8 +85,6 @@ __all__ = [
     "MODELS",
     "bench_adapt",
     "bench_model",
-    "bench_quality",
-    "bench_streams",
     "build_model",
     "build_stream",
     "corrupt",
@@ -107,12 +99,10 @@ __all__ = [
     "load_imagenetc",
     "load_weights",
     "main",
-    "quality_table",
     "run_case",
     "run_coverage",
     "run_demo",
     "source_model",
-    "streams_tables",
     "train_digits_model",
 ]
 

@@ -3,7 +3,7 @@
 Whatever frames reach the device, the guardrails keep the adapted norm parameters within
 ``max_drift`` of the source (SPEC §10). :func:`worst_case` searches that set directly for
 the θ of lowest clean accuracy on labelled images; ``ExportOptions(drift_check=...)`` fits
-``max_drift`` to it at export, and ``realm bench attack`` draws the curve.
+``max_drift`` to it at export, and ``realm-lab bench attack`` draws the curve.
 
     >>> from realm_export.bound import NormBall, worst_case
     >>> ball = NormBall(model, adapter.trainable_names)

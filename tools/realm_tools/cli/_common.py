@@ -54,7 +54,7 @@ def progress_factory(unit: str = "sample") -> Callable[[str, int], Callable[[int
     return factory
 
 
-def run_header(title: str, argv: Sequence[str]) -> str:
+def run_header(title: str, argv: Sequence[str], program: str = "realm") -> str:
     """Markdown heading with the command, the machine and the versions behind a table."""
     import os
     import platform
@@ -68,7 +68,7 @@ def run_header(title: str, argv: Sequence[str]) -> str:
         ort = onnxruntime.__version__
     except ImportError:
         ort = "not installed"
-    command = "realm " + " ".join(argv[1:])
+    command = f"{program} " + " ".join(argv[1:])
     return (
         f"# {title}\n\nCommand: `{command}`\n\nMachine: {cpu_name()}, "
         f"{os.cpu_count()} CPU cores, {platform.system()} {platform.release()}; Python "

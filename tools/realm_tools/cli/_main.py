@@ -8,17 +8,14 @@ import sys
 from collections.abc import Sequence
 
 from ._bench_adapt import add_adapt_parser
-from ._bench_attack import add_attack_parser
 from ._bench_export import add_export_time_parser
 from ._bench_memory import add_memory_parser
-from ._bench_quality import add_quality_parser
 from ._bench_speed import add_speed_parser
 from ._coverage import add_coverage_parser
 from ._demo import add_demo_parser
 from ._export import add_export_parser
 from ._keygen import add_keygen_parser
 from ._parity import add_parity_parser
-from ._train import add_train_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,24 +23,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="realm",
         description=(
-            "realm-tta: REALM test-time adaptation. Export a model to on-device artifacts, "
-            "run the demo, check parity with the reference, benchmark, map which models export, "
-            "make signing keys."
+            "realm-tta: REALM test-time adaptation on your own model. Export it to on-device "
+            "artifacts, run the demo, check parity with the reference, measure its speed, "
+            "memory and export time, map which models export, make signing keys."
         ),
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     sub = parser.add_subparsers(dest="command", required=True)
     add_demo_parser(sub)
     add_keygen_parser(sub)
-    bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
+    bench = sub.add_parser(
+        "bench", help="the speed, memory and export time of a model's adaptation"
+    ).add_subparsers(dest="bench", required=True)
     add_speed_parser(bench)
-    add_quality_parser(bench)
     add_adapt_parser(bench)
     add_memory_parser(bench)
     add_export_time_parser(bench)
-    add_attack_parser(bench)
     add_parity_parser(sub)
-    add_train_parser(sub)
     add_export_parser(sub)
     add_coverage_parser(sub)
     return parser

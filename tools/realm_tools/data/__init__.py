@@ -10,14 +10,13 @@ nothing here imports torch.
 - CIFAR-10-C and ImageNet-C from disk (:func:`load_cifar10c`, :func:`load_imagenetc`), read
   as online streams through the :class:`ShiftDataset` interface the benchmarks run on;
 - long-running test streams (:func:`build_stream`, :data:`SETTINGS`): continual, mixed,
-  gradual, correlated, long and junk; and the endless CCC-style one (:func:`build_ccc_stream`);
+  gradual, correlated, long and junk;
 - a stream as the edge apps read it, one file per sample (:func:`write_stream_folder`).
 
     >>> from realm_tools.data import load_digits
     >>> images, labels = load_digits().stream("fog", 5, seed=0)
 """
 
-from ._ccc import CCC_SETTING, CCCSettings, build_ccc_stream, domain_walk
 from ._cifar_c import CIFAR_C_CORRUPTIONS, CIFAR_C_EXTRAS, corrupt_gray32
 from ._corruptions import CORRUPTIONS, corrupt, resize_bilinear
 from ._digits import (
@@ -38,7 +37,6 @@ from ._stream_folder import write_stream_folder
 from ._streams import JUNK, NO_LABEL, SETTINGS, Stream, StreamSettings, build_stream
 
 __all__ = [
-    "CCC_SETTING",
     "CIFAR10_MEAN",
     "CIFAR10_STD",
     "CIFAR_C_CORRUPTIONS",
@@ -51,7 +49,6 @@ __all__ = [
     "NO_LABEL",
     "NUM_CLASSES",
     "SETTINGS",
-    "CCCSettings",
     "Cifar10C",
     "DigitsData",
     "DigitsShift",
@@ -62,12 +59,10 @@ __all__ = [
     "ShiftDataset",
     "Stream",
     "StreamSettings",
-    "build_ccc_stream",
     "build_stream",
     "corrupt",
     "corrupt_gray32",
     "digits_preprocessing",
-    "domain_walk",
     "fashion_normalise",
     "fashion_preprocessing",
     "find_fashion_mnist",

@@ -9,16 +9,18 @@ local file through :func:`load_weights` only. The digits task's own model,
     >>> model, shape, classes = build_model("resnet50_gn")
 """
 
+from ._digest import weights_digest
 from ._digits import DigitsGNNet, train_digits_model
 from ._fashion import (
     RECIPES,
     Recipe,
     ResNet26GN,
+    described,
     fashion_model,
-    train_fashion_model,
     weights_file,
 )
 from ._fashion import SHIPPED as WEIGHTS_DIR
+from ._fashion import accuracy as fashion_accuracy
 from ._registry import (
     MODELS,
     ModelSpec,
@@ -39,6 +41,8 @@ __all__ = [
     "Recipe",
     "ResNet26GN",
     "build_model",
+    "described",
+    "fashion_accuracy",
     "fashion_model",
     "known_model",
     "load_weights",
@@ -46,6 +50,6 @@ __all__ = [
     "source_model",
     "timm_model",
     "train_digits_model",
-    "train_fashion_model",
+    "weights_digest",
     "weights_file",
 ]

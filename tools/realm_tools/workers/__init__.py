@@ -8,8 +8,7 @@ only what it names itself. ``runtime_server`` and ``runtime_rss`` need numpy, on
   (the other side of :class:`realm_tools.bench.ExternalRuntime`);
 - ``runtime_rss``: a stream through ``RealmRuntime`` with torch unimportable; its peak RSS;
 - ``torch_rss``: the same stream through the torch reference alone; its peak RSS;
-- ``memory_probe``: one role's peak RSS (bare, inference, adapt skipping or updating);
-- ``endless``: one row of the endless stream through ``RealmRuntime``, torch unimportable.
+- ``memory_probe``: one role's peak RSS (bare, inference, adapt skipping or updating).
 
 The coverage worker lives beside its concept (``realm_tools.coverage._worker``): it needs
 torch, and the light import this package keeps is what the workers here need.
@@ -21,6 +20,5 @@ RUNTIME_SERVER = f"{__name__}.runtime_server"
 RUNTIME_RSS = f"{__name__}.runtime_rss"
 TORCH_RSS = f"{__name__}.torch_rss"
 MEMORY_PROBE = f"{__name__}.memory_probe"
-ENDLESS = f"{__name__}.endless"
 
-__all__ = ["ENDLESS", "MEMORY_PROBE", "RUNTIME_RSS", "RUNTIME_SERVER", "TORCH_RSS"]
+__all__ = ["MEMORY_PROBE", "RUNTIME_RSS", "RUNTIME_SERVER", "TORCH_RSS"]

@@ -1,0 +1,65 @@
+"""The lab's benchmarks: accuracy under shift, the project's own tables and figures.
+
+- quality (``realm-lab quality``): online accuracy on corrupted streams, episodic
+  (:func:`bench_quality`, Table 1's protocol: :func:`quality_table`) or long-running
+  (:func:`bench_streams`), every stream through the product's ``run_online``;
+- endless (``realm-lab quality --settings ccc``): a million samples of changing corruptions
+  through ``RealmRuntime`` (:func:`bench_endless`);
+- :class:`RunLog`: each finished run kept as a JSON line, so a stopped run resumes.
+
+    >>> from realm_lab.bench import bench_quality, quality_table
+"""
+
+from ._continual import bench_streams, streams_fingerprint, streams_from_json, streams_to_json
+from ._endless import ENDLESS_METHODS, Calibration, EndlessRow, bench_endless, calibrate
+from ._endless_report import endless_to_json, format_endless, plot_endless
+from ._examples import plot_examples
+from ._quality import METHODS as QUALITY_METHODS  # the quality table's rows, not RealmConfig's
+from ._quality import (
+    QualityRun,
+    bench_quality,
+    plot_quality,
+    quality_table,
+    runs_from_json,
+    runs_to_json,
+)
+from ._runlog import RunLog
+from ._stream_report import plot_streams, streams_tables
+from ._stream_run import (
+    DEFAULT_STREAM_METHODS,
+    STREAM_METHODS,
+    StreamRun,
+    method_config,
+    run_stream,
+)
+
+__all__ = [
+    "DEFAULT_STREAM_METHODS",
+    "ENDLESS_METHODS",
+    "QUALITY_METHODS",
+    "STREAM_METHODS",
+    "Calibration",
+    "EndlessRow",
+    "QualityRun",
+    "RunLog",
+    "StreamRun",
+    "bench_endless",
+    "bench_quality",
+    "bench_streams",
+    "calibrate",
+    "endless_to_json",
+    "format_endless",
+    "method_config",
+    "plot_endless",
+    "plot_examples",
+    "plot_quality",
+    "plot_streams",
+    "quality_table",
+    "run_stream",
+    "runs_from_json",
+    "runs_to_json",
+    "streams_fingerprint",
+    "streams_from_json",
+    "streams_tables",
+    "streams_to_json",
+]

@@ -1,0 +1,172 @@
+"""One method through one stream, sample by sample: its row of a stream benchmark."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from realm_runtime import Guardrails, RealmConfig
+from realm_runtime.contract import INTERVENTIONS
+from realm_sdk import RealmAdapter
+from realm_tools.data import NO_LABEL, Stream
+
+from ._quality import _clean_accuracy, _torch_predict
+
+# Every row a stream benchmark can run, in table order; the default rows leave DeYO out
+# (asked for with --methods), so that the stored tables run again only where asked.
+STREAM_METHODS: tuple[str, ...] = (
+    "none",
+    "tent",
+    "eata",
+    "sar",
+    "deyo",
+    "realm",
+    "realm-guarded",
+)
+DEFAULT_STREAM_METHODS: tuple[str, ...] = tuple(m for m in STREAM_METHODS if m != "deyo")
+STREAM_LABELS = {
+    "none": "no-adapt",
+    "tent": "Tent",
+    "eata": "EATA",
+    "sar": "SAR",
+    "deyo": "DeYO",
+    "realm": "REALM",
+    "realm-guarded": "REALM + guardrails",
+}
+TRACE_POINTS = 400  # samples of each trace: enough for a plot, small in the JSON
+EVENTS = INTERVENTIONS
+
+
+@dataclass
+class StreamRun:
+    """One method on one stream."""
+
+    setting: str
+    method: str
+    seed: int
+    samples: int  # length of the stream
+    accuracy: float | None  # % correct over the labelled samples (None: no labels)
+    segments: list[tuple[str, float]]  # (segment or pass, % correct) in stream order
+    clean_after: float | None  # % correct on the clean split after the stream
+    updates: int  # optimizer steps
+    events: dict[str, int]  # interventions by reason (EVENTS)
+    reset_at: list[int] = field(default_factory=list)  # samples after which a reset happened
+    trace_at: list[int] = field(default_factory=list)  # sample index of each trace point
+    trace: dict[str, list[float]] = field(default_factory=dict)  # accuracy, alpha, lam, ...
+    seconds: float = 0.0  # wall time of the stream and the clean check (0: not recorded)
+
+
+def method_config(
+    method: str, preset: str, num_classes: int, overrides: dict[str, Any] | None = None
+) -> RealmConfig:
+    """The configuration of one row: the paper's, and REALM's defaults for the guarded row.
+
+    ``overrides`` (fields of :class:`RealmConfig`) apply to every row alike: a variant of
+    the preset, such as another reading of the paper's settings.
+    """
+    extra = dict(overrides or {})
+    if method == "realm-guarded":
+        return RealmConfig.preset(preset, num_classes=num_classes, **extra)  # type: ignore[arg-type]
+    extra.setdefault("guardrails", Guardrails.off())
+    return RealmConfig.preset(
+        preset,  # type: ignore[arg-type]
+        num_classes=num_classes,
+        method=method,  # type: ignore[arg-type]
+        **extra,
+    )
+
+
+def run_stream(
+    method: str,
+    source: nn.Module,
+    stream: Stream,
+    *,
+    preset: str,
+    num_classes: int,
+    clean: tuple[Any, np.ndarray] | None,
+    progress: Callable[[int, int], None] | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> StreamRun:
+    """One method through one stream, sample by sample, on a private copy of ``source``.
+
+    ``progress(done, total)`` is called every 64 samples and at the end.
+    """
+    started = time.perf_counter()
+    model = copy.deepcopy(source).eval()
+    adapter = (
+        None
+        if method == "none"
+        else RealmAdapter(model, method_config(method, preset, num_classes, overrides))
+    )
+    n = len(stream)
+    every = max(1, n // TRACE_POINTS)
+    correct = np.zeros(n, dtype=bool)
+    trace: dict[str, list[float]] = {k: [] for k in ("alpha", "lam", "drift", "update_rate")}
+    trace_at: list[int] = []
+    reset_at: list[int] = []
+    resets = 0
+    for i in range(n):
+        x = torch.from_numpy(stream.sample(i))
+        if adapter is None:
+            with torch.no_grad():
+                top1 = int(model(x).argmax(1)[0])
+        else:
+            top1 = int(adapter.adapt(x).top1[0])
+        correct[i] = top1 == stream.labels[i]
+        if adapter is not None and ((i + 1) % every == 0 or i + 1 == n):
+            st = adapter.state  # a snapshot costs a pass over θ: taken at trace points only
+            trace_at.append(i)
+            trace["alpha"].append(float(st.alpha or 0.0))
+            trace["lam"].append(float(st.lam or 0.0))
+            trace["drift"].append(st.drift)
+            trace["update_rate"].append(float(st.update_rate or 0.0))
+            if st.resets_recovery + st.resets_collapse != resets:
+                reset_at.append(i)  # at trace resolution
+                resets = st.resets_recovery + st.resets_collapse
+        if progress is not None and ((i + 1) % 64 == 0 or i + 1 == n):
+            progress(i + 1, n)
+    labelled = stream.labels != NO_LABEL
+    at = trace_at if adapter is not None else sorted({*range(every - 1, n, every), n - 1})
+    window = _windowed(correct, labelled, at)
+    segment = stream.segment_of()
+    segments = []
+    for k, (_, name) in enumerate(stream.segments):
+        mask = (segment == k) & labelled
+        if mask.any():
+            segments.append((name, float(correct[mask].mean() * 100)))
+    state = adapter.state if adapter is not None else None
+    return StreamRun(
+        setting=stream.setting,
+        method=method,
+        seed=-1,
+        samples=n,
+        accuracy=float(correct[labelled].mean() * 100) if labelled.any() else None,
+        segments=segments,
+        clean_after=_clean_accuracy(_torch_predict(model), clean),
+        updates=state.updates if state is not None else 0,
+        events={k: getattr(state, k) if state is not None else 0 for k in EVENTS},
+        reset_at=reset_at,
+        trace_at=at,
+        trace={**(trace if adapter is not None else {}), "accuracy": window},
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _windowed(correct: np.ndarray, labelled: np.ndarray, at: Sequence[int]) -> list[float]:
+    """% correct over the last 500 labelled samples, at each trace point."""
+    hits = np.cumsum(correct & labelled)
+    seen = np.cumsum(labelled)
+    out = []
+    for i in at:
+        j = max(0, np.searchsorted(seen, seen[i] - 500, side="right"))
+        count = seen[i] - (seen[j - 1] if j > 0 else 0)
+        got = hits[i] - (hits[j - 1] if j > 0 else 0)
+        out.append(float(got / count * 100) if count else float("nan"))
+    return out

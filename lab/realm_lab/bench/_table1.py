@@ -1,0 +1,77 @@
+"""The paper's Table 1 layout: episodic online accuracy per corruption, one column a method."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+
+class StreamRun(Protocol):
+    """What the table reads of a run (``realm_lab.bench.StreamRun`` has it)."""
+
+    setting: str
+    method: str
+    seed: int
+    samples: int
+    accuracy: float | None
+    segments: list[tuple[str, float]]
+
+
+def _mean_std(values: Sequence[float]) -> str:
+    if not values:
+        return "–"
+    a = np.asarray(values)
+    return f"{a.mean():.1f}" + (f" ± {a.std():.1f}" if len(a) > 1 else "")
+
+
+def episodic_table(runs: Sequence[StreamRun], labels: dict[str, str]) -> list[str]:
+    """Markdown lines: a row per corruption, a column per method, mean ± std over seeds.
+
+    The best mean of each row is bold; the last rows are the average over corruptions and
+    each method's gain over no-adapt. Empty where no episodic run is given.
+    """
+    episodic = [r for r in runs if r.setting == "episodic"]
+    if not episodic:
+        return []
+    methods = [m for m in labels if any(r.method == m for r in episodic)]
+    corruptions = list(dict.fromkeys(name for r in episodic for name, _ in r.segments))
+    seeds = sorted({r.seed for r in episodic})
+    per_stream = episodic[0].samples // max(len(corruptions), 1)
+    out = [
+        "### Episodic, per corruption (the paper's Table 1 protocol): online accuracy (%)",
+        "",
+        f"Each corruption from the source model, batch 1, {per_stream} samples per stream, "
+        f"mean ± std over {len(seeds)} seed(s); bold: the best mean of the row.",
+        "",
+        "| corruption | " + " | ".join(labels[m] for m in methods) + " |",
+        "|---" * (len(methods) + 1) + "|",
+    ]
+    rows = [*corruptions, "average"]
+    for row in rows:
+        values = {
+            m: [
+                r.accuracy if row == "average" else dict(r.segments)[row]
+                for r in episodic
+                if r.method == m and r.accuracy is not None
+            ]
+            for m in methods
+        }
+        best = max(float(np.mean(v)) for v in values.values() if v)
+        cells = []
+        for m in methods:
+            text = _mean_std(values[m])
+            if values[m] and round(float(np.mean(values[m])), 1) == round(best, 1):
+                text = f"**{text}**"
+            cells.append(text)
+        out.append(f"| {row} | " + " | ".join(cells) + " |")
+    averages = values  # the "average" row's, the last: each method's accuracy per run
+    if "none" in methods:
+        base = averages["none"]
+        gains = [
+            f"{np.mean(averages[m]) - np.mean(base):+.1f}" if base and averages[m] else "–"
+            for m in methods
+        ]
+        out.append("| gain over no-adapt | " + " | ".join(gains) + " |")
+    return out

@@ -1,0 +1,9 @@
+"""The ``realm-lab`` command: ``bench quality``, ``bench attack`` and ``train``.
+
+Importing this package imports no torch: each command imports what it needs when it runs.
+"""
+
+from ._bench_quality import QUICK_EPOCHS, QUICK_LIMIT
+from ._main import build_parser, main
+
+__all__ = ["QUICK_EPOCHS", "QUICK_LIMIT", "build_parser", "main"]

@@ -1,0 +1,43 @@
+"""The ``realm-lab`` command line: the project's own tables, one module per sub-command."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from ._bench_attack import add_attack_parser
+from ._bench_quality import add_quality_parser
+from ._train import add_train_parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``realm-lab`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="realm-lab",
+        description=(
+            "realm-tta's lab: the project's own tables and figures (accuracy under shift, "
+            "long-running and endless streams, attacks) and training the models it ships. "
+            "What a user runs on their own model is the `realm` command."
+        ),
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    sub = parser.add_subparsers(dest="command", required=True)
+    bench = sub.add_parser("bench", help="the project's accuracy and attack benchmarks")
+    benches = bench.add_subparsers(dest="bench", required=True)
+    add_quality_parser(benches)
+    add_attack_parser(benches)
+    add_train_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``realm-lab`` command."""
+    args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command line, for reports
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    return int(args.func(args))
