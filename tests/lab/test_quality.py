@@ -7,18 +7,18 @@ import json
 import numpy as np
 
 from realm_lab.bench import (
-    QUALITY_METHODS,
     bench_quality,
     plot_quality,
     quality_table,
     runs_to_json,
 )
+from realm_lab.rows import QUALITY_DEFAULT, ROWS
 from realm_tools.models import train_digits_model
 
 
 def test_quality_bench_outputs(digits_model, tmp_path):
     # The runtime's row (an export) is the quick CLI test's: here the torch methods only.
-    methods = [m for m in QUALITY_METHODS if m != "realm-runtime"]
+    methods = [m for m in QUALITY_DEFAULT if not ROWS[m].runtime]
     runs = bench_quality(
         corruptions=["gaussian_noise", "fog"],
         seeds=[0, 1],
@@ -35,7 +35,7 @@ def test_quality_bench_outputs(digits_model, tmp_path):
     assert all(r.updates == 0 for r in none)
     table = quality_table(runs)
     assert table.count("\n") == 1 + len(methods)
-    assert "| REALM (torch) |" in table and "average" in table and "±" in table
+    assert "| REALM |" in table and "average" in table and "±" in table
     paths = plot_quality(runs, tmp_path)
     assert [p.name for p in paths] == ["online_accuracy.png", "alpha_lambda.png"]
     assert all(p.stat().st_size > 10_000 for p in paths)
@@ -47,6 +47,7 @@ def test_quick_cli_writes_table_json_and_plots(tmp_path, digits_model, digits_ca
     # --quick's source model is the 6-epoch one of the digits_model fixture, under its own
     # cache name: the session has trained it already, so the smoke run costs seconds.
     from realm_lab.cli import QUICK_EPOCHS, QUICK_LIMIT, main
+    from realm_lab.rows import QUALITY_DEFAULT
 
     out = tmp_path / "q"
     cached = [f"digits_gn_e{QUICK_EPOCHS}_s0.safetensors"]
@@ -59,9 +60,9 @@ def test_quick_cli_writes_table_json_and_plots(tmp_path, digits_model, digits_ca
     assert data["settings"]["source_epochs"] == QUICK_EPOCHS
     assert data["settings"]["limit"] == QUICK_LIMIT and data["settings"]["dataset"] == "digits"
     runs = data["runs"]
-    assert len(runs) == 2 * len(QUALITY_METHODS)
+    assert len(runs) == 2 * len(QUALITY_DEFAULT)
     assert {(r["corruption"], r["method"]) for r in runs} == {
-        (c, m) for c in ("gaussian_noise", "defocus_blur") for m in QUALITY_METHODS
+        (c, m) for c in ("gaussian_noise", "defocus_blur") for m in QUALITY_DEFAULT
     }
     for r in runs:
         assert 0 <= r["accuracy"] <= 100 and 0 <= r["clean_after"] <= 100

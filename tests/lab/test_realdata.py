@@ -407,7 +407,7 @@ def test_cli_quality_on_cifar10c_fixture(cifar_root, tmp_path, capsys):
         assert r["updates"] <= 8
     assert [len(r["alpha"]) for r in runs if r["method"] == "realm"] == [8, 8]
     table = (out / "quality.md").read_text()
-    assert "| REALM (torch) |" in table and "clean after" not in table
+    assert "| REALM |" in table and "clean after" not in table
     assert (out / "online_accuracy.png").is_file() and (out / "alpha_lambda.png").is_file()
 
 
@@ -519,7 +519,7 @@ def test_cli_quality_refuses_real_data_flags_on_digits(capsys):
 
 @pytest.mark.slow
 def test_runtime_method_exports_at_the_dataset_input_shape(cifar_root):
-    # realm-runtime exports the source at (1, 3, 32, 32) for CIFAR-10-C and follows REALM (torch).
+    # realm-runtime exports the source at (1, 3, 32, 32) for CIFAR-10-C and follows REALM.
     torch.manual_seed(0)
     runs = bench_quality(
         corruptions=["fog"],

@@ -7,14 +7,15 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from ..rows import NO_ADAPT
 from ._frame_stream import FrameRow
 from ._frames import FrameSettings
 from ._report import ALLOWED_DROP
 
 
 def _label(row: FrameRow) -> str:
-    if row.method == "none":
-        return "no-adapt"
+    if row.method == NO_ADAPT.key:
+        return NO_ADAPT.label
     return f"{row.method} + guardrails" if row.guarded else row.method
 
 
@@ -23,7 +24,7 @@ def format_frame_attacks(rows: Sequence[FrameRow], settings: FrameSettings) -> s
     lines: list[str] = []
     for model in dict.fromkeys(r.model for r in rows):
         mine = [r for r in rows if r.model == model]
-        shares = sorted({r.share for r in mine if r.method != "none"})
+        shares = sorted({r.share for r in mine if r.method != NO_ADAPT.key})
         source = mine[0].source_accuracy
         lines += [
             f"**{model}** (source {source:.1f} % clean; {mine[0].frames} frames per stream)",
@@ -37,7 +38,7 @@ def format_frame_attacks(rows: Sequence[FrameRow], settings: FrameSettings) -> s
             at = {r.share: r for r in mine if _label(r) == label}
             cells = []
             for s in shares:
-                r = at.get(s) or (next(iter(at.values())) if label == "no-adapt" else None)
+                r = at.get(s) or (next(iter(at.values())) if label == NO_ADAPT.label else None)
                 if r is None:
                     cells += ["", ""]
                     continue
@@ -81,7 +82,7 @@ def plot_frame_attacks(rows: Sequence[FrameRow], path: Path) -> None:
     for ax, model in zip(axes[0], models, strict=True):
         mine = [r for r in rows if r.model == model]
         source = mine[0].source_accuracy
-        labels = [lb for lb in dict.fromkeys(_label(r) for r in mine) if lb != "no-adapt"]
+        labels = [lb for lb in dict.fromkeys(_label(r) for r in mine) if lb != NO_ADAPT.label]
         for k, label in enumerate(labels):
             points = sorted((r for r in mine if _label(r) == label), key=lambda r: r.share)
             ax.plot(

@@ -21,10 +21,10 @@ from realm_runtime import Guardrails
 from realm_sdk import RealmAdapter
 from realm_tools.data import StreamSettings, build_stream
 
+from ..rows import FRAME_METHODS, NO_ADAPT
 from ._frames import FrameAttacker, FrameSettings
 from ._subjects import Subject
 
-FRAME_METHODS = ("tent", "eata", "sar", "realm")  # each with and without the guardrails
 PER_CORRUPTION = 50  # frames of each corruption in the natural stream (one pass)
 
 
@@ -33,7 +33,7 @@ class FrameRow:
     """One method through one attack stream."""
 
     model: str
-    method: str  # "none" (no adaptation) or a name of FRAME_METHODS
+    method: str  # no-adapt's row key or a name of FRAME_METHODS
     guarded: bool  # the default guardrails on
     share: float  # of the frames that are the attacker's
     frames: int  # in the stream
@@ -81,8 +81,11 @@ def attack_stream(
     """
     if not 0 < share <= 1:
         raise ValueError(f"share must be in (0, 1], got {share}")
-    if method != "none" and method not in FRAME_METHODS:
-        raise ValueError(f"unknown method {method!r}; known: none, {', '.join(FRAME_METHODS)}")
+    adapts = method != NO_ADAPT.key
+    if adapts and method not in FRAME_METHODS:
+        raise ValueError(
+            f"unknown method {method!r}; known: {NO_ADAPT.key}, {', '.join(FRAME_METHODS)}"
+        )
     started = time.perf_counter()
     dataset = subject.shifted
     stream = build_stream(
@@ -95,12 +98,12 @@ def attack_stream(
     n = len(stream)
     count = max(1, round(share * n))
     crafted: set[int] = set()  # no adaptation: no step to attack, every frame natural
-    if method != "none":
+    if adapts:
         crafted = set(np.linspace(0, n - 1, count).round().astype(int).tolist())
     model = copy.deepcopy(subject.model).eval()
     source_accuracy = _accuracy(model, subject)
     adapter = attacker = None
-    if method != "none":
+    if adapts:
         chosen = (guardrails or Guardrails()) if guarded else Guardrails.off()
         adapter = RealmAdapter(model, method_config(method, "cifar", 10, {"guardrails": chosen}))
         attacker = FrameAttacker(
@@ -155,7 +158,7 @@ def attack_rows(
     methods: Sequence[str] = FRAME_METHODS,
 ) -> list[tuple[str, bool, float]]:
     """The (method, guarded, share) runs of one table: no-adapt once, each method twice."""
-    rows: list[tuple[str, bool, float]] = [("none", False, max(shares))]  # share unused
+    rows: list[tuple[str, bool, float]] = [(NO_ADAPT.key, False, max(shares))]  # share unused
     for method in methods:
         for guarded in (False, True):
             rows += [(method, guarded, share) for share in shares]

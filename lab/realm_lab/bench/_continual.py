@@ -22,6 +22,7 @@ from realm_runtime import RealmConfig
 from realm_tools.data import JUNK, ShiftDataset, StreamSettings
 from realm_tools.models import weights_digest
 
+from ..rows import REALM_GUARDED, row_named
 from ._runlog import RunLog
 from ._stream_pool import Cell, Job, progress_of, run_pool
 from ._stream_run import DEFAULT_STREAM_METHODS, EVENTS, STREAM_METHODS, StreamRun, method_config
@@ -82,7 +83,7 @@ def bench_streams(
         )
     shape = stream_settings or StreamSettings()
     # The overrides are the same fields for every row: a bad one fails here, before any run.
-    method_config("realm", preset, dataset.num_classes, overrides)
+    method_config(REALM_GUARDED.key, preset, dataset.num_classes, overrides)
     job = Job(dataset, source, clean, tuple(corruptions), preset, shape, dict(overrides or {}))
     cells = [
         Cell(setting, seed, method, part)
@@ -91,9 +92,12 @@ def bench_streams(
         for method in methods
         for part in (corruptions if setting == "episodic" else (None,))
     ]
-    configs: dict[str, Any] = {"none": None}  # no-adapt has no configuration
-    for m in set(methods) - {"none"}:
-        configs[m] = method_config(m, preset, dataset.num_classes, overrides).to_dict()
+    configs: dict[str, Any] = {  # a row that does not adapt has no configuration
+        m: method_config(m, preset, dataset.num_classes, overrides).to_dict()
+        if row_named(m).adapts
+        else None
+        for m in methods
+    }
     kept = log.done if log is not None else {}
     defaults = {f.name: f.default for f in dataclasses.fields(RealmConfig)}
     todo = [c for c in cells if log is None or not log.holds(c.label, configs[c.method], defaults)]
@@ -169,7 +173,7 @@ def streams_fingerprint(
     settings reuses the cells it shares, and a row whose configuration changed runs again.
     ``overrides`` are checked here (a bad field fails before anything runs).
     """
-    method_config("realm", preset, dataset.num_classes, overrides)
+    method_config(REALM_GUARDED.key, preset, dataset.num_classes, overrides)
     return {
         "dataset": dataset.name,
         "corruptions": list(corruptions),

@@ -32,18 +32,29 @@ from realm_sdk import batch_norm_names, norm_affine_names
 from realm_tools.data import ShiftDataset
 from realm_tools.models import weights_digest
 
+from ..rows import ENDLESS_DEFAULT, RDUMB, REALM_GUARDED, ROWS, Row
 from ..workers import ENDLESS
-from ..workers.endless import checkpoint_done
+from ..workers.endless import ADAPT, PREDICT, RESET, checkpoint_done
 
-# Each row: the artifacts it runs (named by the method exported) and the worker's mode.
-ENDLESS_ROWS = {
-    "none": ("realm-guarded", "none"),
-    "realm-guarded": ("realm-guarded", "adapt"),
-    "eata": ("eata", "adapt"),
-    "rdumb": ("eata", "rdumb"),
-}
-ENDLESS_METHODS = tuple(ENDLESS_ROWS)
-RDUMB_EVERY = 1000  # RDumb's reset period, in samples (its paper's)
+# Every row runs through RealmRuntime here, torch-free: the rows of the registry but the one
+# that names the runtime (each of the others is that already).
+ENDLESS_METHODS = tuple(r.key for r in ROWS.values() if not r.runtime)
+
+
+def _exported(row: Row) -> str:
+    """The artifacts a row runs, named by the row whose configuration they hold."""
+    if not row.adapts:  # no-adapt predicts with REALM's export: the same source model
+        return REALM_GUARDED.key
+    return row.key if row.reset_every is None else ROWS[row.method].key  # type: ignore[index]
+
+
+def _mode(row: Row) -> str:
+    """The worker's mode for a row: predict only, adapt, or adapt and reset by period."""
+    if not row.adapts:
+        return PREDICT
+    return RESET if row.reset_every is not None else ADAPT
+
+
 NEAR = 10.0  # points: a corruption whose every severity is further from the target is left out
 
 
@@ -107,13 +118,21 @@ def calibrate(
     return Calibration(target, table, chosen, left_out)
 
 
-def _configs(num_classes: int, overrides: dict[str, Any]) -> dict[str, RealmConfig]:
-    return {
-        "realm-guarded": RealmConfig.preset("cifar", num_classes=num_classes, **overrides),
-        "eata": RealmConfig.preset(
-            "cifar", num_classes=num_classes, method="eata", guardrails=Guardrails.off()
-        ),
-    }
+def _configs(
+    exported: Sequence[str], num_classes: int, overrides: dict[str, Any]
+) -> dict[str, RealmConfig]:
+    """Each exported row's configuration: its paper's; the overrides vary the guarded rows."""
+    configs = {}
+    for key in exported:
+        row = ROWS[key]
+        extra = dict(overrides) if row.guarded else {"guardrails": Guardrails.off()}
+        configs[key] = RealmConfig.preset(
+            "cifar",
+            num_classes=num_classes,
+            method=row.method,  # type: ignore[arg-type]
+            **extra,
+        )
+    return configs
 
 
 def bench_endless(
@@ -123,7 +142,7 @@ def bench_endless(
     *,
     seed: int = 0,
     settings: CCCSettings | None = None,
-    methods: Sequence[str] = ENDLESS_METHODS,
+    methods: Sequence[str] = ENDLESS_DEFAULT,
     window: int = 10_000,
     target: float | None = None,
     jobs: int = 1,
@@ -169,19 +188,21 @@ def bench_endless(
     s = settings or CCCSettings()
     with tempfile.TemporaryDirectory(prefix="realm-endless-") as scratch:
         work = Path(work_dir or scratch)
+        chosen = [ROWS[m] for m in methods]
+        # REALM's artifacts also calibrate the stream, whichever rows run.
+        exported = sorted({REALM_GUARDED.key, *(_exported(r) for r in chosen)})
         try:
-            configs = _configs(dataset.num_classes, dict(overrides or {}))
+            configs = _configs(exported, dataset.num_classes, dict(overrides or {}))
         except TypeError as exc:  # a field RealmConfig does not have
             raise ValueError(f"the overrides {overrides} do not fit RealmConfig: {exc}") from exc
         shape = dataset.input_shape
-        # REALM's artifacts also calibrate the stream, whichever rows run.
-        for name in sorted({"realm-guarded", *(ENDLESS_ROWS[m][0] for m in methods)}):
+        for name in exported:
             export_realm_artifacts(
                 source,
                 work / name,
                 ExportOptions(config=configs[name], input_shape=shape, overwrite=True),
             )
-        probe = RealmRuntime(work / "realm-guarded", threads=1)
+        probe = RealmRuntime(work / REALM_GUARDED.key, threads=1)
         corruptions = list(dataset.default_corruptions)
         cal = calibrate(probe.predict, dataset, corruptions, target=target, limit=s.limit)
         if len(cal.chosen) < 2:
@@ -194,7 +215,7 @@ def bench_endless(
             "--dataset", dataset_name, "--severities", json.dumps(cal.chosen),
             "--seed", str(seed), "--length", str(s.length), "--transition", str(s.transition),
             "--pool-seeds", str(s.pool_seeds), "--window", str(window),
-            "--reset-every", str(RDUMB_EVERY),
+            "--reset-every", str(RDUMB.reset_every),
         ]  # fmt: skip
         if s.limit is not None:
             base += ["--limit", str(s.limit)]
@@ -204,12 +225,18 @@ def bench_endless(
             base += ["--split", split]
         weights = weights_digest(source)
         # The overrides change REALM's row alone (no-adapt only predicts with the same model).
-        variant = {"realm-guarded": [repr(sorted(overrides.items()))]} if overrides else {}
+        guarded = [r.key for r in chosen if r.guarded] or [REALM_GUARDED.key]
+        variant = {k: [repr(sorted(overrides.items()))] for k in guarded} if overrides else {}
         # BatchNorm's own rate is in REALM's defaults: a row run at another is not this one.
         if batch_norm_names(source, norm_affine_names(source)):
-            rate = f"lr_batch_norm={configs['realm-guarded'].batch_norm_lr!r}"
-            variant.setdefault("realm-guarded", []).append(rate)
-        keys = {m: _key([*ENDLESS_ROWS[m], *base, weights, *variant.get(m, [])]) for m in methods}
+            for key in exported:
+                if configs[key].batch_norm_lr is not None:
+                    rate = f"lr_batch_norm={configs[key].batch_norm_lr!r}"
+                    variant.setdefault(key, []).append(rate)
+        keys = {
+            r.key: _key([_exported(r), _mode(r), *base, weights, *variant.get(r.key, [])])
+            for r in chosen
+        }
         rows: dict[str, EndlessRow] = {}
         for method in methods:
             kept = _kept(keep, method, keys[method])
@@ -230,8 +257,9 @@ def bench_endless(
         while pending or running:
             while pending and len(running) < max(1, jobs):
                 method = pending.pop(0)
-                exported, mode = ENDLESS_ROWS[method]
-                artifacts = work / exported
+                row = ROWS[method]
+                mode = _mode(row)
+                artifacts = work / _exported(row)
                 out = work / f"{method}.json"
                 command = [
                     sys.executable, "-m", ENDLESS,

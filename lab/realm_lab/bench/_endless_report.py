@@ -7,20 +7,21 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from ..rows import NO_ADAPT
 from ._endless import Calibration, EndlessRow
 
 ALLOWED_GAP = 1.0  # points any window may sit below no-adapt
 
 
 def _gaps(row: EndlessRow, none: EndlessRow | None) -> list[float] | None:
-    if none is None or row.method == "none":
+    if none is None or row.method == NO_ADAPT.key:
         return None
     return [a - b for a, b in zip(row.windows, none.windows, strict=True)]
 
 
 def format_endless(cal: Calibration, rows: Sequence[EndlessRow], window: int) -> str:
     """One row per method: mean, first, last and lowest window, and the gap to no-adapt."""
-    none = next((r for r in rows if r.method == "none"), None)
+    none = next((r for r in rows if r.method == NO_ADAPT.key), None)
     lines = [
         f"| method | mean % | first window | last window | lowest window | "
         f"worst window − no-adapt | windows more than {ALLOWED_GAP:g} below no-adapt | "
@@ -71,7 +72,7 @@ def plot_endless(rows: Sequence[EndlessRow], window: int, path: Path, title: str
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    none = next((r for r in rows if r.method == "none"), None)
+    none = next((r for r in rows if r.method == NO_ADAPT.key), None)
     fig, (top, bottom) = plt.subplots(
         2, 1, figsize=(10, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 2]}
     )

@@ -29,14 +29,13 @@ from realm_tools.bench import run_online
 from realm_tools.data import DigitsShift, LazyImages, ShiftDataset, load_digits
 from realm_tools.models import train_digits_model
 
-METHODS: tuple[str, ...] = ("none", "tent", "eata", "realm", "realm-runtime")
-LABELS = {
-    "none": "no-adapt",
-    "tent": "Tent",
-    "eata": "EATA",
-    "realm": "REALM (torch)",
-    "realm-runtime": "REALM (runtime)",
-}
+from ..rows import QUALITY_DEFAULT, ROWS, Row, rows_where
+
+# Every row an episodic run can hold, in table order: no-adapt, each method, REALM in the
+# runtime (rows with guardrails or periodic resets belong to the long-running streams).
+METHODS: tuple[str, ...] = tuple(
+    r.key for r in ROWS.values() if not r.guarded and r.reset_every is None
+)
 
 Samples = np.ndarray | LazyImages
 
@@ -79,7 +78,7 @@ def bench_quality(
     corruptions: Sequence[str],
     severity: int = 5,
     seeds: Sequence[int] = (0, 1, 2),
-    methods: Sequence[str] = METHODS,
+    methods: Sequence[str] = QUALITY_DEFAULT,
     preset: str = "cifar",
     limit: int | None = None,
     cache_dir: str | os.PathLike[str] | None = ".cache",
@@ -108,9 +107,7 @@ def bench_quality(
     Returns:
         One :class:`QualityRun` per method × corruption × seed.
     """
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown:
-        raise ValueError(f"unknown methods {unknown}; known: {METHODS}")
+    rows = rows_where(methods, METHODS, "the episodic quality benchmark")
     if dataset is None:
         digits = load_digits()
         dataset = DigitsShift(digits)
@@ -128,26 +125,32 @@ def bench_quality(
         )
     clean = dataset.clean()
     # No-adapt leaves the model as it was: its clean accuracy is the source's, measured once.
-    source_clean = _clean_accuracy(_torch_predict(source), clean) if "none" in methods else None
+    adapting = all(r.adapts for r in rows)
+    source_clean = None if adapting else _clean_accuracy(_torch_predict(source), clean)
     runs: list[QualityRun] = []
     with tempfile.TemporaryDirectory() as tmp:
         artifacts = None
-        if "realm-runtime" in methods:
+        runtime = next((r for r in rows if r.runtime), None)
+        if runtime is not None:
             from realm_export import ExportOptions, export_realm_artifacts
 
             artifacts = Path(tmp) / dataset.name
-            cfg = RealmConfig.preset(preset, num_classes=dataset.num_classes)  # type: ignore[arg-type]
+            cfg = RealmConfig.preset(
+                preset,  # type: ignore[arg-type]
+                num_classes=dataset.num_classes,
+                method=runtime.method,  # type: ignore[arg-type]
+            )
             export_realm_artifacts(
                 source, artifacts, ExportOptions(config=cfg, input_shape=dataset.input_shape)
             )
         for corruption in corruptions:
             for seed in seeds:
                 x, y = dataset.stream(corruption, severity, seed=seed, limit=limit)
-                for method in methods:
-                    progress = on_run(f"{corruption}/s{seed}/{method}", len(x)) if on_run else None
+                for row in rows:
+                    progress = on_run(f"{corruption}/s{seed}/{row.key}", len(x)) if on_run else None
                     runs.append(
                         _one_run(
-                            method,
+                            row,
                             source,
                             dataset.num_classes,
                             clean,
@@ -166,7 +169,7 @@ def bench_quality(
 
 
 def _one_run(
-    method: str,
+    row: Row,
     source: nn.Module,
     num_classes: int,
     clean: tuple[Samples, np.ndarray] | None,
@@ -180,7 +183,7 @@ def _one_run(
     artifacts: Path | None,
     progress: Callable[[int], None] | None,
 ) -> QualityRun:
-    if method == "realm-runtime":
+    if row.runtime:
         from realm_runtime import RealmRuntime
 
         assert artifacts is not None
@@ -198,7 +201,7 @@ def _one_run(
         online = np.cumsum(correct) / np.arange(1, len(x) + 1) * 100
         after = _clean_accuracy(lambda xs: rt.predict(xs).argmax(1), clean)
         return QualityRun(
-            method,
+            row.key,
             corruption,
             severity,
             seed,
@@ -210,16 +213,16 @@ def _one_run(
             lams,
         )
     model = copy.deepcopy(source)
-    if method == "none":
+    if not row.adapts:
         result = run_online(model, x, y, progress=progress)  # type: ignore[arg-type]
         after = source_clean
     else:
-        cfg = RealmConfig.preset(preset, num_classes=num_classes, method=method)  # type: ignore[arg-type]
+        cfg = RealmConfig.preset(preset, num_classes=num_classes, method=row.method)  # type: ignore[arg-type]
         adapter = RealmAdapter(model, cfg)
         result = run_online(adapter, x, y, progress=progress)  # type: ignore[arg-type]
         after = _clean_accuracy(_torch_predict(model), clean)
     return QualityRun(
-        method,
+        row.key,
         corruption,
         severity,
         seed,
@@ -245,7 +248,7 @@ def quality_table(runs: Sequence[QualityRun]) -> str:
     head = ["method", *corruptions, "average"] + (["clean after"] if has_clean else [])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for m in methods:
-        cells = [LABELS[m]]
+        cells = [ROWS[m].label]
         means = []
         for c in corruptions:
             acc = np.array([r.accuracy for r in runs if r.method == m and r.corruption == c])
@@ -284,7 +287,7 @@ def plot_quality(runs: Sequence[QualityRun], out_dir: str | os.PathLike[str]) ->
             curves = [r.online_accuracy for r in runs if r.method == m and r.corruption == c]
             if curves:
                 n = min(len(v) for v in curves)
-                ax.plot(np.mean([v[:n] for v in curves], axis=0), label=LABELS[m])
+                ax.plot(np.mean([v[:n] for v in curves], axis=0), label=ROWS[m].label)
         ax.set_title(c)
         ax.set_xlabel("samples seen")
         ax.set_ylabel("online accuracy (%)")
@@ -296,17 +299,18 @@ def plot_quality(runs: Sequence[QualityRun], out_dir: str | os.PathLike[str]) ->
     plt.close(fig)
     written.append(path)
 
-    realm = [r for r in runs if r.method in ("realm", "realm-runtime") and r.alpha]
+    realm = [r for r in runs if ROWS[r.method].learns_alpha_lambda and r.alpha]
     if realm:
         fig, (ax_a, ax_l) = plt.subplots(1, 2, figsize=(11, 3.6))
         colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
         for k, c in enumerate(corruptions):
-            for method, style in (("realm", "-"), ("realm-runtime", ":")):
+            for method in dict.fromkeys(r.method for r in realm):
                 mine = [r for r in realm if r.corruption == c and r.method == method]
                 if not mine:
                     continue
                 n = min(len(r.alpha) for r in mine)
-                label = c if method == "realm" else None
+                style = ":" if ROWS[method].runtime else "-"
+                label = None if ROWS[method].runtime else c
                 color = colors[k % len(colors)]
                 ax_a.plot(
                     np.mean([r.alpha[:n] for r in mine], axis=0), style, color=color, label=label

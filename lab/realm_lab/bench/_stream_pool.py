@@ -15,6 +15,7 @@ from torch import nn
 
 from realm_tools.data import ShiftDataset, Stream, StreamSettings, build_stream
 
+from ..rows import row_named
 from ._stream_run import StreamRun, run_stream
 
 
@@ -36,7 +37,7 @@ class Cell:
     def weight(self) -> float:
         """Rough relative cost, to start the longest runs first in a pool."""
         length = {"long": 14.0, "continual": 4.0}.get(self.setting, 1.0)
-        return length * {"none": 0.3, "sar": 2.0}.get(self.method, 1.0)
+        return length * row_named(self.method).cost
 
 
 @dataclass(frozen=True)

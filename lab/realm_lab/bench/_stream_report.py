@@ -15,6 +15,7 @@ import numpy as np
 from realm_runtime import Guardrails
 from realm_tools.data import JUNK
 
+from ..rows import row_named
 from ._stream_run import EVENTS, STREAM_LABELS, STREAM_METHODS, StreamRun
 from ._table1 import episodic_table
 
@@ -104,11 +105,11 @@ def _where_realm_loses(runs: Sequence[StreamRun], settings: Sequence[str]) -> li
     lines = []
     for setting in settings:
         for figure, what in (("accuracy", "online accuracy"), ("clean_after", "clean after")):
-            for realm in ("realm", "realm-guarded"):
+            for realm in (m for m in STREAM_METHODS if row_named(m).learns_alpha_lambda):
                 mine = mean(realm, setting, figure)
                 if mine is None:
                     continue
-                for rival in ("eata", "sar"):
+                for rival in (m for m in STREAM_METHODS if _rival(m)):
                     theirs = mean(rival, setting, figure)
                     if theirs is not None and round(theirs, 1) > round(mine, 1):
                         lines.append(
@@ -116,6 +117,12 @@ def _where_realm_loses(runs: Sequence[StreamRun], settings: Sequence[str]) -> li
                             f"{STREAM_LABELS[rival]} {theirs:.1f}"
                         )
     return lines
+
+
+def _rival(key: str) -> bool:
+    """A row REALM is measured against: another method, run as its paper does."""
+    row = row_named(key)
+    return row.adapts and not row.learns_alpha_lambda
 
 
 def _passes(run: StreamRun) -> list[float]:
@@ -146,8 +153,9 @@ def plot_streams(runs: Sequence[StreamRun], out_dir: str | Path) -> list[Path]:
             color = colors[r.method]
             label = STREAM_LABELS[r.method]
             axes[0].plot(r.trace_at, r.trace["accuracy"], color=color, label=label, lw=1)
-            if r.method.startswith("realm") and r.trace.get("lam"):
-                style = "-" if r.method == "realm" else "--"
+            row = row_named(r.method)
+            if row.learns_alpha_lambda and r.trace.get("lam"):
+                style = "--" if row.guarded else "-"
                 axes[1].plot(r.trace_at, r.trace["lam"], style, color=color, label=f"λ {label}")
                 axes[1].plot(r.trace_at, r.trace["alpha"], style, color=color, alpha=0.5)
             if r.trace.get("drift"):
@@ -158,7 +166,7 @@ def plot_streams(runs: Sequence[StreamRun], out_dir: str | Path) -> list[Path]:
                 for at in r.reset_at:
                     ax.axvline(at, color=color, alpha=0.25, lw=0.8)
         bound = Guardrails().max_drift
-        if bound is not None and any(r.method == "realm-guarded" for r in mine):
+        if bound is not None and any(row_named(r.method).guarded for r in mine):
             label = "drift bound at full rate (defaults)"
             axes[2].axhline(bound, color="grey", ls=":", lw=1, label=label)
         axes[0].set_title(f"{setting}: accuracy over the last 500 samples (%)")

@@ -17,29 +17,15 @@ from realm_runtime.contract import INTERVENTIONS
 from realm_sdk import RealmAdapter
 from realm_tools.data import NO_LABEL, Stream
 
+from ..rows import ROWS, STREAMS_DEFAULT, row_named
 from ._quality import _clean_accuracy, _torch_predict
 
-# Every row a stream benchmark can run, in table order; the default rows leave DeYO out
-# (asked for with --methods), so that the stored tables run again only where asked.
-STREAM_METHODS: tuple[str, ...] = (
-    "none",
-    "tent",
-    "eata",
-    "sar",
-    "deyo",
-    "realm",
-    "realm-guarded",
+# Every row a stream benchmark can run, in table order: the torch rows, never reset by period.
+STREAM_METHODS: tuple[str, ...] = tuple(
+    r.key for r in ROWS.values() if not r.runtime and r.reset_every is None
 )
-DEFAULT_STREAM_METHODS: tuple[str, ...] = tuple(m for m in STREAM_METHODS if m != "deyo")
-STREAM_LABELS = {
-    "none": "no-adapt",
-    "tent": "Tent",
-    "eata": "EATA",
-    "sar": "SAR",
-    "deyo": "DeYO",
-    "realm": "REALM",
-    "realm-guarded": "REALM + guardrails",
-}
+DEFAULT_STREAM_METHODS: tuple[str, ...] = STREAMS_DEFAULT
+STREAM_LABELS = {key: ROWS[key].label for key in STREAM_METHODS}
 TRACE_POINTS = 400  # samples of each trace: enough for a plot, small in the JSON
 EVENTS = INTERVENTIONS
 
@@ -66,19 +52,24 @@ class StreamRun:
 def method_config(
     method: str, preset: str, num_classes: int, overrides: dict[str, Any] | None = None
 ) -> RealmConfig:
-    """The configuration of one row: the paper's, and REALM's defaults for the guarded row.
+    """The configuration of one row: its paper's, with its method's guardrails where guarded.
 
     ``overrides`` (fields of :class:`RealmConfig`) apply to every row alike: a variant of
     the preset, such as another reading of the paper's settings.
+
+    Raises:
+        ValueError: a row that does not adapt (it has no configuration), or an unknown one.
     """
+    row = row_named(method)
+    if row.method is None:
+        raise ValueError(f"the row {row.label!r} does not adapt: it has no configuration")
     extra = dict(overrides or {})
-    if method == "realm-guarded":
-        return RealmConfig.preset(preset, num_classes=num_classes, **extra)  # type: ignore[arg-type]
-    extra.setdefault("guardrails", Guardrails.off())
+    if not row.guarded:
+        extra.setdefault("guardrails", Guardrails.off())
     return RealmConfig.preset(
         preset,  # type: ignore[arg-type]
         num_classes=num_classes,
-        method=method,  # type: ignore[arg-type]
+        method=row.method,  # type: ignore[arg-type]
         **extra,
     )
 
@@ -101,9 +92,9 @@ def run_stream(
     started = time.perf_counter()
     model = copy.deepcopy(source).eval()
     adapter = (
-        None
-        if method == "none"
-        else RealmAdapter(model, method_config(method, preset, num_classes, overrides))
+        RealmAdapter(model, method_config(method, preset, num_classes, overrides))
+        if row_named(method).adapts
+        else None
     )
     n = len(stream)
     every = max(1, n // TRACE_POINTS)

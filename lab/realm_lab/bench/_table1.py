@@ -7,6 +7,8 @@ from typing import Protocol
 
 import numpy as np
 
+from ..rows import NO_ADAPT
+
 
 class StreamRun(Protocol):
     """What the table reads of a run (``realm_lab.bench.StreamRun`` has it)."""
@@ -67,8 +69,8 @@ def episodic_table(runs: Sequence[StreamRun], labels: dict[str, str]) -> list[st
             cells.append(text)
         out.append(f"| {row} | " + " | ".join(cells) + " |")
     averages = values  # the "average" row's, the last: each method's accuracy per run
-    if "none" in methods:
-        base = averages["none"]
+    if NO_ADAPT.key in methods:
+        base = averages[NO_ADAPT.key]
         gains = [
             f"{np.mean(averages[m]) - np.mean(base):+.1f}" if base and averages[m] else "–"
             for m in methods

@@ -11,7 +11,7 @@ from typing import Any
 from realm_runtime import Guardrails, cpu_name
 from realm_tools.cli import run_header, write_atomic
 
-from ._bench_quality import parse_overrides
+from ._args import parse_overrides
 
 DEFAULT_BOUNDS = [0.0025, 0.005, 0.01, 0.02, 0.05]  # the default max_drift (0.02) inside
 

@@ -10,6 +10,8 @@ from typing import Any
 from realm_runtime import cpu_name
 from realm_tools.cli import run_header, write_atomic
 
+from ..rows import ENDLESS_DEFAULT
+
 
 def add_endless_arguments(quality: Any) -> None:
     """The endless setting's own options on the ``quality`` parser."""
@@ -65,7 +67,7 @@ def run_endless(
         if getattr(args, flag) < 1:
             print(f"--{flag} must be ≥ 1, got {getattr(args, flag)}", file=sys.stderr)
             return 2
-    methods = args.methods or list(ENDLESS_METHODS)
+    methods = args.methods or list(ENDLESS_DEFAULT)
     bad = [m for m in methods if m not in ENDLESS_METHODS]
     if bad:
         print(f"unknown methods {bad} with --settings ccc; known: {list(ENDLESS_METHODS)}",

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from realm_lab.data import CCC_SETTING
-from realm_runtime import Guardrails
 from realm_tools.cli import progress_factory, run_header, write_atomic
 from realm_tools.data import SETTINGS as SETTINGS_CHOICES
 
+from ..rows import ENDLESS_DEFAULT, QUALITY_DEFAULT, ROWS, STREAMS_DEFAULT
+from ._args import model_name, parse_overrides
 from ._bench_endless import add_endless_arguments, run_endless
+from ._bench_streams import RUN_LOG, bench_streams_command
 
 if TYPE_CHECKING:  # torch stays an import of the commands that need it
     from torch import nn
@@ -25,9 +25,7 @@ if TYPE_CHECKING:  # torch stays an import of the commands that need it
 QUICK_EPOCHS = 6  # epochs of the digits source model: enough for behaviour, quick to train
 QUICK_LIMIT = 150  # samples per stream
 # The episodic table's rows (realm-runtime: REALM through the exported artifacts).
-QUALITY_DEFAULT_METHODS = ("none", "tent", "eata", "realm", "realm-runtime")
 # --settings: the finished runs, kept as they finish; removed once the tables are written.
-RUN_LOG = "runs.jsonl"
 
 
 def add_quality_parser(bench: Any) -> None:
@@ -99,8 +97,9 @@ def add_quality_parser(bench: Any) -> None:
         "--methods",
         nargs="+",
         default=None,
-        help=f"default: {' '.join(QUALITY_DEFAULT_METHODS)}; with --settings: "
-        "none tent eata sar realm realm-guarded (deyo too, when named)",
+        help=f"rows of the table, of {' '.join(ROWS)}; default: {' '.join(QUALITY_DEFAULT)}; "
+        f"with --settings: {' '.join(STREAMS_DEFAULT)}; with --settings ccc: "
+        f"{' '.join(ENDLESS_DEFAULT)}",
     )
     quality.add_argument(
         "--settings",
@@ -212,50 +211,6 @@ def _quality_data(
     return dataset, source
 
 
-def parse_overrides(items: list[str]) -> dict[str, object] | str:
-    """``FIELD=VALUE`` items as configuration fields (numbers, true/false, none, text), or an error.
-
-    ``guardrails.FIELD=VALUE`` changes one field of REALM's default :class:`Guardrails`
-    (``none`` for off), e.g. ``guardrails.max_drift=0.01``.
-    """
-    out: dict[str, object] = {}
-    for item in items:
-        field, sep, text = item.partition("=")
-        if not sep or not field:
-            return f"--set expects FIELD=VALUE items, got {item!r}"
-        value: object = text
-        if text.lower() == "none":  # e.g. lr_batch_norm=none: BatchNorm at lr, as the baselines
-            value = None
-        elif text.lower() in ("true", "false"):
-            value = text.lower() == "true"
-        else:
-            for kind in (int, float):
-                try:
-                    value = kind(text)
-                    break
-                except ValueError:
-                    continue
-        owner, dot, inner = field.partition(".")
-        if not dot:
-            out[field] = value
-            continue
-        if owner != "guardrails":
-            return f"--set: only guardrails.<field> is nested, got {field!r}"
-        try:
-            base = out.get("guardrails", Guardrails())
-            off = None if text.lower() == "none" else value
-            out["guardrails"] = dataclasses.replace(base, **{inner: off})  # type: ignore[arg-type]
-        except (TypeError, ValueError) as exc:
-            return f"--set {item!r}: {exc}"
-    return out
-
-
-def _model_name(args: argparse.Namespace) -> str:
-    """The source model a run adapts, as its report names it."""
-    defaults = {"digits": "digits", "fmnist-c": "resnet26_gn", "imagenetc": "resnet50_gn"}
-    return args.model or defaults.get(args.dataset, "")
-
-
 def _fashion_data(args: argparse.Namespace) -> tuple[ShiftDataset, nn.Module] | str:
     """Fashion-MNIST-C and its source model: a shipped one, or ``--weights`` of your own."""
     from realm_tools.data import fashion_preprocessing, load_fmnistc
@@ -304,9 +259,9 @@ def run_quality_command(args: argparse.Namespace) -> int:
             return 2
         return run_endless(args, dataset, source, overrides)
     if args.settings:
-        return _bench_streams(args, dataset, source)
+        return bench_streams_command(args, dataset, source)
     if args.methods is None:
-        args.methods = list(QUALITY_DEFAULT_METHODS)
+        args.methods = list(QUALITY_DEFAULT)
     if dataset is None:  # the built-in digits task
         from realm_tools.data import CORRUPTIONS
 
@@ -364,7 +319,7 @@ def run_quality_command(args: argparse.Namespace) -> int:
     else:
         settings.update(
             data_root=str(args.data_root),
-            model=_model_name(args),
+            model=model_name(args),
             split=args.split,
             weights=args.weights,
             random_init=args.random_init,
@@ -379,155 +334,4 @@ def run_quality_command(args: argparse.Namespace) -> int:
         f"written: {out / 'quality.md'}, {out / 'quality.json'}, "
         + ", ".join(str(p) for p in plots)
     )
-    return 0
-
-
-def _bench_streams(
-    args: argparse.Namespace, dataset: ShiftDataset | None, source: nn.Module | None
-) -> int:
-    """``bench quality --settings …``: the long-running streams, every row of the table."""
-    from dataclasses import asdict
-
-    from realm_tools.data import SETTINGS, DigitsShift, StreamSettings, load_digits
-    from realm_tools.models import train_digits_model
-
-    from ..bench import (
-        DEFAULT_STREAM_METHODS,
-        STREAM_METHODS,
-        RunLog,
-        bench_streams,
-        plot_examples,
-        plot_streams,
-        streams_fingerprint,
-        streams_tables,
-        streams_to_json,
-    )
-
-    overrides = parse_overrides(args.overrides)
-    if isinstance(overrides, str):
-        print(overrides, file=sys.stderr)
-        return 2
-    settings = list(SETTINGS) if "all" in args.settings else list(args.settings)
-    methods = args.methods or list(DEFAULT_STREAM_METHODS)
-    bad = [m for m in methods if m not in STREAM_METHODS]
-    if bad:
-        print(
-            f"unknown methods {bad} with --settings; known: {list(STREAM_METHODS)}", file=sys.stderr
-        )
-        return 2
-    if dataset is None:
-        digits = load_digits()
-        dataset = DigitsShift(digits)
-        source = train_digits_model(digits, epochs=args.epochs or 30, cache_dir=args.cache_dir)
-    assert source is not None
-    if "all" in args.settings and dataset.clean() is None:
-        print(f"{dataset.name} has no clean split: the junk streams are left out")
-        settings = [s for s in settings if not s.startswith("junk-")]
-    corruptions = args.corruptions or list(dataset.default_corruptions)
-    unknown = [c for c in corruptions if c not in dataset.corruptions]
-    if unknown:
-        print(f"unknown corruptions {unknown}; known: {list(dataset.corruptions)}", file=sys.stderr)
-        return 2
-    stream_settings = StreamSettings(
-        severity=args.severity,
-        passes=args.passes,
-        horizon=args.horizon,
-        junk_length=args.junk_length,
-        limit=args.limit,
-    )
-    preset = args.preset or ("imagenet" if args.dataset == "imagenetc" else "cifar")
-    out = Path(args.out)
-    try:
-        fingerprint = streams_fingerprint(
-            dataset,
-            source,
-            corruptions=corruptions,
-            preset=preset,
-            stream_settings=stream_settings,
-            overrides=overrides,
-        )
-    except (TypeError, ValueError) as exc:
-        print(f"--set: {exc}", file=sys.stderr)
-        return 2
-    log_path = out / RUN_LOG
-    if args.fresh:
-        log_path.unlink(missing_ok=True)
-    try:
-        log = RunLog(log_path, fingerprint)
-    except ValueError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    if log.done:
-        cut = f"; {log.dropped} cut-off line(s) run again" if log.dropped else ""
-        print(
-            f"going on from {log_path}: {len(log.done)} runs kept there; those of the same "
-            f"configuration are reused (--fresh starts over){cut}"
-        )
-    started, prior = time.perf_counter(), dict(log.done)
-    try:
-        runs = bench_streams(
-            dataset,
-            source,
-            settings=settings,
-            seeds=args.seeds,
-            corruptions=corruptions,
-            methods=methods,
-            preset=preset,
-            stream_settings=stream_settings,
-            on_run=None if args.no_progress else progress_factory(),
-            jobs=args.jobs,
-            log=log,
-            overrides=overrides,
-        )
-    except ValueError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    minutes = (time.perf_counter() - started) / 60
-    reused = sum(1 for label, run in prior.items() if log.done.get(label) is run)  # not rerun
-    timed = [r["seconds"] for r in log.done.values() if r.get("seconds")]
-    kept = sum(timed) / 60
-    took = (
-        f"This invocation took {minutes:.1f} min with {args.jobs} job(s)"
-        + (f"; {reused} runs came from an earlier invocation" if reused else "")
-        + f". The {len(timed)} of {len(log.done)} runs that kept their time took "
-        f"{kept:.0f} core-minutes (one torch thread each)."
-    )
-    tables = took + "\n\n" + streams_tables(runs)
-    print(tables)
-    record = {
-        "dataset": args.dataset,
-        "split": args.split,
-        "model": _model_name(args),
-        "settings": settings,
-        "corruptions": corruptions,
-        "seeds": list(args.seeds),
-        "methods": methods,
-        "preset": preset,
-        # A guardrails override is a Guardrails: its fields go into the JSON.
-        "overrides": {
-            k: asdict(v) if isinstance(v, Guardrails) else v for k, v in overrides.items()
-        },
-        "streams": asdict(stream_settings),
-        "batch_size": 1,
-        "jobs": args.jobs,
-        "minutes": round(minutes, 2),
-        "core_minutes": round(kept, 1),  # every run's own time, reused runs included
-        "source_sha256": fingerprint["source_sha256"],
-        "cpus": sorted(set(log.cpus.values())),  # more than one where a stopped run went on
-    }
-    write_atomic(out / "streams.json", streams_to_json(runs, record))
-    write_atomic(
-        out / "streams.md",
-        run_header(
-            "Long-running streams: accuracy, forgetting, interventions",
-            sys.argv,
-            program="realm-lab",
-        )
-        + tables
-        + "\n",
-    )
-    plots = plot_streams(runs, out)
-    example = plot_examples(dataset, corruptions, args.severity, out)
-    plots += [example] if example is not None else []
-    print(f"written: {out / 'streams.md'}, {out / 'streams.json'}, {len(plots)} plots")
     return 0

@@ -1,8 +1,8 @@
 """``python -m realm_lab.workers.endless``: one method through the endless stream, torch-free.
 
 Builds the CCC-style stream (``realm_lab.data.build_ccc_stream``) from the arguments,
-runs it through ``RealmRuntime`` sample by sample (``none``: predictions only, in chunks;
-``rdumb``: a reset to the source every ``--reset-every`` samples) with torch made
+runs it through ``RealmRuntime`` sample by sample (:data:`PREDICT`: predictions only, in
+chunks; :data:`RESET`: a reset to the source every ``--reset-every`` samples) with torch made
 unimportable, as on a device, and writes the accuracy of every window and the counters as
 JSON. Every sample's prediction is compared with its label; nothing is subsampled.
 
@@ -25,8 +25,12 @@ from typing import Any
 
 from realm_runtime import block_torch
 
+from ..rows import NO_ADAPT, RDUMB
+
 STOPPED = 3  # exit code of a run stopped by --stop-after, its checkpoint written
-MODES = ("none", "adapt", "rdumb")  # predict only; adapt every sample; adapt, reset periodically
+# Predict only; adapt every sample; adapt and reset periodically (named as the rows that do).
+PREDICT, ADAPT, RESET = NO_ADAPT.key, "adapt", RDUMB.key
+MODES = (PREDICT, ADAPT, RESET)
 CHUNK = 256  # samples per prediction call of the no-adapt row
 # Arguments that say where, not what: a checkpoint resumes whatever they are.
 SITE = ("artifacts", "out", "progress", "checkpoint", "stop_after")
@@ -102,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             keep.save(rt, correct[:end], {**sums, "seconds": seconds})
         return args.stop_after is not None and end >= args.stop_after and end < n
 
-    if args.mode == "none":
+    if args.mode == PREDICT:
         start = done
         while start < n:  # chunks end at each window's end, where the marks are
             end = min(n, start + CHUNK, (start // args.window + 1) * args.window)
@@ -113,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             start = end
     else:
         for i in range(done, n):
-            if args.mode == "rdumb" and i > 0 and i % args.reset_every == 0:
+            if args.mode == RESET and i > 0 and i % args.reset_every == 0:
                 sums["updates"] += rt.state.updates
                 sums["clips"] += rt.state.drift_clips
                 rt.reset()

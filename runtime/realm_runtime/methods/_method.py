@@ -19,6 +19,7 @@ class Method:
     """
 
     name: str  # the value of RealmConfig.method
+    label: str  # as tables, plots and pages print it
     paper: str  # where its step is written down, for the docs and the error messages
     diversity: bool  # S_div: refuse a sample whose prediction is close to the EMA of the past
     entropy_cut: bool  # refuse samples with H ≥ e0 (the reliable-sample cut)
@@ -39,3 +40,5 @@ class Method:
     # The cifar preset steps BatchNorm's θ at a rate of its own (chosen on validation,
     # SPEC §4); False: its paper's one rate for every θ.
     batch_norm_rate: bool = False
+    # What an update costs against one forward and one backward (Tent's), for scheduling runs.
+    cost: float = 1.0

@@ -18,6 +18,7 @@ from ._method import Method
 
 DEYO = Method(
     name="deyo",
+    label="DeYO",
     paper="Lee et al., ICLR 2024",
     diversity=False,
     entropy_cut=True,

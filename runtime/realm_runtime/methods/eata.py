@@ -11,6 +11,7 @@ from ._method import Method
 
 EATA = Method(
     name="eata",
+    label="EATA",
     paper="Niu et al., ICML 2022",
     diversity=True,
     entropy_cut=True,

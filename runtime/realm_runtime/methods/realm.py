@@ -12,6 +12,7 @@ from ._method import Method
 
 REALM = Method(
     name="realm",
+    label="REALM",
     paper="Seto et al., WACV 2024",
     diversity=True,
     entropy_cut=False,  # ρ down-weights uncertain samples instead of refusing them

@@ -12,6 +12,7 @@ from ._method import Method
 
 SAR = Method(
     name="sar",
+    label="SAR",
     paper="Niu et al., ICLR 2023",
     diversity=False,
     entropy_cut=True,
@@ -24,4 +25,5 @@ SAR = Method(
     step_input=SAM_RHO_NAME,
     legacy_training="SAR's second gradient at a perturbed point is not in the legacy training "
     "artifacts",
+    cost=2.0,  # a second forward and backward at θ + ε
 )

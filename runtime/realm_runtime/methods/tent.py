@@ -10,6 +10,7 @@ from ._method import Method
 
 TENT = Method(
     name="tent",
+    label="Tent",
     paper="Wang et al., ICLR 2021",
     diversity=False,
     entropy_cut=False,

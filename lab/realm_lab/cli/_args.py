@@ -1,0 +1,52 @@
+"""What the bench commands read alike: ``--set FIELD=VALUE`` items, the source model's name."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from realm_runtime import Guardrails
+
+
+def parse_overrides(items: list[str]) -> dict[str, object] | str:
+    """``FIELD=VALUE`` items as configuration fields (numbers, true/false, none, text), or an error.
+
+    ``guardrails.FIELD=VALUE`` changes one field of REALM's default :class:`Guardrails`
+    (``none`` for off), e.g. ``guardrails.max_drift=0.01``.
+    """
+    out: dict[str, object] = {}
+    for item in items:
+        field, sep, text = item.partition("=")
+        if not sep or not field:
+            return f"--set expects FIELD=VALUE items, got {item!r}"
+        value: object = text
+        if text.lower() == "none":  # e.g. lr_batch_norm=none: BatchNorm at lr, as the baselines
+            value = None
+        elif text.lower() in ("true", "false"):
+            value = text.lower() == "true"
+        else:
+            for kind in (int, float):
+                try:
+                    value = kind(text)
+                    break
+                except ValueError:
+                    continue
+        owner, dot, inner = field.partition(".")
+        if not dot:
+            out[field] = value
+            continue
+        if owner != "guardrails":
+            return f"--set: only guardrails.<field> is nested, got {field!r}"
+        try:
+            base = out.get("guardrails", Guardrails())
+            off = None if text.lower() == "none" else value
+            out["guardrails"] = dataclasses.replace(base, **{inner: off})  # type: ignore[arg-type]
+        except (TypeError, ValueError) as exc:
+            return f"--set {item!r}: {exc}"
+    return out
+
+
+def model_name(args: argparse.Namespace) -> str:
+    """The source model a run adapts, as its report names it."""
+    defaults = {"digits": "digits", "fmnist-c": "resnet26_gn", "imagenetc": "resnet50_gn"}
+    return args.model or defaults.get(args.dataset, "")
