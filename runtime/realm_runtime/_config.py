@@ -15,9 +15,8 @@ from typing import Any, Literal
 from ._guardrails import Guardrails
 from ._numbers import finite as _finite
 from ._numbers import integer as _integer
-from .methods import BY_NAME, Method, method_named
+from .methods import BY_NAME, REALM, Method, method_named
 
-MethodName = Literal["realm", "tent", "eata", "sar", "deyo"]
 Preset = Literal["cifar", "imagenet"]
 LossScale = Literal["one", "lambda"]
 
@@ -41,7 +40,7 @@ class RealmConfig:
     """
 
     num_classes: int  # C of the classifier; sets λ0 and e0 of the ImageNet-style presets
-    method: MethodName = "realm"  # which step: realm_runtime.methods, one file per method
+    method: str = REALM.name  # which step: a name of realm_runtime.methods, one file each
     lr: float = 0.005  # SGD learning rate of the normalisation affine parameters θ
     # SGD learning rate of BatchNorm's affine parameters (None: lr). Their running statistics
     # stay frozen and re-standardise nothing, so the same step moves the output more.
@@ -168,7 +167,7 @@ class RealmConfig:
 
     @classmethod
     def preset(
-        cls, name: Preset, *, num_classes: int, method: MethodName = "realm", **overrides: Any
+        cls, name: Preset, *, num_classes: int, method: str = REALM.name, **overrides: Any
     ) -> RealmConfig:
         """The paper's hyper-parameters (SPEC §4; REALM Sec. 4.1 and App. B).
 
@@ -177,8 +176,9 @@ class RealmConfig:
                 0.001, a fifth of ``lr``) or ``"imagenet"`` (momentum 0.9, C = λ, d = 0.05,
                 λ0 = 0.4·ln(num_classes), last block frozen).
             num_classes: number of classes of the classifier.
-            method: ``"realm"``, or a baseline (``"tent"``, ``"eata"``, ``"sar"``, ``"deyo"``)
-                on the same settings (the REALM paper runs all of them on SAR's, App. B).
+            method: a name of the method registry (``realm_runtime.methods.BY_NAME``):
+                REALM, or a baseline on the same settings (the REALM paper runs all of them
+                on SAR's, App. B).
             **overrides: any other field, applied after the preset.
 
         Returns:

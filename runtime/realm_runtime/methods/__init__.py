@@ -29,4 +29,24 @@ def method_named(name: str) -> Method:
         raise ValueError(f"method must be one of {tuple(BY_NAME)}, got {name!r}") from None
 
 
-__all__ = ["BY_NAME", "DEYO", "EATA", "REALM", "SAR", "TENT", "Method", "method_named"]
+def methods_costing(at_most: float) -> tuple[str, ...]:
+    """Names of the methods whose update costs at most ``at_most`` of Tent's, REALM last.
+
+    What a command shows by default where every method would cost too long: the demo's
+    columns, the speed bench's rows (``methods_costing(1)``: one forward and one backward).
+    """
+    cheap = [m.name for m in BY_NAME.values() if m.cost <= at_most]
+    return tuple(sorted(cheap, key=lambda name: name == REALM.name))
+
+
+__all__ = [
+    "BY_NAME",
+    "DEYO",
+    "EATA",
+    "REALM",
+    "SAR",
+    "TENT",
+    "Method",
+    "method_named",
+    "methods_costing",
+]

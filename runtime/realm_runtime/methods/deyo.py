@@ -32,6 +32,7 @@ DEYO = Method(
     entropy_share=0.5,  # DeYO's entropy filter; its weight's margin is 0.4·ln C
     legacy_training="DeYO's second forward, on a patch-shuffled copy of the sample, is not in "
     "the legacy training artifacts",
+    cost=1.5,  # a second forward, of the shuffled copy, on every sample it keeps
 )
 
 WEIGHT_MARGIN_SHARE = 0.8  # the weight's margin over the filter's: 0.4·ln C / 0.5·ln C

@@ -25,8 +25,9 @@ def add_speed_parser(bench: Any) -> None:
     speed.add_argument(
         "--methods",
         nargs="*",
-        default=["realm", "tent", "eata"],
-        help="methods of the per-method cost table (each exports its artifacts; none: skip)",
+        default=None,
+        help="methods of the per-method cost table (each exports its artifacts; none given: "
+        "skip; default: those whose update costs one forward and one backward)",
     )
     speed.add_argument(
         "--image-size", type=int, default=None, help="square input side instead of the model's"
@@ -58,6 +59,7 @@ def run_speed_command(args: argparse.Namespace) -> int:
     import json
 
     from realm_runtime import METHODS
+    from realm_runtime.methods import methods_costing
 
     from ..bench import bench_model, format_speed, machine_peak, plot_speed, rows_to_json
     from ..models import MODELS, known_model
@@ -70,6 +72,8 @@ def run_speed_command(args: argparse.Namespace) -> int:
     samples = args.samples or (5 if quick else 30)
     # 10 warm-up calls: the first runs of each session allocate and plan.
     warmup = args.warmup if args.warmup is not None else (2 if quick else 10)
+    if args.methods is None:
+        args.methods = list(methods_costing(1.0))
     unknown = [m for m in models if not known_model(m)]
     bad_methods = [m for m in args.methods if m not in METHODS]
     if unknown or bad_methods:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from realm_runtime import METHODS, PRESETS
+from realm_runtime.methods import REALM
 
 from ._common import export_extra_missing
 
@@ -40,7 +41,7 @@ def add_export_parser(sub: Any) -> None:
         help="classes of the classifier (default: 10 for digits, else 1000)",
     )
     p.add_argument("--preset", choices=PRESETS, default="cifar")
-    p.add_argument("--method", choices=METHODS, default="realm", help="the adaptation method")
+    p.add_argument("--method", choices=METHODS, default=REALM.name, help="the adaptation method")
     p.add_argument(
         "--input-shape",
         default=None,
