@@ -188,35 +188,13 @@ def _one_run(
 
         assert artifacts is not None
         rt = RealmRuntime(artifacts, threads=torch.get_num_threads())
-        preds = np.empty(len(x), dtype=np.int64)
-        alphas, lams = [], []
-        for i in range(len(x)):
-            preds[i] = rt.adapt(x[i : i + 1]).top1[0]
-            st = rt.state
-            alphas.append(float(st.alpha or 0.0))
-            lams.append(float(st.lam or 0.0))
-            if progress is not None:
-                progress(i + 1)
-        correct = preds == y
-        online = np.cumsum(correct) / np.arange(1, len(x) + 1) * 100
+        result = run_online(rt, x, y, progress=progress)
         after = _clean_accuracy(lambda xs: rt.predict(xs).argmax(1), clean)
-        return QualityRun(
-            row.key,
-            corruption,
-            severity,
-            seed,
-            float(correct.mean() * 100),
-            after,
-            rt.state.updates,
-            online.tolist(),
-            alphas,
-            lams,
-        )
-    model = copy.deepcopy(source)
-    if not row.adapts:
-        result = run_online(model, x, y, progress=progress)  # type: ignore[arg-type]
+    elif not row.adapts:
+        result = run_online(copy.deepcopy(source), x, y, progress=progress)
         after = source_clean
     else:
+        model = copy.deepcopy(source)
         cfg = RealmConfig.preset(preset, num_classes=num_classes, method=row.method)  # type: ignore[arg-type]
         adapter = RealmAdapter(model, cfg)
         result = run_online(adapter, x, y, progress=progress)  # type: ignore[arg-type]

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 from torch import nn
 
 from realm_runtime import Guardrails, RealmConfig
 from realm_runtime.contract import INTERVENTIONS
 from realm_sdk import RealmAdapter
+from realm_tools.bench import run_online
 from realm_tools.data import NO_LABEL, Stream
 
 from ..rows import ROWS, STREAMS_DEFAULT, row_named
@@ -98,20 +98,15 @@ def run_stream(
     )
     n = len(stream)
     every = max(1, n // TRACE_POINTS)
-    correct = np.zeros(n, dtype=bool)
     trace: dict[str, list[float]] = {k: [] for k in ("alpha", "lam", "drift", "update_rate")}
     trace_at: list[int] = []
     reset_at: list[int] = []
     resets = 0
-    for i in range(n):
-        x = torch.from_numpy(stream.sample(i))
-        if adapter is None:
-            with torch.no_grad():
-                top1 = int(model(x).argmax(1)[0])
-        else:
-            top1 = int(adapter.adapt(x).top1[0])
-        correct[i] = top1 == stream.labels[i]
-        if adapter is not None and ((i + 1) % every == 0 or i + 1 == n):
+
+    def on_step(done: int) -> None:
+        nonlocal resets
+        i = done - 1
+        if adapter is not None and (done % every == 0 or done == n):
             st = adapter.state  # a snapshot costs a pass over θ: taken at trace points only
             trace_at.append(i)
             trace["alpha"].append(float(st.alpha or 0.0))
@@ -121,8 +116,14 @@ def run_stream(
             if st.resets_recovery + st.resets_collapse != resets:
                 reset_at.append(i)  # at trace resolution
                 resets = st.resets_recovery + st.resets_collapse
-        if progress is not None and ((i + 1) % 64 == 0 or i + 1 == n):
-            progress(i + 1, n)
+        if progress is not None and (done % 64 == 0 or done == n):
+            progress(done, n)
+
+    subject = adapter if adapter is not None else model
+    result = run_online(
+        subject, _Samples(stream), stream.labels, on_step=on_step, alpha_lambda=False
+    )
+    correct = result.predictions == stream.labels
     labelled = stream.labels != NO_LABEL
     at = trace_at if adapter is not None else sorted({*range(every - 1, n, every), n - 1})
     window = _windowed(correct, labelled, at)
@@ -148,6 +149,19 @@ def run_stream(
         trace={**(trace if adapter is not None else {}), "accuracy": window},
         seconds=time.perf_counter() - started,
     )
+
+
+class _Samples:
+    """A stream as the online loop reads it: its samples, sliced into batches."""
+
+    def __init__(self, stream: Stream) -> None:
+        self._stream = stream
+
+    def __len__(self) -> int:
+        return len(self._stream)
+
+    def __getitem__(self, part: slice) -> np.ndarray:
+        return np.concatenate([self._stream.sample(i) for i in range(*part.indices(len(self)))])
 
 
 def _windowed(correct: np.ndarray, labelled: np.ndarray, at: Sequence[int]) -> list[float]:

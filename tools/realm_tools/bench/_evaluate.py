@@ -1,15 +1,28 @@
-"""Online evaluation: feed a labelled stream one batch at a time, score the predictions."""
+"""The online evaluation loop: a labelled stream one batch at a time, predictions scored.
+
+The one loop the demo and every accuracy benchmark run their streams through: a torch
+adapter, ``RealmRuntime`` or a frozen model, on an array of images or any sequence that
+slices into batches (a lazily read data set, a long-running stream).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import sys
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
-import torch
-from torch import nn
 
-from realm_sdk import RealmAdapter
+
+class _Adapting(Protocol):
+    """What the loop reads of an adapter: either twin (``RealmAdapter``, ``RealmRuntime``)."""
+
+    def adapt(self, x: Any) -> Any: ...
+
+    @property
+    def state(self) -> Any: ...
 
 
 @dataclass
@@ -22,44 +35,61 @@ class OnlineResult:
     updates: int  # optimizer steps applied
     alpha: list[float] = field(default_factory=list)  # α after each step (REALM)
     lam: list[float] = field(default_factory=list)  # λ after each step (REALM)
+    seconds: np.ndarray = field(default_factory=lambda: np.empty(0))  # (calls,) each call's time
 
 
 def run_online(
-    model_or_adapter: nn.Module | RealmAdapter,
-    images: np.ndarray,
+    subject: Any,
+    images: np.ndarray | Sequence[np.ndarray],
     labels: np.ndarray,
     *,
     batch_size: int = 1,
     progress: Callable[[int], None] | None = None,
+    on_step: Callable[[int], None] | None = None,
+    alpha_lambda: bool = True,
 ) -> OnlineResult:
     """Run a stream through an adapter (predict, then adapt) or a frozen model (no-adapt).
 
     Args:
-        model_or_adapter: a :class:`RealmAdapter` (adapts online) or a plain module.
-        images: ``(N, C, H, W)`` float32, already normalised, in stream order.
+        subject: an adapter, either twin (``RealmAdapter``, ``RealmRuntime``: anything with
+            ``adapt`` and ``state``), or a frozen model: a torch module, or a function from a
+            numpy batch to its logits.
+        images: ``(N, C, H, W)`` float32, already normalised, in stream order, or a sequence
+            whose slices are such batches.
         labels: ``(N,)`` integer labels, used for scoring only.
         batch_size: samples per call (the paper's protocol is 1).
         progress: called with the number of samples done after each batch.
+        on_step: called with the number of samples done after each call, before ``progress``
+            (a caller's own traces: the adapter's state is the step's).
+        alpha_lambda: read α and λ after each step (a snapshot of the adapter's state per
+            call; False where the caller takes its own, more sparsely).
 
     Returns:
         The figures of the run.
     """
-    adapter = model_or_adapter if isinstance(model_or_adapter, RealmAdapter) else None
-    preds = np.empty(len(images), dtype=np.int64)
+    adapter: _Adapting | None = subject if hasattr(subject, "adapt") else None
+    predict = None if adapter is not None else _frozen(subject)
+    n = len(images)
+    preds = np.empty(n, dtype=np.int64)
+    seconds = np.empty((n + batch_size - 1) // batch_size)
     alphas: list[float] = []
     lams: list[float] = []
-    for start in range(0, len(images), batch_size):
-        x = torch.from_numpy(np.ascontiguousarray(images[start : start + batch_size]))
+    for call, start in enumerate(range(0, n, batch_size)):
+        x = np.ascontiguousarray(images[start : start + batch_size])
+        began = time.perf_counter()
         if adapter is not None:
-            logits = adapter.adapt(x).logits
+            top1 = np.asarray(adapter.adapt(_as_input(adapter, x)).top1)
+        else:
+            top1 = predict(x)  # type: ignore[misc]
+        seconds[call] = time.perf_counter() - began
+        preds[start : start + len(x)] = top1
+        if adapter is not None and alpha_lambda:
             st = adapter.state
             if st.alpha is not None and st.lam is not None:
-                alphas.append(st.alpha)
-                lams.append(st.lam)
-        else:
-            with torch.no_grad():
-                logits = model_or_adapter.eval()(x)
-        preds[start : start + len(x)] = logits.argmax(dim=1).numpy()
+                alphas.append(float(st.alpha))
+                lams.append(float(st.lam))
+        if on_step is not None:
+            on_step(start + len(x))
         if progress is not None:
             progress(start + len(x))
     correct = preds == labels
@@ -71,4 +101,27 @@ def run_online(
         updates=adapter.state.updates if adapter is not None else 0,
         alpha=alphas,
         lam=lams,
+        seconds=seconds,
     )
+
+
+def _frozen(model: Any) -> Callable[[np.ndarray], np.ndarray]:
+    """A frozen model as ``batch -> predicted classes``, in eval mode and without gradients."""
+    torch = sys.modules.get("torch")  # a torch module exists only where torch is imported
+    if torch is None or not isinstance(model, torch.nn.Module):
+        return lambda x: np.asarray(model(x)).argmax(1)
+    model.eval()
+
+    def predict(x: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return model(torch.from_numpy(x)).argmax(1).numpy()
+
+    return predict
+
+
+def _as_input(adapter: Any, x: np.ndarray) -> Any:
+    """The batch as the adapter takes it: a torch tensor for the torch twin, else numpy."""
+    sdk = sys.modules.get("realm_sdk")  # looked up, not imported: the runtime needs no torch
+    if sdk is not None and isinstance(adapter, sdk.RealmAdapter):
+        return sys.modules["torch"].from_numpy(x)
+    return x

@@ -237,29 +237,17 @@ def run_runtime_demo(
 
     base = run_online(source, x, y).accuracy * 100
     rt = RealmRuntime(artifacts, threads=threads)
-    preds = np.empty(len(x), dtype=np.int64)
-    times = np.empty(len(x))
-    for i in range(len(x)):
-        start = time.perf_counter()
-        preds[i] = rt.adapt(x[i : i + 1]).top1[0]
-        times[i] = time.perf_counter() - start
-        if progress is not None:
-            progress(i + 1)
+    on_runtime = run_online(rt, x, y, progress=progress, alpha_lambda=False)
     adapter = RealmAdapter(copy.deepcopy(source), cfg)
-    sdk_times = np.empty(len(x))
-    sdk_preds = np.empty(len(x), dtype=np.int64)
-    for i in range(len(x)):
-        xi = torch.from_numpy(x[i : i + 1])
-        start = time.perf_counter()
-        sdk_preds[i] = int(adapter.adapt(xi).top1[0])
-        sdk_times[i] = time.perf_counter() - start
+    on_sdk = run_online(adapter, x, y, alpha_lambda=False)
+    times, sdk_times = on_runtime.seconds, on_sdk.seconds
     return RuntimeDemo(
         artifacts=str(artifacts),
         stream_file=str(stream_file),
         corruption=corruption,
         source=base,
-        sdk=float((sdk_preds == y).mean() * 100),
-        runtime=float((preds == y).mean() * 100),
+        sdk=on_sdk.accuracy * 100,
+        runtime=on_runtime.accuracy * 100,
         runtime_updates=rt.state.updates,
         sdk_updates=adapter.state.updates,
         export_seconds=info.seconds,
