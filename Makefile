@@ -116,8 +116,8 @@ clean:
 	rm -rf $(VENV) .venv-runtime $(VENV_CURRENT) build dist *.egg-info .pytest_cache .ruff_cache $(CLIENT)/node_modules $(WEB)/node_modules $(NODE_APP)/node_modules
 
 # The Fashion-MNIST-C tables of docs/fmnist.md, every one by this one command. Hours on two
-# cores (docs/fmnist.md says how many); each run is kept as it finishes in OUT/runs.jsonl,
-# so the same command started again goes on where it stopped and redoes nothing.
+# cores (docs/fmnist.md says how many); each run is kept as it finishes in runs.jsonl under
+# lab/runs/ (the place of OUT under docs/), so the same command started again goes on where it stopped and redoes nothing.
 FMNIST_MODELS ?= resnet26_gn mobilenetv3_bn vit_ln
 FMNIST_SEEDS  ?= 0 1 2
 FMNIST_BENCH   = $(BIN)/realm-lab bench quality --dataset fmnist-c --jobs 2

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+from pathlib import Path
 
 from realm_runtime import Guardrails
 
@@ -50,3 +52,22 @@ def model_name(args: argparse.Namespace) -> str:
     """The source model a run adapts, as its report names it."""
     defaults = {"digits": "digits", "fmnist-c": "resnet26_gn", "imagenetc": "resnet50_gn"}
     return args.model or defaults.get(args.dataset, "")
+
+
+# The repository the lab lives in: docs/ for tables and plots, lab/runs/ for what made them.
+_REPO = Path(__file__).resolve().parents[3]
+RUNS_HOME = _REPO / "lab" / "runs"
+
+
+def runs_folder(out: str | os.PathLike[str]) -> Path:
+    """Where a bench keeps its runs (run logs, finished rows, JSON) beside ``--out``'s tables.
+
+    Tables and plots written under the repository's ``docs/`` keep their runs in the same
+    place under ``lab/runs/`` (docs holds prose, tables and plots; the runs live with the
+    lab), so the same command resumes them; anywhere else, in ``out`` itself.
+    """
+    target = Path(out).resolve()
+    docs = _REPO / "docs"
+    if target == docs or docs in target.parents:
+        return RUNS_HOME / target.relative_to(docs)
+    return Path(out)

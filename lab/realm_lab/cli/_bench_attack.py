@@ -11,7 +11,7 @@ from typing import Any
 from realm_runtime import Guardrails, cpu_name
 from realm_tools.cli import run_header, write_atomic
 
-from ._args import parse_overrides
+from ._args import parse_overrides, runs_folder
 
 DEFAULT_BOUNDS = [0.0025, 0.005, 0.01, 0.02, 0.05]  # the default max_drift (0.02) inside
 
@@ -127,7 +127,9 @@ def run_attack_command(args: argparse.Namespace) -> int:
                 )
                 write_atomic(out / "worst_case.md", header + text)
                 meta = {"cpu": cpu_name(), "threads": torch.get_num_threads(), "counts": counts}
-                write_atomic(out / "worst_case.json", worst_case_to_json(curves, settings, meta))
+                write_atomic(
+                    runs_folder(out) / "worst_case.json", worst_case_to_json(curves, settings, meta)
+                )
     if args.out:
         plot_worst_case(
             curves, Path(args.out) / "worst_case.png", "Lowest clean accuracy inside the bound"
@@ -219,7 +221,9 @@ def _run_frames(args: argparse.Namespace) -> int:
                     "seed": args.seed,
                     "guardrails": dataclasses.asdict(guardrails or Guardrails()),
                 }
-                write_atomic(out / "frames.json", frame_attacks_to_json(rows, settings, meta))
+                write_atomic(
+                    runs_folder(out) / "frames.json", frame_attacks_to_json(rows, settings, meta)
+                )
     if args.out:
         plot_frame_attacks(rows, Path(args.out) / "frames.png")
     print(text)

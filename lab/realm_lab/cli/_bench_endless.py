@@ -11,6 +11,7 @@ from realm_runtime import cpu_name
 from realm_tools.cli import run_header, write_atomic
 
 from ..rows import ENDLESS_DEFAULT
+from ._args import runs_folder
 
 
 def add_endless_arguments(quality: Any) -> None:
@@ -95,7 +96,7 @@ def run_endless(
             jobs=args.jobs,
             data_dir=args.data_root,
             split=args.split,
-            keep=out / "rows",  # a stopped run keeps its finished rows for the next
+            keep=runs_folder(out) / "rows",  # a stopped run keeps its finished rows for the next
             overrides=overrides,
             progress=not args.no_progress,
         )
@@ -119,7 +120,7 @@ def run_endless(
     model = f" {args.model}" if args.model else ""  # the plot names what ran, as ccc.md does
     variant = f"; REALM {' '.join(args.overrides)}" if args.overrides else ""
     write_atomic(out / "ccc.md", header + f"CPU: {cpu_name()}, one thread per row\n\n" + text)
-    write_atomic(out / "ccc.json", endless_to_json(cal, rows, meta))
+    write_atomic(runs_folder(out) / "ccc.json", endless_to_json(cal, rows, meta))
     plot_endless(
         rows,
         args.window,
@@ -127,5 +128,5 @@ def run_endless(
         f"{args.dataset}{model}: {rows[0].samples:,} samples of changing corruptions "
         f"(seed {seed}){variant}",
     )
-    print(f"written: {out / 'ccc.md'}, {out / 'ccc.json'}, {out / 'ccc.png'}")
+    print(f"written: {out / 'ccc.md'}, {runs_folder(out) / 'ccc.json'}, {out / 'ccc.png'}")
     return 0

@@ -12,7 +12,7 @@ from realm_tools.cli import progress_factory, run_header, write_atomic
 from realm_tools.data import SETTINGS as SETTINGS_CHOICES
 
 from ..rows import ENDLESS_DEFAULT, QUALITY_DEFAULT, ROWS, STREAMS_DEFAULT
-from ._args import model_name, parse_overrides
+from ._args import model_name, parse_overrides, runs_folder
 from ._bench_endless import add_endless_arguments, run_endless
 from ._bench_streams import RUN_LOG, bench_streams_command
 
@@ -324,14 +324,15 @@ def run_quality_command(args: argparse.Namespace) -> int:
             weights=args.weights,
             random_init=args.random_init,
         )
-    write_atomic(out / "quality.json", runs_to_json(runs, settings))
+    runs_dir = runs_folder(out)
+    write_atomic(runs_dir / "quality.json", runs_to_json(runs, settings))
     write_atomic(
         out / "quality.md",
         run_header("Quality: online accuracy (%)", sys.argv, program="realm-lab") + table + "\n",
     )
     plots = plot_quality(runs, out)
     print(
-        f"written: {out / 'quality.md'}, {out / 'quality.json'}, "
+        f"written: {out / 'quality.md'}, {runs_dir / 'quality.json'}, "
         + ", ".join(str(p) for p in plots)
     )
     return 0

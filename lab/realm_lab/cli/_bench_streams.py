@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from realm_runtime import Guardrails
 from realm_tools.cli import progress_factory, run_header, write_atomic
 
-from ._args import model_name, parse_overrides
+from ._args import model_name, parse_overrides, runs_folder
 
 if TYPE_CHECKING:
     from torch import nn
@@ -75,7 +75,7 @@ def bench_streams_command(
         limit=args.limit,
     )
     preset = args.preset or ("imagenet" if args.dataset == "imagenetc" else "cifar")
-    out = Path(args.out)
+    out, runs_dir = Path(args.out), runs_folder(args.out)
     try:
         fingerprint = streams_fingerprint(
             dataset,
@@ -88,7 +88,7 @@ def bench_streams_command(
     except (TypeError, ValueError) as exc:
         print(f"--set: {exc}", file=sys.stderr)
         return 2
-    log_path = out / RUN_LOG
+    log_path = runs_dir / RUN_LOG
     if args.fresh:
         log_path.unlink(missing_ok=True)
     try:
@@ -154,7 +154,7 @@ def bench_streams_command(
         "source_sha256": fingerprint["source_sha256"],
         "cpus": sorted(set(log.cpus.values())),  # more than one where a stopped run went on
     }
-    write_atomic(out / "streams.json", streams_to_json(runs, record))
+    write_atomic(runs_dir / "streams.json", streams_to_json(runs, record))
     write_atomic(
         out / "streams.md",
         run_header(
@@ -168,5 +168,5 @@ def bench_streams_command(
     plots = plot_streams(runs, out)
     example = plot_examples(dataset, corruptions, args.severity, out)
     plots += [example] if example is not None else []
-    print(f"written: {out / 'streams.md'}, {out / 'streams.json'}, {len(plots)} plots")
+    print(f"written: {out / 'streams.md'}, {runs_dir / 'streams.json'}, {len(plots)} plots")
     return 0
