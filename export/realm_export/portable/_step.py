@@ -78,7 +78,8 @@ from realm_sdk.methods import StepInputs, torch_form
 from .._errors import UnsupportedModelError
 from .._onnx_builder import GraphBuilder
 from .._trace import count_ops, trace
-from ._to_onnx import check_portable, to_onnx
+from ._checks import check_portable
+from ._to_onnx import to_onnx
 
 log = logging.getLogger(__name__)
 
