@@ -19,7 +19,13 @@ import json
 from typing import Any
 
 from . import _names
-from ._adaptation import AdaptationState, OnlineAdaptation
+from ._adaptation import (
+    SAR_LOSS_BETA,
+    WATCH_BETA,
+    WATCH_WINDOW,
+    AdaptationState,
+    OnlineAdaptation,
+)
 from ._checkpoint import StateArrays, load_state, read_state, save_state, write_state
 from ._graph_state import fresh_watch_tensors
 from ._inputs import check_input_shape, input_dtype_error, input_nonfinite_error, input_type_error
@@ -302,6 +308,7 @@ __all__ = [
     "RELAX_NAME",
     "SAMPLE_WEIGHT_NAME",
     "SAM_RHO_NAME",
+    "SAR_LOSS_BETA",
     "SEEN_NAME",
     "SETTINGS_NAME",
     "SHARED_WEIGHTS",
@@ -322,7 +329,9 @@ __all__ = [
     "STEP_MODEL_KEY",
     "TRAINING_MODEL",
     "VELOCITY_NAME",
+    "WATCH_BETA",
     "WATCH_NAME",
+    "WATCH_WINDOW",
     "WEIGHTS_KEY",
     "AdaptationState",
     "InputSpec",
