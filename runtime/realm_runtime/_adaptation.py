@@ -40,6 +40,7 @@ from ._names import (
     REASON_NONFINITE,
     REASON_UPDATED,
 )
+from ._step import entropy, log_softmax
 
 ArrayT = TypeVar("ArrayT")  # torch.Tensor in the SDK, np.ndarray in the runtime
 ResultT = TypeVar("ResultT")  # each twin's AdaptResult
@@ -97,10 +98,7 @@ class Watch:
     def see(self, logits: np.ndarray) -> None:
         """Take one batch's finite logits, sample by sample."""
         z = logits.astype(np.float64)
-        z = z - z.max(axis=1, keepdims=True)
-        log_p = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-        p = np.exp(log_p)
-        for probs, h in zip(p, -(p * log_p).sum(axis=1), strict=True):
+        for probs, h in zip(np.exp(log_softmax(z)), entropy(z), strict=True):
             self.entropy_ema = _ema(self.entropy_ema, float(h))
             self.marginal = (
                 probs.copy()

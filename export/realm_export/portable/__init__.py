@@ -1,10 +1,10 @@
 """The portable pipeline: the step, forward, decide and adapt graphs in standard ONNX (SPEC §11).
 
 Traced once from torch (``_step``) and written as ONNX by torch.onnx's translator
-(``_to_onnx``, checked by ``_checks``); the forward, adapt and decide graphs derived by graph surgery (``_step``,
-``_adapt``, ``_decide``), validated against the PyTorch reference (``_validate_adapt``) and
-written with the manifest (``_write``). The onnxruntime-training artifacts are
-``realm_export.legacy``, beside this.
+(``_to_onnx``, checked by ``_checks``); the forward, adapt and decide graphs derived by graph
+surgery (``_step``, ``_adapt``, ``_decide``), validated against the PyTorch reference
+(``_validate_adapt``) and written with the manifest (``_write``). The onnxruntime-training
+artifacts are ``realm_export.legacy``, beside this.
 """
 
 from ._checks import check_written
