@@ -26,7 +26,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from ._errors import UnsupportedModelError
 from ._layers import traceable_layers
-from ._trace_rewrites import aten, restride_, rewrite_backward_ops
+from ._rewrites import aten, restride_, rewrite_backward_ops
 
 
 def _threshold_backward(grad: Tensor, value: Tensor, threshold: float) -> Tensor:

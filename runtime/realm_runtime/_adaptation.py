@@ -40,6 +40,7 @@ from ._names import (
     REASON_NONFINITE,
     REASON_UPDATED,
 )
+from ._step import entropy, log_softmax
 
 ArrayT = TypeVar("ArrayT")  # torch.Tensor in the SDK, np.ndarray in the runtime
 ResultT = TypeVar("ResultT")  # each twin's AdaptResult
@@ -75,10 +76,14 @@ class AdaptationState:
     loss_ema: float | None  # SAR: EMA of its second-pass loss since the last reset
 
 
-WATCH_WINDOW = 100  # samples the watch EMAs average over: a scene, not a frame
-_WATCH_BETA = 1 - 1 / WATCH_WINDOW
+# The watch's constants, which the adapt graph (realm_export) writes as its own: one source.
+# WATCH_WINDOW: the samples the watch EMAs average over (a scene, not a frame), and those the
+# collapse guard waits for after a reset.
+WATCH_WINDOW = 100
+WATCH_BETA = 1 - 1 / WATCH_WINDOW  # the watch EMAs' coefficient
+SAR_LOSS_BETA = 0.9  # SAR's EMA coefficient of its second-pass loss (its model recovery)
 # The update rate's EMA in float32, as the adapt graph computes it: the drift bound reads it.
-_RATE_BETA, _RATE_NEW = np.float32(_WATCH_BETA), np.float32(1 - _WATCH_BETA)
+_RATE_BETA, _RATE_NEW = np.float32(WATCH_BETA), np.float32(1 - WATCH_BETA)
 
 
 @dataclass
@@ -93,15 +98,12 @@ class Watch:
     def see(self, logits: np.ndarray) -> None:
         """Take one batch's finite logits, sample by sample."""
         z = logits.astype(np.float64)
-        z = z - z.max(axis=1, keepdims=True)
-        log_p = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-        p = np.exp(log_p)
-        for probs, h in zip(p, -(p * log_p).sum(axis=1), strict=True):
+        for probs, h in zip(np.exp(log_softmax(z)), entropy(z), strict=True):
             self.entropy_ema = _ema(self.entropy_ema, float(h))
             self.marginal = (
                 probs.copy()
                 if self.marginal is None
-                else (_WATCH_BETA * self.marginal + (1 - _WATCH_BETA) * probs)
+                else (WATCH_BETA * self.marginal + (1 - WATCH_BETA) * probs)
             )
             self.seen += 1
 
@@ -119,7 +121,7 @@ class Watch:
 
 
 def _ema(old: float | None, new: float) -> float:
-    return new if old is None else _WATCH_BETA * old + (1 - _WATCH_BETA) * new
+    return new if old is None else WATCH_BETA * old + (1 - WATCH_BETA) * new
 
 
 class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
@@ -378,7 +380,7 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
 
         A low loss EMA means the model has become confidently wrong (SAR's collapse sign).
         """
-        beta = 0.9  # SAR's EMA coefficient of the second-pass loss
+        beta = SAR_LOSS_BETA
         ema = loss if self._loss_ema is None else beta * self._loss_ema + (1 - beta) * loss
         self._loss_ema = ema
         if ema < float(np.float32(self.config.recovery_loss)):  # the graph's float32 setting

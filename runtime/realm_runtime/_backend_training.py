@@ -107,7 +107,7 @@ class TrainingBackend(StepBackend):
         if eata and eata_factor is None:
             # Batch 1, trained with w = 1 before the decision: EATA's weight is a constant of
             # the step (no gradient through it), so it scales the loss and the gradients.
-            scale = F32(np.exp(-(entropy(logits)[0] - F32(self._config.e0))))
+            scale = F32(np.exp(-(entropy(logits).astype(F32)[0] - F32(self._config.e0))))
             grads = {n: (g * scale).astype(F32) for n, g in grads.items()}
             loss *= float(scale)
         finite = bool(np.isfinite(loss)) and all(np.isfinite(g).all() for g in grads.values())

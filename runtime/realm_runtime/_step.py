@@ -25,11 +25,19 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return (e / e.sum(axis=1, keepdims=True)).astype(F32)
 
 
-def entropy(logits: np.ndarray) -> np.ndarray:
-    """``(B,)`` entropies (nats) from log-softmax, as the SDK and the graph compute them."""
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """``(B, C)`` log-probabilities of each row, in the logits' dtype, from the shifted logits."""
     shifted = logits - logits.max(axis=1, keepdims=True)
-    log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-    return (-(np.exp(log_p) * log_p).sum(axis=1)).astype(F32)
+    return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+
+
+def entropy(logits: np.ndarray) -> np.ndarray:
+    """``(B,)`` entropies (nats) in the logits' dtype, as the SDK and the graphs compute them.
+
+    From :func:`log_softmax`, so that confident predictions do not produce ``0·log 0``.
+    """
+    log_p = log_softmax(logits)
+    return -(np.exp(log_p) * log_p).sum(axis=1)
 
 
 def cosine_to(probs: np.ndarray, ema: np.ndarray) -> np.ndarray:
@@ -64,7 +72,7 @@ def select(logits: np.ndarray, ema: np.ndarray | None, config: RealmConfig) -> S
     keep = np.ones(batch, dtype=bool)
     uncertain = 0
     rules = config.rules
-    h = entropy(logits) if rules.entropy_cut or rules.entropy_weight else None
+    h = entropy(logits).astype(F32) if rules.entropy_cut or rules.entropy_weight else None
     if h is not None and rules.entropy_cut:
         keep = h < F32(config.e0)
         uncertain = int((~keep).sum())

@@ -7,8 +7,8 @@ the packages above import from here and never from ``realm_runtime._…``. Torch
 the rest of the package. Other languages read the same names from :func:`contract_json`
 (``clients/js/contract.json``; ``contract.js`` is :func:`contract_module`), both written by
 ``python dev/write_contract.py``. The twins (``realm_sdk.RealmAdapter`` and
-``RealmRuntime``) also share their step's bookkeeping (:class:`OnlineAdaptation`) and their
-input checks' rules and wording from here.
+``RealmRuntime``) also share their step's bookkeeping (:class:`OnlineAdaptation`), their
+input checks' rules and wording and the entropy's numpy form (:func:`entropy`) from here.
 
     >>> from realm_runtime.contract import STEP_MODEL, PARAMS_NAME, StateArrays, save_state
 """
@@ -19,7 +19,13 @@ import json
 from typing import Any
 
 from . import _names
-from ._adaptation import AdaptationState, OnlineAdaptation
+from ._adaptation import (
+    SAR_LOSS_BETA,
+    WATCH_BETA,
+    WATCH_WINDOW,
+    AdaptationState,
+    OnlineAdaptation,
+)
 from ._checkpoint import StateArrays, load_state, read_state, save_state, write_state
 from ._graph_state import fresh_watch_tensors
 from ._inputs import check_input_shape, input_dtype_error, input_nonfinite_error, input_type_error
@@ -154,6 +160,7 @@ from ._names import (
     WEIGHTS_KEY,
 )
 from ._portable_io import TensorSlot, adapt_settings, method_input, next_name, step_settings
+from ._step import entropy
 
 
 def contract_values() -> dict[str, Any]:
@@ -302,6 +309,7 @@ __all__ = [
     "RELAX_NAME",
     "SAMPLE_WEIGHT_NAME",
     "SAM_RHO_NAME",
+    "SAR_LOSS_BETA",
     "SEEN_NAME",
     "SETTINGS_NAME",
     "SHARED_WEIGHTS",
@@ -322,7 +330,9 @@ __all__ = [
     "STEP_MODEL_KEY",
     "TRAINING_MODEL",
     "VELOCITY_NAME",
+    "WATCH_BETA",
     "WATCH_NAME",
+    "WATCH_WINDOW",
     "WEIGHTS_KEY",
     "AdaptationState",
     "InputSpec",
@@ -335,6 +345,7 @@ __all__ = [
     "contract_json",
     "contract_module",
     "contract_values",
+    "entropy",
     "fresh_watch_tensors",
     "input_dtype_error",
     "input_nonfinite_error",

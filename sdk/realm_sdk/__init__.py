@@ -35,6 +35,7 @@ from ._params import (
     select_trainable,
     stage_count,
 )
+from ._update import FlatUpdate
 from .methods import eata_loss, robust_loss
 
 __version__ = "0.1.0"
@@ -45,6 +46,7 @@ __all__ = [
     "LAMBDA_MIN",
     "AdaptResult",
     "AdaptationState",
+    "FlatUpdate",
     "Guardrails",
     "RealmAdapter",
     "RealmConfig",

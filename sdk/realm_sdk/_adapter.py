@@ -12,13 +12,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from realm_runtime import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmConfig
+from realm_runtime import RealmConfig
 from realm_runtime.contract import OnlineAdaptation, StateArrays, method_input
 
 from ._batch_norm import contiguous_batch_norms
 from ._inputs import check_input, infer_sample_shape
 from ._loss import entropy
 from ._params import batch_norm_names, select_trainable
+from ._update import FlatUpdate
 from .methods import StepInputs, torch_form
 
 
@@ -115,7 +116,9 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
         self._sample_shape = (
             tuple(input_shape) if input_shape is not None else infer_sample_shape(model)
         )
+        self._like: dict[str, Any] = {"dtype": self._dtype, "device": self._device}
         self._source = {n: p.detach().clone() for n, p in self._params.items()}
+        self._update: tuple[RealmConfig, FlatUpdate, dict[str, Tensor]] | None = None
         super().__init__()
 
     # ------------------------------------------------------------------ public API
@@ -209,7 +212,7 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
 
     def _accept(self, candidate: _Candidate, sel: _Selection) -> None:
         cfg = self.config
-        self._sgd_momentum(candidate.grads)
+        self._apply_update(candidate.grads)
         mean_p = sel.probs[sel.keep].mean(dim=0)
         self._ema = (
             mean_p
@@ -304,36 +307,51 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
             )
 
     @torch.no_grad()
-    def _sgd_momentum(self, grads: tuple[Tensor, ...]) -> None:
-        # PyTorch SGD, dampening 0, no Nesterov, no weight decay: v ← μ·v + g; w ← w − lr·v.
-        # Zero-initialised buffers give v = g on the first step, as PyTorch's lazy buffers do.
-        # The runtime's twin: _step.sgd_momentum (numpy) or the portable step graph.
-        cfg = self.config
-        mu = cfg.momentum
-        rates = self.learning_rates
-        for (n, p), g in zip(self._params.items(), grads, strict=False):
-            v = self._momentum[n]
-            v.mul_(mu).add_(g)
-            p.sub_(rates[n] * v)
-        if cfg.rules.learns_alpha_lambda:
-            g_alpha, g_lam = grads[-2], grads[-1]
-            self._alpha_momentum = mu * self._alpha_momentum + g_alpha
-            self._lam_momentum = mu * self._lam_momentum + g_lam
-            self._alpha = (self._alpha - cfg.lr_alpha_lambda * self._alpha_momentum).clamp(
-                ALPHA_MIN, ALPHA_MAX
-            )
-            self._lam = (self._lam - cfg.lr_alpha_lambda * self._lam_momentum).clamp(min=LAMBDA_MIN)
-        self._relax_and_anchor()
+    def _apply_update(self, grads: tuple[Tensor, ...]) -> None:
+        # FlatUpdate: the traced step graph's update, the same code (θ's share fused, as
+        # the eager reference rounds it). The runtime's numpy twin: _step.sgd_momentum,
+        # project_alpha/project_lambda and relax_and_anchor.
+        realm = self.config.rules.learns_alpha_lambda
+        update, settings = self._flat_update()
+        learned = (self._alpha, self._lam) if realm else ()
+        learned_momentum = (self._alpha_momentum, self._lam_momentum) if realm else ()
+        values, velocity = update.step(
+            update.flatten([*self._params.values(), *learned]),
+            update.flatten([*self._momentum.values(), *learned_momentum]),
+            update.flatten(grads),
+            **settings,
+            fused_anchor=True,
+        )
+        new_values, new_velocity = update.unflatten(values), update.unflatten(velocity)
+        for (n, p), value, v in zip(self._params.items(), new_values, new_velocity, strict=False):
+            p.copy_(value)
+            self._momentum[n] = v
+        if realm:
+            self._alpha, self._lam = new_values[-2], new_values[-1]
+            self._alpha_momentum, self._lam_momentum = new_velocity[-2], new_velocity[-1]
 
-    @torch.no_grad()
-    def _relax_and_anchor(self) -> None:
-        # SPEC §10: each value gives back a share κ of its way from where it started,
-        # v ← v − κ·(v − v0); within the projection bounds, as v and v0 both are.
-        guard = self.config.guard
-        if guard.anchor is not None:  # lerp(θ, θ0, κ) = θ − κ(θ − θ0), fused over tensors
-            params = list(self._params.values())
-            torch._foreach_lerp_(params, [self._source[n] for n in self._params], guard.anchor)
-        if guard.relax is not None and self.config.rules.learns_alpha_lambda:
-            cfg = self.config
-            self._alpha = self._alpha - guard.relax * (self._alpha - cfg.alpha0)
-            self._lam = self._lam - guard.relax * (self._lam - cfg.lambda0)
+    def _flat_update(self) -> tuple[FlatUpdate, dict[str, Tensor]]:
+        """The update of this model and configuration and its settings, built on first use."""
+        cfg = self.config
+        if self._update is None or self._update[0] is not cfg:
+            realm = cfg.rules.learns_alpha_lambda
+
+            def setting(value: float | None) -> Tensor:  # None (off) gives back nothing: 0
+                return torch.tensor(0.0 if value is None else value, **self._like)
+
+            learned = (setting(cfg.alpha0), setting(cfg.lambda0)) if realm else ()
+            batch_norm = [n in self._batch_norm for n in self._params] + [False] * len(learned)
+            update = FlatUpdate(
+                [*self._source.values(), *learned], batch_norm, learns_alpha_lambda=realm
+            )
+            settings = {
+                "lr": setting(cfg.lr),
+                "lr_alpha_lambda": setting(cfg.lr_alpha_lambda),
+                "lr_batch_norm": setting(cfg.lr_batch_norm),  # None: 0, which steps at lr
+                "momentum": setting(cfg.momentum),
+                "anchor": setting(cfg.guard.anchor),
+                "relax": setting(cfg.guard.relax),
+            }
+            self._update = (cfg, update, settings)
+        _, update, settings = self._update
+        return update, settings

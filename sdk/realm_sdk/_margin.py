@@ -12,6 +12,8 @@ import math
 import numpy as np
 import torch
 
+from realm_runtime.contract import entropy
+
 from ._adapter import RealmAdapter
 from .methods import torch_form
 
@@ -45,9 +47,7 @@ def decision_margin(adapter: RealmAdapter, x: np.ndarray) -> tuple[float, np.nda
     logits = adapter.predict(x_ref).detach().cpu().numpy().astype(np.float64)
     margin = math.inf
     if cfg.rules.entropy_cut:
-        shifted = logits - logits.max(axis=1, keepdims=True)
-        log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-        h = -(np.exp(log_p) * log_p).sum(axis=1)
+        h = entropy(logits)  # in float64, as the logits are here
         margin = min(margin, float(np.abs(h - cfg.e0).min()))
 
     def predict(inputs: torch.Tensor) -> np.ndarray:

@@ -10,6 +10,7 @@ from realm_runtime.contract import ALPHA_NAME, LAMBDA_NAME, LOSS_NAME, SAMPLE_WE
 from realm_sdk import RealmConfig
 
 from .._onnx_builder import GraphBuilder
+from .._onnx_entropy import entropy_nodes
 from ..methods import ONNX_LOSSES
 
 
@@ -36,7 +37,7 @@ def append_loss(proto: onnx.ModelProto, config: RealmConfig) -> onnx.ModelProto:
         b.initializer(ALPHA_NAME, config.alpha0)
         b.initializer(LAMBDA_NAME, config.lambda0)
     axis, one = b.const("axis1", [1], np.int64), b.const("one", 1.0)
-    h = _entropy(b, graph.output[0].name, axis)
+    h = entropy_nodes(b, graph.output[0].name, axis, prefix="realm.").entropy
     # Without an ONNX form, L is the entropy itself (EATA's weight arrives through w).
     nodes = ONNX_LOSSES.get(config.method)
     per_sample = nodes(b, h, one, config) if nodes is not None else h
@@ -46,15 +47,6 @@ def append_loss(proto: onnx.ModelProto, config: RealmConfig) -> onnx.ModelProto:
     _loss_io(graph)
     onnx.checker.check_model(model)
     return model
-
-
-def _entropy(b: GraphBuilder, logits: str, axis: str) -> str:
-    """Nodes of ``H = −Σ_c p_c log p_c`` per sample, from LogSoftmax; returns H (B,)."""
-    log_p = b.op("LogSoftmax", [logits], "realm.log_p", axis=1)  # (B, C)
-    p = b.op("Exp", [log_p], "realm.p")
-    p_log_p = b.op("Mul", [p, log_p], "realm.p_log_p")
-    neg_h = b.op("ReduceSum", [p_log_p, axis], "realm.neg_h", keepdims=0)
-    return b.op("Neg", [neg_h], "realm.entropy")
 
 
 def _loss_io(graph: onnx.GraphProto) -> None:

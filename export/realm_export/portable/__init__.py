@@ -1,14 +1,16 @@
 """The portable pipeline: the step, forward, decide and adapt graphs in standard ONNX (SPEC §11).
 
 Traced once from torch (``_step``) and written as ONNX by torch.onnx's translator
-(``_to_onnx``); the forward, adapt and decide graphs derived by graph surgery (``_step``,
-``_adapt``, ``_decide``), validated against the PyTorch reference (``_validate_adapt``) and
-written with the manifest (``_write``). The onnxruntime-training artifacts are
-``realm_export.legacy``, beside this.
+(``_to_onnx``, checked by ``_checks``); the forward, adapt and decide graphs derived by graph
+surgery (``_step``, ``_adapt``, ``_decide``), validated against the PyTorch reference
+(``_validate_adapt``) and written with the manifest (``_write``). The onnxruntime-training
+artifacts are ``realm_export.legacy``, beside this.
 """
 
+from ._checks import check_written
+from ._functionalize import functionalize_in_place
 from ._step import PortableGraphs, build_portable_graphs, forward_of
-from ._to_onnx import check_written, functionalize_in_place, to_onnx
+from ._to_onnx import to_onnx
 from ._write import write_portable
 
 __all__ = [

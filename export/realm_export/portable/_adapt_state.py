@@ -38,7 +38,9 @@ from realm_runtime.contract import (
     SEEN_NAME,
     SETTINGS_NAME,
     VELOCITY_NAME,
+    WATCH_BETA,
     WATCH_NAME,
+    WATCH_WINDOW,
     adapt_settings,
     fresh_watch_tensors,
     next_name,
@@ -55,9 +57,6 @@ from ._adapt_builder import (
     stack,
     value_info,
 )
-
-WATCH_BETA = 0.99  # the twins' watch EMAs: about the last 100 samples (realm_runtime.Watch)
-WATCH_WINDOW = 100  # samples seen before the collapse guard may act
 
 
 @dataclass(frozen=True)

@@ -39,14 +39,13 @@ from realm_runtime.contract import (
     REASON_NONFINITE,
     REASON_UPDATED,
     RECOVERY_LOSS_NAME,
+    SAR_LOSS_BETA,
     VELOCITY_NAME,
 )
 
 from .._onnx_builder import GraphBuilder
 from ._adapt_builder import AdaptBuilder, DriftNorm, ema_of, read_figure, read_flag, renamed
 from ._decide import decide_model
-
-SAR_LOSS_BETA = 0.9  # SAR's EMA coefficient of its second-pass loss
 
 
 def step_branch(

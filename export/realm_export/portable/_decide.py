@@ -16,6 +16,7 @@ from onnx import TensorProto, helper
 from realm_runtime import RealmConfig
 
 from .._onnx_builder import GraphBuilder
+from .._onnx_entropy import entropy_nodes
 
 DECIDE_OPSET = 18  # the portable graphs' opset: the adapt graph inlines this one
 
@@ -31,7 +32,10 @@ def decide_model(config: RealmConfig, ir_version: int) -> onnx.ModelProto:
     """
     b = GraphBuilder()
     _constants(b, config)
-    probs, entropy = _softmax_entropy(b)
+    # As the runtime's numpy computes them: from the shifted logits.
+    nodes = entropy_nodes(b, "logits", "axis1", shifted=True)
+    probs, entropy = nodes.probs, nodes.entropy
+    assert probs is not None  # the shifted form writes the softmax
     cosine = _cosine_to_ema(b, probs)
     keep = _finite(b)
     if config.rules.diversity:
@@ -63,24 +67,6 @@ def _constants(b: GraphBuilder, config: RealmConfig) -> None:
         b.const("margin", config.diversity_margin)
     if config.rules.entropy_cut:
         b.const("e0", config.e0)
-
-
-def _softmax_entropy(b: GraphBuilder) -> tuple[str, str]:
-    """``probs`` (1, C) and ``entropy`` (1,) of ``logits``.
-
-    As the runtime's numpy computes them: from the shifted logits.
-    """
-    max_logit = b.op("ReduceMax", ["logits", "axis1"], "max", keepdims=1)
-    shifted = b.op("Sub", ["logits", max_logit], "shifted")
-    e = b.op("Exp", [shifted], "exp")
-    total = b.op("ReduceSum", [e, "axis1"], "sum", keepdims=1)
-    probs = b.op("Div", [e, total], "probs")
-    log_sum = b.op("Log", [total], "log_sum")
-    log_p = b.op("Sub", [shifted, log_sum], "log_p")
-    p = b.op("Exp", [log_p], "p_again")
-    plogp = b.op("Mul", [p, log_p], "plogp")
-    sum_plogp = b.op("ReduceSum", [plogp, "axis1"], "sum_plogp", keepdims=0)
-    return probs, b.op("Neg", [sum_plogp], "entropy")
 
 
 def _cosine_to_ema(b: GraphBuilder, probs: str) -> str:

@@ -48,7 +48,6 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from realm_runtime import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN
 from realm_runtime.contract import (
     ALPHA_NAME,
     ANCHOR_NAME,
@@ -72,13 +71,14 @@ from realm_runtime.contract import (
     TensorSlot,
     method_input,
 )
-from realm_sdk import RealmConfig, batch_norm_names, entropy
+from realm_sdk import FlatUpdate, RealmConfig, batch_norm_names, entropy
 from realm_sdk.methods import StepInputs, torch_form
 
 from .._errors import UnsupportedModelError
 from .._onnx_builder import GraphBuilder
 from .._trace import count_ops, trace
-from ._to_onnx import check_portable, to_onnx
+from ._checks import check_portable
+from ._to_onnx import to_onnx
 
 log = logging.getLogger(__name__)
 
@@ -142,21 +142,10 @@ def build_portable_graphs(
             torch.tensor(config.lambda0, dtype=torch.float32),
         ]
 
-    sizes = [int(v.numel()) for v in values]
-    shapes = [tuple(v.shape) for v in values]
-    total = sum(sizes)
-    # Projection bounds per element (SPEC §2): ±inf leave the norm parameters alone.
-    lower = torch.full((total,), -math.inf)
-    upper = torch.full((total,), math.inf)
-    if realm:
-        lower[-2], upper[-2], lower[-1] = ALPHA_MIN, ALPHA_MAX, LAMBDA_MIN
-
-    initial = torch.cat([v.reshape(-1) for v in values])  # θ0, α0, λ0: what κ pulls toward
-    # Where BatchNorm's θ lies: it steps at realm.lr_batch_norm (0: at realm.lr).
+    # The update, the projection of α and λ and the shares given back: the SDK's own code.
     batch_norm = set(batch_norm_names(model, norm_names))
-    on_batch_norm = torch.cat(
-        [torch.full((size,), name in batch_norm) for name, size in zip(names, sizes, strict=True)]
-    )
+    update = FlatUpdate(values, [name in batch_norm for name in names], learns_alpha_lambda=realm)
+    sizes, shapes = update.sizes, update.shapes
 
     def unflatten(flat: Tensor) -> list[Tensor]:
         return [
@@ -198,18 +187,21 @@ def build_portable_graphs(
         if out.checked is not None:
             checked = checked + out.checked
         finite = torch.isfinite(checked)
-        v_new = mu * velocity + grad
-        rate = lr.expand(total) if not realm else torch.cat([lr.expand(total - 2), lr_al.expand(2)])
-        if batch_norm:
-            rate = torch.where(on_batch_norm, torch.where(lr_bn > 0, lr_bn, lr), rate)
-        p_new = torch.minimum(torch.maximum(flat - rate * v_new, lower), upper)
-        # SPEC §10's relax and anchor, v ← v − κ·(v − v0), as inputs: 0 gives back nothing
-        kappa = torch.cat([anchor.expand(total - 2), knob.expand(2)]) if realm else anchor
-        p_new = p_new - kappa * (p_new - initial)
+        p_new, v_new = update.step(
+            flat,
+            velocity,
+            grad,
+            lr=lr,
+            lr_alpha_lambda=lr_al,
+            lr_batch_norm=lr_bn,
+            momentum=mu,
+            anchor=anchor,
+            relax=knob,  # REALM's knob is relax; the update reads it only where α, λ learn
+        )
         kept = () if out.kept is None else (out.kept,)
         return out.loss, logits, finite, p_new, v_new, *kept
 
-    source = initial.clone()
+    source = update.initial.clone()
     scalar = torch.tensor(0.0)
     step_args = [
         example,

@@ -50,9 +50,9 @@ from .._plan import Built, Plan, Traced
 from .._validate import ValidationError, ValidationReport
 from .._weights import save_with_shared_weights
 from ._adapt import write_adapt
+from ._checks import check_written
 from ._decide import decide_model
 from ._step import PortableGraphs, build_portable_graphs
-from ._to_onnx import check_written
 from ._validate_adapt import validate_adapt, validate_adapt_graphs
 from ._validate_step import validate_portable
 
