@@ -90,7 +90,7 @@ def test_help_imports_no_heavy_library(cli, command):
 
 def test_export_without_the_export_extra_says_what_is_missing():
     script = (
-        "import sys\nfrom realm_runtime import block_torch\nblock_torch()\n"
+        "import sys\nfrom realm_runtime.measure import block_torch\nblock_torch()\n"
         "from realm_tools.cli import main\n"
         "sys.exit(main(['export', '--model', 'digits', '--out', 'unused']))"
     )

@@ -12,7 +12,8 @@ from conftest import last_line_in_a_fresh_interpreter
 from torch import nn
 
 from realm_export import ExportOptions, MemoryBudgetError, MemoryCheck, export_realm_artifacts
-from realm_runtime import RealmConfig, load_manifest, measure_update_peak
+from realm_runtime import RealmConfig, load_manifest
+from realm_runtime.measure import measure_update_peak
 from realm_tools.cli import main
 
 
@@ -79,7 +80,7 @@ def test_the_measured_peak_is_a_device_process_without_torch(digits_artifacts):
     # The measuring process counts what an app without torch loads: less than torch alone.
     torch_alone = float(
         last_line_in_a_fresh_interpreter(
-            "import torch\nfrom realm_runtime import peak_rss_mb\nprint(peak_rss_mb())",
+            "import torch\nfrom realm_runtime.measure import peak_rss_mb\nprint(peak_rss_mb())",
             timeout=120,
         )
     )

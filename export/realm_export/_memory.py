@@ -1,7 +1,8 @@
 """The updating peak of an export, measured into its manifest, and fitted to a budget.
 
 The peak is measured, not estimated: a fresh process runs the files just built with
-``RealmRuntime``'s defaults, every sample updating (:func:`realm_runtime.measure_update_peak`).
+``RealmRuntime``'s defaults, every sample updating
+(:func:`realm_runtime.measure.measure_update_peak`).
 With a budget, each candidate ``adapt_stages`` (the last K stages' norms adapting, K = 1…N,
 then every norm) is exported without validation and measured, from the most stages down by
 bisection: the peak grows with K, since each stage adapted keeps its activations for the
@@ -19,8 +20,9 @@ from pathlib import Path
 
 from torch import nn
 
-from realm_runtime import Manifest, measure_update_peak
+from realm_runtime import Manifest
 from realm_runtime.contract import ERROR_KEY, FILE_KEY, MANIFEST_NAME
+from realm_runtime.measure import measure_update_peak
 from realm_sdk import RealmConfig, select_trainable, stage_count
 
 from ._directory import manifest_bytes

@@ -19,7 +19,7 @@ class MemoryCheck:
     """Measure the exported artifacts' updating peak, and optionally fit it to a budget.
 
     The peak is a fresh process's, running :class:`realm_runtime.RealmRuntime` with its
-    defaults and every sample updating (:func:`realm_runtime.measure_update_peak`); it is
+    defaults and every sample updating (:func:`realm_runtime.measure.measure_update_peak`); it is
     written into the manifest's ``memory`` section. With ``budget_mb``, the export adapts the
     norm layers of as many of the model's last stages as fit (``RealmConfig.adapt_stages``,
     every stage where they all fit; a ``config.adapt_stages`` given is the most it tries),

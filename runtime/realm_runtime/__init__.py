@@ -11,20 +11,12 @@ importing this package loads neither ONNX Runtime nor torch (ONNX Runtime is loa
 ``RealmRuntime`` is created).
 """
 
-from . import contract
+from . import contract, measure
 from ._adaptation import AdaptationState
 from ._backend import BACKENDS
 from ._checkpoint import read_state, write_state
 from ._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, METHODS, PRESETS, Guardrails, RealmConfig
 from ._manifest import InputSpec, Manifest, load_manifest, verify_files
-from ._memory import (
-    MemoryFigure,
-    block_torch,
-    cpu_name,
-    measure_update_peak,
-    peak_rss_mb,
-    updating_overrides,
-)
 from ._names import COUNTERS
 from ._ort import onnxruntime_module, training_api
 from ._runtime import AdaptResult, RealmRuntime
@@ -47,23 +39,18 @@ __all__ = [
     "Guardrails",
     "InputSpec",
     "Manifest",
-    "MemoryFigure",
     "RealmConfig",
     "RealmRuntime",
-    "block_torch",
     "contract",
-    "cpu_name",
     "generate_keypair",
     "load_manifest",
     "load_private_key",
     "load_public_key",
-    "measure_update_peak",
+    "measure",
     "onnxruntime_module",
-    "peak_rss_mb",
     "read_state",
     "sign_manifest",
     "training_api",
-    "updating_overrides",
     "verify_files",
     "write_state",
 ]

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from realm_runtime import cpu_name
+from realm_runtime.measure import cpu_name
 
 
 class RunLog:

@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from realm_runtime import Guardrails, cpu_name
+from realm_runtime import Guardrails
+from realm_runtime.measure import cpu_name
 from realm_tools.cli import run_header, write_atomic
 
 from ._args import parse_overrides, runs_folder

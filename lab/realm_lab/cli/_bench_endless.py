@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from realm_runtime import cpu_name
+from realm_runtime.measure import cpu_name
 from realm_tools.cli import run_header, write_atomic
 
 from ..rows import ENDLESS_DEFAULT

@@ -34,7 +34,7 @@ def run_train_command(args: argparse.Namespace) -> int:
     """Run ``realm-lab train`` with parsed arguments; returns the exit code."""
     from safetensors.torch import save_file
 
-    from realm_runtime import cpu_name
+    from realm_runtime.measure import cpu_name
     from realm_tools.models import RECIPES, weights_file
 
     from ..train import train_fashion_model

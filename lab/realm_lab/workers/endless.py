@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from realm_runtime import block_torch
+from realm_runtime.measure import block_torch
 
 from ..rows import NO_ADAPT, RDUMB
 

@@ -1,7 +1,7 @@
 """The JavaScript clients' peak memory: the Node edge app and the browser page, updating.
 
 Both run the same artifacts and stream as the Python probes, with the settings opened as
-:func:`realm_runtime.updating_overrides` opens the Python runtime's (S_div's d = 1, EATA's
+:func:`realm_runtime.measure.updating_overrides` opens the Python runtime's (S_div's d = 1, EATA's
 e0 = ln C + 0.1), so that every sample updates. Each figure is a process's own peak RSS
 (VmHWM), read on Linux: the node process's, and the page's renderer process's (where
 onnxruntime-web's WebAssembly memory and compiled code and the client live; the browser's

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from realm_runtime import updating_overrides
+from realm_runtime.measure import updating_overrides
 from realm_sdk import RealmAdapter, RealmConfig
 
 # FP32 FLOPs per core per cycle, by the widest vector FMA path in /proc/cpuinfo's flags:

@@ -28,7 +28,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from realm_runtime import METHODS, RealmConfig, updating_overrides
+from realm_runtime import METHODS, RealmConfig
+from realm_runtime.measure import updating_overrides
 from realm_sdk import RealmAdapter
 
 from .._timing import block_ratios, take_turns, timed_side

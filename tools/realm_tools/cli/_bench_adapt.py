@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from realm_runtime import cpu_name
+from realm_runtime.measure import cpu_name
 
 from ._common import progress_factory
 

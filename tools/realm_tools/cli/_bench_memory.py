@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from realm_runtime import cpu_name
+from realm_runtime.measure import cpu_name
 
 from ._common import run_header, write_atomic
 

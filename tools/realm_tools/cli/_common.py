@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from realm_runtime import cpu_name
+from realm_runtime.measure import cpu_name
 
 # What the export extra installs, beside the exporter itself.
 _EXPORT_MODULES = ("realm_export", "torch", "onnx", "onnxscript", "onnxruntime")

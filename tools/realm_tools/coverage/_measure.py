@@ -146,7 +146,8 @@ def _time_model(
     import numpy as np
     import torch
 
-    from realm_runtime import RealmRuntime, updating_overrides
+    from realm_runtime import RealmRuntime
+    from realm_runtime.measure import updating_overrides
     from realm_sdk import RealmAdapter
 
     from .._timing import take_turns, timed_side

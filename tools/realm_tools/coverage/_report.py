@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from realm_runtime import cpu_name
+from realm_runtime.measure import cpu_name
 
 from ._models import COVERAGE_CLASSES, COVERAGE_PRESET
 from ._row import CoverageRow, finite_figures, one_line

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from realm_runtime import block_torch, peak_rss_mb
+from realm_runtime.measure import block_torch, peak_rss_mb
 
 ROLES = ("bare", "inference", "skip", "update", "turns")
 # Decision settings that refuse every sample after the first (S_div has no EMA before it).
@@ -107,7 +107,8 @@ def _decision(artifacts: str, mode: str) -> dict[str, float]:
     """Overrides under which the runtime skips every sample after the first, or updates all."""
     if mode == "skip":
         return _REFUSE
-    from realm_runtime import RealmConfig, load_manifest, updating_overrides
+    from realm_runtime import RealmConfig, load_manifest
+    from realm_runtime.measure import updating_overrides
 
     return updating_overrides(RealmConfig.from_dict(load_manifest(Path(artifacts)).config))
 

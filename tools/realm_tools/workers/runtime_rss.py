@@ -13,7 +13,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from realm_runtime import block_torch, peak_rss_mb
+from realm_runtime.measure import block_torch, peak_rss_mb
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from realm_runtime import peak_rss_mb
+from realm_runtime.measure import peak_rss_mb
 from realm_sdk import RealmAdapter, RealmConfig
 
 from ..models import build_model
