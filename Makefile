@@ -102,14 +102,14 @@ FMNIST_DIR := /usr/share/datasets/fashion-mnist
 data:
 	@if [ -f $(FMNIST_DIR)/t10k-labels-idx1-ubyte.gz ] || [ -n "$$REALM_DATA" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing Debian's dataset-fashion-mnist (30 MB) for the demo and the tests"; \
+		echo "installing Debian's dataset-fashion-mnist (30 MB) for the demo, the web page and the tests"; \
 		( apt-get install -y --no-install-recommends dataset-fashion-mnist >/dev/null 2>&1 || \
 		  { apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends dataset-fashion-mnist >/dev/null 2>&1; } ) || \
-		echo "could not install dataset-fashion-mnist: the demo runs the digits, and the Fashion-MNIST tests skip"; \
-	else echo "no $(FMNIST_DIR) and no root apt-get: install dataset-fashion-mnist or set REALM_DATA to a folder of the four Fashion-MNIST files (the demo runs the digits; the Fashion-MNIST tests skip)"; fi
+		echo "could not install dataset-fashion-mnist: the demo and the web page run the digits, and the Fashion-MNIST tests skip"; \
+	else echo "no $(FMNIST_DIR) and no root apt-get: install dataset-fashion-mnist or set REALM_DATA to a folder of the four Fashion-MNIST files (the demo and the web page run the digits; the Fashion-MNIST tests skip)"; fi
 
-# The web demo on http://127.0.0.1:8000/ (the digits model, exported; a shifted stream).
-web: $(STAMP) web-deps
+# The web demo on http://127.0.0.1:8000/: realm demo's model exported for every method, its stream.
+web: $(STAMP) web-deps data
 	$(BIN)/python $(WEB)/build_site.py --out build/web --serve
 
 clean:

@@ -127,3 +127,14 @@ def test_none_sets_a_field_to_none(tmp_path, capsys):
     assert main([*argv, "lr_batch_norm=none", "lr=-1"]) == 2
     said = capsys.readouterr().err
     assert "lr must be a finite number" in said and "lr_batch_norm" not in said
+
+
+def test_a_progress_bar_starts_at_its_first_sample(capsys):
+    """Work before a stream's first sample (the demo's export) shows no bar and is not timed."""
+    from realm_tools.cli._common import progress_factory
+
+    update = progress_factory()("stream", 2)
+    assert capsys.readouterr().err == ""
+    update(1)
+    assert "stream:" in capsys.readouterr().err  # the bar, made now
+    update(2)

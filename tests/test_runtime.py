@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import os
 import shutil
 import threading
 
@@ -451,3 +452,29 @@ def test_the_first_runtime_of_a_process_is_freed(backend, digits_artifacts):
     )
     last = last_line_in_a_fresh_interpreter(script, str(digits_artifacts[0]), timeout=300)
     assert last == "freed"
+
+
+def test_onnxruntime_beside_torch_imports_no_ortmodule(tmp_path):
+    """ONNX Runtime (and its training artifacts, for the legacy export) imported where torch
+    is: nothing on stderr. onnxruntime-training's import-time check would import ORTModule,
+    hence torch's cpp_extension, which logs a CUDA_HOME warning amid `realm demo`'s bars."""
+    import subprocess
+    import sys
+
+    script = (
+        "import importlib.util, sys, torch\n"
+        "from realm_runtime import onnxruntime_module, training_api\n"
+        "onnxruntime_module()\n"
+        "if importlib.util.find_spec('onnxruntime.training') is not None:\n"
+        "    training_api()\n"
+        "    from onnxruntime.training import artifacts\n"
+        "print('torch.utils.cpp_extension' in sys.modules)\n"
+    )
+    # A CUDA toolkit where torch finds no CUDA runtime: what makes cpp_extension warn.
+    env = {**os.environ, "CUDA_HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "False"
+    assert done.stderr == ""

@@ -24,9 +24,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import assert_same_state, flip, manifest_offset
+from conftest import assert_same_state, flip, manifest_offset, needs_fashion_mnist
 
 from realm_runtime import RealmRuntime
+from realm_runtime.methods import BY_NAME
 from realm_tools.parity import TOLERANCES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +37,8 @@ CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 STREAM = 100  # samples per browser run on WASM
 # On WebGPU (software-rendered here): enough for updates and both S_div branches.
 WEBGPU_STREAM = 40
+# The page as `make web` builds it, on WASM: the ResNet-26-GN costs more a sample than the digits.
+DEFAULT_STREAM = 60
 
 # The browser's float32 kernels (WASM SIMD, WebGPU shaders) sum in other orders than native
 # MLAS: logits, α and λ came too close to the parity suite's 1e-5 for a CPU they were not
@@ -410,3 +413,83 @@ def test_browser_refuses_a_flipped_byte(sites, server, tmp_path, target):
     )
     assert expected in (run["error"] or ""), run["error"]
     assert run["log"] == []
+
+
+@pytest.fixture(scope="module")
+def default_site(server, tmp_path_factory) -> Path:
+    """The page as `make web` builds it, for REALM alone (one export, not five): realm demo's
+    task, the ResNet-26-GN the package ships on a Fashion-MNIST-C stream."""
+    needs_fashion_mnist()
+    _browser()
+    _, root = server
+    cache = tmp_path_factory.mktemp("cache")
+    return build_site.build(
+        root / "default", methods=("realm",), limit=DEFAULT_STREAM, cache_dir=str(cache)
+    )
+
+
+def test_default_page_adapts_fashion_beside_no_adapt(default_site, server, tmp_path):
+    """The Fashion-MNIST model adapts; no-adapt's running accuracy (the source model's own
+    predictions, from torch) is drawn beside it; every method of the registry is offered;
+    no console error and no failed request; no two tick labels of a plot alike."""
+    import torch
+
+    from realm_tools.models import fashion_model
+
+    base, _ = server
+    shot = tmp_path / "page.png"
+    url = f"{base}/default/?auto=1&persist=0&ep=wasm"
+    result = _drive(url, tmp_path / "run.json", "--screenshot", str(shot))
+    run = result["runs"][0]
+    assert run["error"] is None, (run["error"], result["console"])
+    assert [c for c in result["console"] if c.startswith(("error:", "pageerror:"))] == []
+    assert result["failed"] == []  # e.g. no 404 for a signature or a key file
+    assert run["model"] == "fmnist_resnet26_gn"
+    assert len(run["log"]) == DEFAULT_STREAM and run["summary"]["counters"]["updates"] > 0
+
+    meta = json.loads((default_site / "stream" / "stream.json").read_text())
+    assert meta["note"] == "" and "Fashion-MNIST" in meta["task"]
+    x = np.fromfile(default_site / "stream" / "stream.f32", dtype="<f4")
+    x = x.reshape(-1, *meta["shape"])
+    labels = np.array(meta["labels"])
+    with torch.no_grad():
+        source = fashion_model("resnet26_gn")(torch.from_numpy(x)).argmax(1).numpy()
+    assert run["summary"]["sourceAccuracy"] == pytest.approx(100 * np.mean(source == labels))
+    adapted = np.array([step["top1"] for step in run["log"]])
+    assert run["summary"]["accuracy"] == pytest.approx(100 * np.mean(adapted == labels))
+    assert run["series"]["plot-accuracy"] == ["no-adapt", "realm"]
+
+    assert [m["name"] for m in run["methods"]] == list(BY_NAME)
+    assert [m["name"] for m in run["methods"] if m["enabled"]] == ["realm"]
+    assert set(run["ticks"]) == {
+        "plot-accuracy",
+        "plot-alpha",
+        "plot-lambda",
+        "plot-watch",
+        "plot-drift",
+    }
+    for plot, ticks in run["ticks"].items():
+        assert len(ticks) >= 4 and len(set(ticks)) == len(ticks), (plot, ticks)
+    assert shot.stat().st_size > 0
+
+
+def test_site_runs_the_digits_where_fashion_mnist_is_missing(tmp_path, monkeypatch):
+    """The digits model and stream instead, and the page is told why (no browser needed)."""
+    _deps()
+    monkeypatch.setenv("REALM_DATA", str(tmp_path / "nowhere"))
+    monkeypatch.setattr("realm_tools.data._fashion.DEBIAN_DIR", tmp_path / "debian")
+    site = build_site.build(
+        tmp_path / "site", methods=("tent",), limit=5, cache_dir=str(tmp_path / "cache")
+    )
+    meta = json.loads((site / "stream" / "stream.json").read_text())
+    assert "Running the digits instead" in meta["note"]
+    assert meta["prep"]["native"] == 8  # a picture of your own: the digits' preprocessing
+    manifest = json.loads((site / "artifacts" / "realm.json").read_text())
+    assert manifest["model"]["name"] == "digits" and manifest["config"]["method"] == "tent"
+    x = np.fromfile(site / "stream" / "stream.f32", dtype="<f4").reshape(-1, *meta["shape"])
+    runtime = RealmRuntime(site / "artifacts", threads=1)
+    assert meta["source_top1"] == [int(runtime.predict(x[i : i + 1]).argmax()) for i in range(5)]
+    methods = json.loads((site / "site.json").read_text())["methods"]
+    assert [(m["name"], m["artifacts"]) for m in methods] == [
+        (name, "artifacts" if name == "tent" else None) for name in BY_NAME
+    ]

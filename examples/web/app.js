@@ -1,8 +1,10 @@
 // @ts-check
 /**
- * The demo page: streams shifted digits through the one adapt graph on onnxruntime-web
- * (AdaptClient: the graph decides, steps and guards; the page only feeds it), shows what
- * adaptation does, keeps the state in IndexedDB. URL parameters:
+ * The demo page: streams a shifted test set (Fashion-MNIST-C, or the digits) through the one
+ * adapt graph on onnxruntime-web (AdaptClient: the graph decides, steps and guards; the page
+ * only feeds it), shows what adaptation does beside the same model not adapting, keeps the
+ * state in IndexedDB. site.json (build_site.py) lists the methods, from the method registry,
+ * and the artifacts built for each; picking one loads those. URL parameters:
  * artifacts=<dir> (default "artifacts"), stream=<dir> (default "stream"), auto=1 (run the
  * whole stream at once), limit=<n>, persist=0 (neither read nor write IndexedDB), fresh=1
  * (ignore a stored state once), ep=auto|wasm|webgpu (default auto: WebGPU where the browser
@@ -12,7 +14,8 @@
  * `window.realmRun` exposes the per-step log for the test driver.
  */
 
-import { ALPHA_NAME, AdaptClient, LAMBDA_NAME, LR_NAME, MANIFEST_NAME, PARAMS_NAME } from "realm-tta-client";
+import { ALPHA_NAME, AdaptClient, LAMBDA_NAME, LR_NAME, MANIFEST_NAME, PARAMS_NAME, SIGNATURE_NAME } from "realm-tta-client";
+import { niceRange, ticks } from "./axes.js";
 import { digitsInput } from "./preprocess.js";
 
 // onnxruntime-web's builds, copied into ort/ by build_site.py and imported by URL so that the
@@ -29,8 +32,13 @@ const FRESH = params.get("fresh") === "1";
 const EP = params.get("ep") ?? "auto";
 const EVERY = 10; // samples between redraws, saves and (state on the GPU) read-backs
 
-/** @type {{ready: boolean, done: boolean, error: string | null, backend: any, signature: any, restored: any, log: any[], images: any[], summary: any}} */
-const run = { ready: false, done: false, error: null, backend: null, signature: null, restored: null, log: [], images: [], summary: null };
+/**
+ * What the page did, for the test driver: ticks are each plot's axis labels, series the
+ * names of the lines each plot drew, methods the method picker's choices.
+ * @type {{ready: boolean, done: boolean, error: string | null, backend: any, signature: any, restored: any, log: any[], images: any[], summary: any,
+ *   ticks: Record<string, string[]>, series: Record<string, string[]>, model: string | null, methods: {name: string, enabled: boolean, selected: boolean}[]}}
+ */
+const run = { ready: false, done: false, error: null, backend: null, signature: null, restored: null, log: [], images: [], summary: null, ticks: {}, series: {}, model: null, methods: [] };
 /** @type {any} */ (globalThis).realmRun = run;
 
 /**
@@ -86,38 +94,59 @@ async function store(key, value) {
 
 /**
  * @param {HTMLCanvasElement} canvas
- * @param {{values: number[], color: string}[]} series
- * @param {[number, number] | null} range fixed y range, or null to fit
+ * @param {{values: number[], color: string, label?: string}[]} series
+ * @param {[number, number] | null} range the y range, or null to fit it to the values (with from: its bounds)
  * @param {number[]} [marks] sample indices to mark with a vertical line (the resets)
+ * @param {number} [from] fit the y range to the values from this sample on (earlier ones may be clipped)
  */
-function plot(canvas, series, range, marks = []) {
+function plot(canvas, series, range, marks = [], from = 0) {
   const ctx = /** @type {CanvasRenderingContext2D} */ (canvas.getContext("2d"));
   const { width: W, height: H } = canvas;
-  const pad = 34;
   ctx.clearRect(0, 0, W, H);
-  const all = series.flatMap((s) => s.values).filter(Number.isFinite);
-  if (!all.length) return;
-  let [lo, hi] = range ?? [Math.min(...all), Math.max(...all)];
-  if (hi - lo < 1e-6) { lo -= 0.01; hi += 0.01; }
+  const all = series.flatMap((s) => s.values.slice(Math.min(from, Math.max(0, s.values.length - 1)))).filter(Number.isFinite);
+  if (!all.length) { run.ticks[canvas.id] = []; run.series[canvas.id] = []; return; }
+  let [lo, hi] = range && !from ? range : [Math.min(...all), Math.max(...all)];
+  if (hi - lo < 1e-9 * Math.max(1, Math.abs(hi))) { const d = Math.max(Math.abs(hi) * 1e-3, 1e-6); lo -= d; hi += d; }
+  let step;
+  [lo, hi, step] = niceRange(lo, hi);
+  if (range) { lo = Math.max(lo, range[0]); hi = Math.min(hi, range[1]); }
+  const yTicks = ticks(lo, hi, 5, step);
+  ctx.font = "11px system-ui"; ctx.lineWidth = 1;
+  const named = series.filter((s) => s.label);
+  // Room on the left for the widest tick label: narrow ranges need many digits.
+  const left = 10 + Math.max(...yTicks.map((t) => ctx.measureText(t.label).width)), right = 8, bottom = 30;
+  const top = named.length ? 22 : 8; // the legend's row above the frame
+  const w = W - left - right, h = H - top - bottom;
   const n = Math.max(...series.map((s) => s.values.length), 2);
-  ctx.strokeStyle = "#ccd3df"; ctx.fillStyle = "#5a6578"; ctx.font = "11px system-ui";
-  ctx.strokeRect(pad, 6, W - pad - 6, H - pad);
-  const label = (/** @type {number} */ v) => String(Number(v.toPrecision(3)));
-  ctx.fillText(label(hi), 2, 14); ctx.fillText(label(lo), 2, H - pad + 4);
-  ctx.fillText("sample", W - 50, H - 8); ctx.fillText(String(n), W - 80, H - 20);
-  ctx.strokeStyle = "#d33c3c"; ctx.lineWidth = 1;
-  for (const i of marks) {
-    const x = pad + ((W - pad - 6) * i) / (n - 1);
-    ctx.beginPath(); ctx.moveTo(x, 6); ctx.lineTo(x, H - pad + 6); ctx.stroke();
+  const X = (/** @type {number} */ i) => left + (w * i) / (n - 1);
+  const Y = (/** @type {number} */ v) => top + h * (1 - (v - lo) / (hi - lo));
+  ctx.textAlign = "right"; ctx.textBaseline = "middle";
+  for (const t of yTicks) {
+    ctx.strokeStyle = "#e6eaf1"; ctx.beginPath(); ctx.moveTo(left, Y(t.value)); ctx.lineTo(left + w, Y(t.value)); ctx.stroke();
+    ctx.fillStyle = "#5a6578"; ctx.fillText(t.label, left - 4, Y(t.value));
   }
+  const xTicks = ticks(0, n - 1).filter((t) => Number.isInteger(t.value)).map((t) => ({ value: t.value, label: String(t.value) }));
+  ctx.textAlign = "center"; ctx.textBaseline = "top";
+  for (const t of xTicks) ctx.fillText(t.label, X(t.value), top + h + 3);
+  ctx.textAlign = "right"; ctx.fillText("sample", left + w, top + h + 16);
+  ctx.textAlign = "left"; ctx.textBaseline = "alphabetic";
+  run.ticks[canvas.id] = [...yTicks.map((t) => t.label), ...xTicks.map((t) => `x ${t.label}`)];
+  ctx.strokeStyle = "#ccd3df"; ctx.strokeRect(left, top, w, h);
+  ctx.strokeStyle = "#d33c3c";
+  for (const i of marks) { ctx.beginPath(); ctx.moveTo(X(i), top); ctx.lineTo(X(i), top + h); ctx.stroke(); }
+  ctx.save(); ctx.beginPath(); ctx.rect(left, top, w, h); ctx.clip(); // the first samples may leave the range
   for (const s of series) {
     ctx.strokeStyle = s.color; ctx.lineWidth = 1.5; ctx.beginPath();
-    s.values.forEach((v, i) => {
-      const x = pad + ((W - pad - 6) * i) / (n - 1);
-      const y = 6 + (H - pad) * (1 - (v - lo) / (hi - lo));
-      if (i === 0) ctx.moveTo(x, y); else ctx.lineTo(x, y);
-    });
+    s.values.forEach((v, i) => { if (i === 0) ctx.moveTo(X(i), Y(v)); else ctx.lineTo(X(i), Y(v)); });
     ctx.stroke();
+  }
+  ctx.restore();
+  run.series[canvas.id] = series.filter((s) => s.values.length).map((s) => s.label ?? "");
+  let x = left; // the legend, above the frame
+  for (const s of named) {
+    ctx.fillStyle = s.color; ctx.fillRect(x, 8, 14, 3);
+    ctx.fillStyle = "#1d2430"; ctx.fillText(/** @type {string} */ (s.label), x + 18, 13);
+    x += 28 + ctx.measureText(/** @type {string} */ (s.label)).width;
   }
 }
 
@@ -200,6 +229,33 @@ function describeBackend(b) {
   return `${ep} · onnxruntime-web ${b.ort}`;
 }
 
+/**
+ * The method picker: every method of the registry (site.json), those built selectable; picking
+ * one loads its artifacts (the same stream, a state of its own).
+ * @param {{name: string, paper: string, artifacts: string | null}[]} methods
+ * @param {string} current the loaded artifacts' method
+ */
+function showMethods(methods, current) {
+  const select = /** @type {HTMLSelectElement} */ ($("method"));
+  select.replaceChildren(...methods.map((m) => {
+    const option = document.createElement("option");
+    option.value = m.name;
+    option.textContent = `${m.name} (${m.paper})${m.artifacts === null ? " · not built" : ""}`;
+    option.disabled = m.artifacts === null;
+    option.selected = m.name === current;
+    return option;
+  }));
+  select.disabled = false;
+  run.methods = methods.map((m) => ({ name: m.name, enabled: m.artifacts !== null, selected: m.name === current }));
+  select.onchange = () => {
+    const chosen = methods.find((m) => m.name === select.value);
+    if (!chosen?.artifacts) return;
+    const url = new URL(location.href);
+    url.searchParams.set("artifacts", chosen.artifacts);
+    location.href = url.href;
+  };
+}
+
 async function main() {
   status("loading onnxruntime-web…");
   const chosen = await chooseBackend();
@@ -215,16 +271,22 @@ async function main() {
   run.backend = backend;
   $("backend").textContent = describeBackend(backend);
   status(`checking ${ARTIFACTS}/${MANIFEST_NAME} and every file's checksum…`);
+  // What build_site.py built: the trusted keys, and every method of the registry with its
+  // artifacts (null: not built) and whether they are signed.
+  /** @type {{trustedKeys: string[] | null, methods: {name: string, paper: string, artifacts: string | null, signed: boolean}[]}} */
+  const site = await (await fetch("site.json")).json();
+  const here = site.methods.find((m) => m.artifacts === ARTIFACTS);
   /** @param {string} name */
   const read = async (name) => {
+    // No request for a signature the build knows is not there (a 404 in the console).
+    if (name === SIGNATURE_NAME && here && !here.signed && site.trustedKeys === null) return null;
     const response = await fetch(`${ARTIFACTS}/${name}`);
     if (response.status === 404) return null;
     if (!response.ok) throw new Error(`${ARTIFACTS}/${name}: HTTP ${response.status}`);
     return new Uint8Array(await response.arrayBuffer());
   };
   // The app's trusted signing keys (build_site.py --trusted-key): none, no signature required.
-  const keysResponse = await fetch("trusted-keys.json");
-  const trustedKeys = keysResponse.ok ? /** @type {string[]} */ (await keysResponse.json()) : null;
+  const trustedKeys = site.trustedKeys;
   const onGpu = backend.ep === "webgpu";
   const client = await AdaptClient.load(ort, read, ARTIFACTS, {
     trustedKeys,
@@ -235,6 +297,9 @@ async function main() {
   });
   run.signature = client.signature;
   $("signature").textContent = client.signature.note;
+  const method = client.manifest.config.method;
+  run.model = client.manifest.model?.name ?? null;
+  showMethods(site.methods, method);
   const meta = await (await fetch(`${STREAM}/stream.json`)).json();
   const data = new Float32Array(await (await fetch(`${STREAM}/stream.f32`)).arrayBuffer());
   const size = meta.shape.reduce((/** @type {number} */ a, /** @type {number} */ b) => a * b, 1);
@@ -242,20 +307,34 @@ async function main() {
   const key = `${client.artifactsId}:${meta.id}`;
   const severity = meta.severity === null ? "" : ` (severity ${meta.severity})`;
   $("stream-name").textContent = `${meta.corruption}${severity}, ${total} samples`;
+  $("task").textContent = meta.task ? `The model: ${meta.task}.` : "";
+  $("note").textContent = meta.note ?? "";
+  $("note").hidden = !meta.note;
+  // No-adapt: the exported model's own predictions on the stream (build_site.py), per sample.
+  /** @type {number[] | null} */
+  const sourceTop1 = meta.source_top1 ?? null;
 
   /**
    * What the page plots, kept with the state so that a reload draws the same.
-   * @typedef {{pos: number, correct: number, acc: number[], alpha: number[], lambda: number[], ms: number[],
-   *   rate: number[], entropy: number[], drift: number[], resets: number[]}} View
+   * @typedef {{pos: number, correct: number, acc: number[], sourceCorrect: number, sourceAcc: number[],
+   *   alpha: number[], lambda: number[], ms: number[], rate: number[], entropy: number[], drift: number[],
+   *   resets: number[]}} View
    * @returns {View}
    */
-  const emptyView = () => ({ pos: 0, correct: 0, acc: [], alpha: [], lambda: [], ms: [], rate: [], entropy: [], drift: [], resets: [] });
+  const emptyView = () => ({ pos: 0, correct: 0, acc: [], sourceCorrect: 0, sourceAcc: [], alpha: [], lambda: [], ms: [], rate: [], entropy: [], drift: [], resets: [] });
   let view = emptyView();
   if (PERSIST && !FRESH) {
     const saved = await store(key);
     if (saved) {
       client.restoreState(saved.state);
       view = { ...emptyView(), ...saved.view }; // a view saved before the watch plots had none
+      if (sourceTop1 && view.sourceAcc.length !== view.pos) { // saved before no-adapt was drawn
+        view.sourceCorrect = 0;
+        view.sourceAcc = Array.from({ length: view.pos }, (_, i) => {
+          view.sourceCorrect += sourceTop1[i] === meta.labels[i] ? 1 : 0;
+          return (100 * view.sourceCorrect) / (i + 1);
+        });
+      }
       run.restored = { pos: view.pos, counters: { ...client.counters } };
     }
   }
@@ -265,6 +344,8 @@ async function main() {
   const refresh = () => {
     $("sample-count").textContent = String(view.pos);
     $("accuracy").textContent = view.pos ? `${((100 * view.correct) / view.pos).toFixed(1)} %` : "–";
+    const sourceShown = view.sourceAcc.length === view.pos && view.pos > 0;
+    $("source-accuracy").textContent = sourceShown ? `${view.sourceAcc[view.pos - 1].toFixed(1)} %` : "–";
     $("update-count").textContent = String(client.counters.updates);
     const last = (/** @type {number[]} */ values) => (values.length ? values[values.length - 1].toFixed(4) : "–");
     $("alpha-value").textContent = last(view.alpha);
@@ -277,12 +358,19 @@ async function main() {
     $("entropy-ema").textContent = w.entropyEma === null ? "–" : `${w.entropyEma.toFixed(3)} nats`;
     $("drift").textContent = view.drift.length ? view.drift[view.drift.length - 1].toExponential(2) : "–";
     $("interventions").textContent = `${c.resets_recovery + c.resets_collapse} · ${c.drift_clips}`;
-    plot(/** @type {HTMLCanvasElement} */ ($("plot-accuracy")), [{ values: view.acc, color: "#2a6fdb" }], [0, 100]);
+    // Fitted past the first samples, whose running accuracy swings across the whole scale.
+    plot(
+      /** @type {HTMLCanvasElement} */ ($("plot-accuracy")),
+      [{ values: view.sourceAcc, color: "#8a94a6", label: "no-adapt" }, { values: view.acc, color: "#2a6fdb", label: method }],
+      [0, 100],
+      [],
+      Math.min(50, Math.floor(view.acc.length / 5)),
+    );
     plot(/** @type {HTMLCanvasElement} */ ($("plot-alpha")), [{ values: view.alpha, color: "#e8772e" }], null);
     plot(/** @type {HTMLCanvasElement} */ ($("plot-lambda")), [{ values: view.lambda, color: "#2a6fdb" }], null);
     plot(
       /** @type {HTMLCanvasElement} */ ($("plot-watch")),
-      [{ values: view.rate, color: "#2a6fdb" }, { values: view.entropy, color: "#e8772e" }],
+      [{ values: view.rate, color: "#2a6fdb", label: "update rate" }, { values: view.entropy, color: "#e8772e", label: "entropy EMA / ln C" }],
       [0, 1],
       view.resets,
     );
@@ -308,6 +396,10 @@ async function main() {
     view.pos += 1;
     view.correct += r.top1 === label ? 1 : 0;
     view.acc.push((100 * view.correct) / view.pos);
+    if (sourceTop1) {
+      view.sourceCorrect += sourceTop1[i] === label ? 1 : 0;
+      view.sourceAcc.push((100 * view.sourceCorrect) / view.pos);
+    }
     if (r.alpha !== null) view.alpha.push(r.alpha);
     if (r.lambda !== null) view.lambda.push(r.lambda);
     view.ms.push(r.ms);
@@ -338,8 +430,14 @@ async function main() {
     await save();
   };
 
-  const buttons = ["run", "step", "reset", "download", "restore", "image", "camera"];
+  // The page prepares a user's picture as the digits task does, for the digits model only.
+  const pictures = meta.prep.native !== undefined;
+  const buttons = ["run", "step", "reset", "download", "restore", ...(pictures ? ["image", "camera"] : [])];
   buttons.forEach((id) => /** @type {HTMLButtonElement} */ ($(id)).removeAttribute("disabled"));
+  for (const id of ["image", "camera"]) {
+    $(id).parentElement?.classList.toggle("off", !pictures);
+    if (!pictures) /** @type {HTMLElement} */ ($(id).parentElement).title = "pictures of your own: the digits model only";
+  }
   $("run").onclick = () => { if (running) running = false; else runStream().catch(fail); };
   $("step").onclick = () => { if (!running && view.pos < total) step().then(() => { refresh(); return save(); }).catch(fail); };
   $("reset").onclick = async () => {
@@ -404,11 +502,13 @@ async function main() {
     run.summary = {
       counters: { ...client.counters },
       accuracy: view.pos ? (100 * view.correct) / view.pos : null,
+      sourceAccuracy: view.sourceAcc.length ? view.sourceAcc[view.sourceAcc.length - 1] : null,
       ema: client.ema ? Array.from(client.ema) : null,
       state: Array.from(await client.saveState()), // the SDK's state file, for RealmRuntime.restore
       backend,
     };
-    status(`done: ${view.pos} samples, ${client.counters.updates} updates, running accuracy ${((100 * view.correct) / view.pos).toFixed(1)} %`);
+    const versus = view.sourceAcc.length ? ` (no-adapt ${view.sourceAcc[view.sourceAcc.length - 1].toFixed(1)} %)` : "";
+    status(`done: ${view.pos} samples, ${client.counters.updates} updates, running accuracy ${((100 * view.correct) / view.pos).toFixed(1)} %${versus}`);
   }
   run.done = true;
 }

@@ -4,12 +4,15 @@
 
 Writes the page, the JavaScript client it imports (``clients/js``, as ``realm-tta-client/``,
 where the page's import map looks), onnxruntime-web's WebGPU and plain WASM builds (from
-``examples/web/node_modules``: run ``npm ci`` in examples/web first, or ``make web``), an
-artifact directory (the built-in digits model exported with ``realm export`` unless
-``--artifacts`` names one) and a shifted digits stream. Serve it over
-http://127.0.0.1 or https (WebCrypto and WebGPU need a secure context) with the COOP/COEP
-headers that ``--serve`` sends: without cross-origin isolation the WASM provider runs on one
-thread.
+``examples/web/node_modules``: run ``npm ci`` in examples/web first, or ``make web``), the
+artifacts and a shifted stream. By default the model is ``realm demo``'s: the ResNet-26-GN the
+package ships, on a Fashion-MNIST-C stream, or the digits model on shifted digits where
+Fashion-MNIST is not installed (the page says so); it is exported once for every method of
+the registry (``realm_runtime.methods.BY_NAME``), which the page offers to switch between, and
+the stream carries the exported model's own predictions without adapting (no-adapt's line).
+``--artifacts`` names artifacts of your own instead. Serve it over http://127.0.0.1 or https
+(WebCrypto and WebGPU need a secure context) with the COOP/COEP headers that ``--serve``
+sends: without cross-origin isolation the WASM provider runs on one thread.
 """
 
 from __future__ import annotations
@@ -21,17 +24,25 @@ import http.server
 import json
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from realm_runtime.contract import MANIFEST_NAME
+from realm_runtime import RealmRuntime
+from realm_runtime.contract import MANIFEST_NAME, SIGNATURE_NAME
+from realm_runtime.methods import BY_NAME
+
+if TYPE_CHECKING:
+    from realm_tools.demo import DemoTask
 
 HERE = Path(__file__).resolve().parent
-PAGE_FILES = ("index.html", "style.css", "app.js", "preprocess.js")
+PAGE_FILES = ("index.html", "style.css", "app.js", "axes.js", "preprocess.js")
 CLIENT = HERE.parents[1] / "clients" / "js"  # the library's modules: every *.js there
 CLIENT_DIR = "realm-tta-client"  # where the page's import map looks for it
+METHODS = tuple(BY_NAME)  # the page's method choices: the one registry, in its order
+TASKS = ("auto", "fmnist", "digits")  # realm demo's: auto is Fashion-MNIST where installed
 # onnxruntime-web's WebGPU build (WebGPU and WASM) and its plain WASM build (the page loads it
 # where WebGPU does not run: its WebAssembly module is half the size).
 ORT_FILES = (
@@ -57,25 +68,45 @@ def ort_dist() -> Path:
 
 
 def write_stream(
-    out: Path, *, corruption: str, severity: int, seed: int, limit: int | None
+    out: Path,
+    task: DemoTask,
+    *,
+    corruption: str,
+    severity: int,
+    seed: int,
+    limit: int | None,
+    note: str = "",
+    title: str | None = None,
 ) -> dict[str, object]:
-    """The shifted digits stream as float32 samples + JSON labels and preprocessing."""
-    from realm_tools.data import IMAGE_SIZE, load_digits
+    """The task's shifted stream as float32 samples + JSON labels and preprocessing.
 
-    data = load_digits()
-    x, y = data.stream(corruption, severity, seed=seed)
+    ``note`` (why the digits run where Fashion-MNIST was wanted) and ``title`` (what model
+    adapts; default the task's) are shown on the page.
+    """
+    from realm_tools.data import IMAGE_SIZE
+
+    x, y = task.stream(corruption, severity, seed)
     if limit is not None:
         x, y = x[:limit], y[:limit]
     out.mkdir(parents=True, exist_ok=True)
     np.ascontiguousarray(x, dtype="<f4").tofile(out / "stream.f32")
+    prep: dict[str, Any] = {
+        "mean": task.preprocessing["mean"][0],
+        "std": task.preprocessing["std"][0],
+        "size": x.shape[-1],
+    }
+    if task.name == "digits":  # the page prepares a user's picture for the digits only
+        prep.update(native=8, size=IMAGE_SIZE)
     meta = {
-        "id": f"{corruption}-s{severity}-seed{seed}-n{len(y)}",
+        "id": f"{task.name}-{corruption}-s{severity}-seed{seed}-n{len(y)}",
+        "task": task.title if title is None else title,
+        "note": note,
         "corruption": corruption,
         "severity": severity,
         "seed": seed,
         "shape": list(x.shape[1:]),
         "labels": [int(v) for v in y],
-        "prep": {"mean": data.mean, "std": data.std, "native": 8, "size": IMAGE_SIZE},
+        "prep": prep,
     }
     (out / "stream.json").write_text(json.dumps(meta))
     return meta
@@ -114,17 +145,47 @@ def write_stream_from_folder(
     return meta
 
 
-def export_demo(out: Path, *, preset: str, method: str, cache_dir: str) -> None:
-    """Export the built-in digits model (trained once, cached) as the demo's artifacts."""
-    from realm_sdk import RealmConfig
-    from realm_tools.data import NUM_CLASSES, load_digits
-    from realm_tools.demo import export_digits_artifacts
-    from realm_tools.models import train_digits_model
+def load_task(kind: str, *, cache_dir: str, data_dir: str | None) -> tuple[DemoTask, str]:
+    """``realm demo``'s task (``kind``: auto, fmnist, digits) and its fallback note."""
+    from realm_tools.demo import demo_task
 
-    data = load_digits()
-    model = train_digits_model(data, cache_dir=cache_dir)
+    return demo_task(kind, cache_dir, data_dir)
+
+
+def export_task(task: DemoTask, out: Path, *, preset: str, method: str) -> None:
+    """Export the task's source model for ``method``: the adapt graph the page runs."""
+    from realm_export import ExportOptions, export_realm_artifacts
+    from realm_runtime import RealmConfig
+    from realm_tools.data import NUM_CLASSES
+
     config = RealmConfig.preset(preset, num_classes=NUM_CLASSES, method=method)  # type: ignore[arg-type]
-    export_digits_artifacts(model, data, out, config)
+    export_realm_artifacts(
+        task.source,
+        out,
+        ExportOptions(
+            config=config,
+            input_shape=task.input_shape,
+            training=False,  # the page runs the portable adapt graph only
+            overwrite=True,
+            model_info=task.model_info,
+            preprocessing=task.preprocessing,
+        ),
+    )
+
+
+def source_predictions(artifacts: Path, stream: Path) -> list[int]:
+    """The exported model's top-1 on every sample of the stream, without adapting."""
+    meta = json.loads((stream / "stream.json").read_text())
+    x = np.fromfile(stream / "stream.f32", dtype="<f4").reshape(-1, *meta["shape"])
+    runtime = RealmRuntime(artifacts)
+    return [
+        int(np.argmax(runtime.predict(np.ascontiguousarray(x[i : i + 1])))) for i in range(len(x))
+    ]
+
+
+def artifacts_folder(method: str, first: bool) -> str:
+    """Where a method's artifacts go in the site: the first in ``artifacts``, the page's default."""
+    return "artifacts" if first else f"artifacts-{method}"
 
 
 def build(
@@ -132,21 +193,29 @@ def build(
     *,
     artifacts: Path | None = None,
     stream: Path | None = None,
+    task: str = "auto",
     corruption: str = "gaussian_noise",
     severity: int = 5,
     seed: int = 0,
     limit: int | None = None,
     preset: str = "cifar",
-    method: str = "realm",
+    methods: Sequence[str] = METHODS,
     cache_dir: str = ".cache",
+    data_dir: str | None = None,
     trusted_keys: list[Path] | None = None,
 ) -> Path:
     """Write the whole site into ``out`` (replacing what the build wrote there before).
 
-    ``artifacts`` and ``stream`` (a folder in the Node app's format) replace the built-in
-    digits model and its shifted stream. ``trusted_keys`` (``realm keygen``'s ``.pub`` files)
-    go into ``trusted-keys.json``: the page then loads only artifacts one of them signed.
+    Without ``artifacts``, ``realm demo``'s ``task`` (Fashion-MNIST where installed, else the
+    digits) is exported for each of ``methods``; ``artifacts`` (one method's) and ``stream``
+    (a folder in the Node app's format) replace the model and its shifted stream. The stream
+    holds the exported model's predictions without adapting. ``trusted_keys`` (``realm
+    keygen``'s ``.pub`` files) go into ``site.json``: the page then loads only artifacts one
+    of them signed.
     """
+    unknown = [m for m in methods if m not in BY_NAME]
+    if unknown or not methods:
+        raise ValueError(f"methods must be some of {METHODS}, got {list(methods)}")
     dist = ort_dist()
     out.mkdir(parents=True, exist_ok=True)
     for name in PAGE_FILES:
@@ -155,30 +224,70 @@ def build(
     (out / CLIENT_DIR).mkdir()
     for module in CLIENT.glob("*.js"):
         shutil.copy2(module, out / CLIENT_DIR / module.name)
-    keys_file = out / "trusted-keys.json"
-    keys_file.unlink(missing_ok=True)
-    if trusted_keys:
-        keys_file.write_text(json.dumps([Path(k).read_text().strip() for k in trusted_keys]))
     shutil.rmtree(out / "ort", ignore_errors=True)  # no file of another onnxruntime-web left
     (out / "ort").mkdir()
     for name in ORT_FILES:
         shutil.copy2(dist / name, out / "ort" / name)
+    for old in out.glob("artifacts-*"):  # no method of an older build offered
+        shutil.rmtree(old)
     target = out / "artifacts"
+    built: dict[str, str] = {}  # method -> its folder in the site
+    demo: DemoTask | None = None
+    note = ""
     if artifacts is not None:
         if not (artifacts / MANIFEST_NAME).is_file():
             raise FileNotFoundError(f"{artifacts}: no {MANIFEST_NAME} (not an artifact directory)")
         if artifacts.resolve() != target.resolve():  # the site's own artifacts: keep them
             shutil.rmtree(target, ignore_errors=True)
             shutil.copytree(artifacts, target)
+        manifest = json.loads((target / MANIFEST_NAME).read_text())
+        built[manifest["config"]["method"]] = target.name
+        if stream is None:  # the stream of the task the artifacts' model belongs to
+            digits = (manifest.get("model") or {}).get("name") == "digits"
+            demo, note = load_task(
+                "digits" if digits else task, cache_dir=cache_dir, data_dir=data_dir
+            )
     else:
-        export_demo(target, preset=preset, method=method, cache_dir=cache_dir)
+        demo, note = load_task(task, cache_dir=cache_dir, data_dir=data_dir)
+        for i, method in enumerate(methods):
+            folder = artifacts_folder(method, first=i == 0)
+            export_task(demo, out / folder, preset=preset, method=method)
+            built[method] = folder
     if stream is not None:
         manifest = json.loads((target / MANIFEST_NAME).read_text())
         write_stream_from_folder(out / "stream", stream, manifest, limit=limit)
     else:
+        assert demo is not None
         write_stream(
-            out / "stream", corruption=corruption, severity=severity, seed=seed, limit=limit
+            out / "stream",
+            demo,
+            corruption=corruption,
+            severity=severity,
+            seed=seed,
+            limit=limit,
+            note=note,
+            title=None if artifacts is None else "",  # the task's model only where it was exported
         )
+    meta = json.loads((out / "stream" / "stream.json").read_text())
+    meta["source_top1"] = source_predictions(target, out / "stream")
+    (out / "stream" / "stream.json").write_text(json.dumps(meta))
+    # None: unsigned artifacts load (a signature that is present must still verify)
+    keys = [Path(k).read_text().strip() for k in trusted_keys] if trusted_keys else None
+    site = {
+        "trustedKeys": keys,
+        "methods": [
+            {
+                "name": m.name,
+                "paper": m.paper,
+                "artifacts": built.get(m.name),
+                # the page asks for realm.sig only where there is one: no 404 in its console
+                "signed": m.name in built and (out / built[m.name] / SIGNATURE_NAME).is_file(),
+            }
+            for m in BY_NAME.values()
+        ],
+    }
+    (out / "site.json").write_text(json.dumps(site, indent=1))
+    (out / "trusted-keys.json").unlink(missing_ok=True)  # an older build's: site.json has them
     return out
 
 
@@ -218,9 +327,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--severity", type=int, default=5, choices=range(1, 6))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--limit", type=int, default=None, help="samples in the stream")
+    parser.add_argument(
+        "--task", choices=TASKS, default="auto", help="realm demo's: Fashion-MNIST where installed"
+    )
     parser.add_argument("--preset", choices=("cifar", "imagenet"), default="cifar")
-    parser.add_argument("--method", choices=("realm", "tent", "eata", "sar"), default="realm")
+    parser.add_argument(
+        "--method",
+        choices=METHODS,
+        action="append",
+        default=None,
+        help="export for this method (repeatable; default: every method, the first REALM)",
+    )
     parser.add_argument("--cache-dir", default=".cache")
+    parser.add_argument("--data-dir", default=None, help="the Fashion-MNIST files' folder")
     parser.add_argument(
         "--trusted-key",
         type=Path,
@@ -240,9 +359,11 @@ def main(argv: list[str] | None = None) -> int:
             severity=args.severity,
             seed=args.seed,
             limit=args.limit,
+            task=args.task,
             preset=args.preset,
-            method=args.method,
+            methods=args.method or METHODS,
             cache_dir=args.cache_dir,
+            data_dir=args.data_dir,
             trusted_keys=args.trusted_key,
         )
     except (FileNotFoundError, ValueError) as exc:

@@ -71,7 +71,8 @@ const browser = await chromium.launch({
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
     ...(args.webgpu ? ["--enable-unsafe-webgpu"] : ["--disable-gpu"])],
 });
-const result = { console: [], runs: [] };
+// failed: every request answered with an HTTP error or not answered at all ("404 URL").
+const result = { console: [], failed: [], runs: [] };
 try {
   const page = await browser.newPage({ viewport: { width: 1000, height: 760 } });
   if (args.memory) {
@@ -97,6 +98,8 @@ try {
   }
   page.on("console", (msg) => result.console.push(`${msg.type()}: ${msg.text()}`));
   page.on("pageerror", (err) => result.console.push(`pageerror: ${err.message}`));
+  page.on("response", (r) => { if (r.status() >= 400) result.failed.push(`${r.status()} ${r.url()}`); });
+  page.on("requestfailed", (r) => result.failed.push(`${r.failure()?.errorText ?? "failed"} ${r.url()}`));
   const wait = async () => {
     await page.waitForFunction(() => globalThis.realmRun?.done, null, { timeout, polling: 200 });
     result.runs.push(await page.evaluate(() => globalThis.realmRun));

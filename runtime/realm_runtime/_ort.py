@@ -9,10 +9,13 @@ real one is already imported), with the real package directory as its search pat
 imports ``onnxruntime.training.api`` from there: the submodules load normally and the
 package ``__init__`` never runs. ``import onnxruntime.training.artifacts`` still works after.
 
-Where torch *is* installed, ``import onnxruntime`` itself imports it: the training build's
-import-time check (``capi/onnxruntime_validation.validate_build_package_info``) tries
-``onnxruntime.training.ortmodule``, which imports torch when it can, and fails quietly when
-it cannot. That costs start-up time in a torch environment only, and changes nothing here.
+Where torch *is* installed, ``import onnxruntime`` of the training build runs an import-time
+check (``capi/onnxruntime_validation.validate_build_package_info``) that imports
+``onnxruntime.training.ortmodule`` (ORTModule, the torch front end this package never uses),
+which imports ``torch.utils.cpp_extension``, which logs a warning about ``CUDA_HOME`` on a
+machine with a CUDA toolkit and no CUDA runtime, in the middle of whatever the caller prints.
+:func:`onnxruntime_module` therefore imports onnxruntime with ``ortmodule`` unavailable: the
+check then finds no ORTModule, as on a build without it, and says nothing.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ def onnxruntime_module() -> ModuleType:
     """``import onnxruntime``, with an install hint when it is missing."""
     try:
         if "onnxruntime" not in sys.modules:
-            _import_on_a_bare_stack("onnxruntime")
+            _import_without_ortmodule()
         import onnxruntime
     except ImportError as exc:
         raise ImportError(
@@ -45,6 +48,21 @@ def onnxruntime_module() -> ModuleType:
             "'realm-tta[runtime-training]' (onnxruntime-training 1.19.2, Python 3.11)"
         ) from exc
     return onnxruntime
+
+
+_ORTMODULE = "onnxruntime.training.ortmodule"
+
+
+def _import_without_ortmodule() -> None:
+    """``import onnxruntime`` with ORTModule unavailable to its import-time check."""
+    blocked = _ORTMODULE not in sys.modules
+    if blocked:
+        sys.modules[_ORTMODULE] = None  # type: ignore[assignment]  # import raises ImportError
+    try:
+        _import_on_a_bare_stack("onnxruntime")
+    finally:
+        if blocked and sys.modules.get(_ORTMODULE, 0) is None:
+            del sys.modules[_ORTMODULE]  # whoever wants ORTModule later imports it as usual
 
 
 def _import_on_a_bare_stack(name: str) -> None:

@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 from torch import nn
 
-from realm_runtime import onnxruntime_module
+from realm_runtime import onnxruntime_module, training_api
 from realm_runtime.contract import CHECKPOINT, EVAL_MODEL, TRAINING_MODEL
 from realm_sdk import RealmConfig
 
@@ -212,6 +212,7 @@ def _one_sentence(exc: UnsupportedModelError | ValidationError) -> str:
 
 
 def _generate(proto: onnx.ModelProto, requires_grad: list[str], directory: Path) -> None:
+    training_api()  # the package without its __init__, which imports the unused ORTModule
     from onnxruntime.training import artifacts
 
     trainable = set(requires_grad)

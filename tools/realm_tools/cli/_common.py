@@ -8,6 +8,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from realm_runtime.measure import cpu_name
 
@@ -42,9 +43,12 @@ def progress_factory(unit: str = "sample") -> Callable[[str, int], Callable[[int
     from tqdm import tqdm
 
     def factory(label: str, total: int) -> Callable[[int], None]:
-        bar = tqdm(total=total, desc=label, leave=False, unit=unit, file=sys.stderr)
+        bar: Any = None
 
         def update(done: int) -> None:
+            nonlocal bar
+            if bar is None:  # made at the first sample: work before it (an export) is not timed
+                bar = tqdm(total=total, desc=label, leave=False, unit=unit, file=sys.stderr)
             bar.update(done - bar.n)
             if done >= total:
                 bar.close()

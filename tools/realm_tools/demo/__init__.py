@@ -5,7 +5,7 @@ is installed, the digits model otherwise. :func:`run_demo` adapts it online with
 reference SDK (no-adapt, Tent, EATA, REALM) on corrupted test streams;
 :func:`run_runtime_demo` exports it and runs the same stream through the torch-free
 ``RealmRuntime``, writing the stream for the edge apps (``realm_tools.data.write_stream_folder``).
-:func:`export_digits_artifacts` is the one digits export the web site and the tests use.
+:func:`export_digits_artifacts` is the one digits export the tests use.
 
     >>> task, _ = demo_task()
     >>> clean, rows = run_demo(task, corruptions=["fog"])

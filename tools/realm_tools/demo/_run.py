@@ -159,8 +159,9 @@ def export_digits_artifacts(
 ) -> ExportInfo:
     """Export the digits model, its preprocessing in the manifest: the one digits export.
 
-    The demo, the web page's site builder and the test suite's fixtures all export through
-    this, so their artifacts differ only in the configuration and ``options``.
+    The test suite's fixtures export through this, so their artifacts differ only in the
+    configuration and ``options``; the demo and the web page's site builder export the task's
+    model with the same manifest fields, from :func:`digits_task`.
 
     Args:
         source: the digits model (trained, or any model of the task's input).
