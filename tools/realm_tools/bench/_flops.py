@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from realm_runtime import onnxruntime_module
 from realm_runtime.measure import updating_overrides
 from realm_sdk import RealmAdapter, RealmConfig
 
@@ -210,8 +211,9 @@ def _torch_gflops(a: torch.Tensor, b: torch.Tensor, threads: int, repeats: int) 
 def _onnxruntime_gflops(a: Any, b: Any, threads: int, repeats: int) -> float | None:
     """ONNX Runtime's MatMul on the same matrices (None where onnx/onnxruntime are missing)."""
     try:
-        import onnxruntime as ort
         from onnx import TensorProto, helper, numpy_helper
+
+        ort = onnxruntime_module()  # without ORTModule: no CUDA_HOME warning
     except ImportError:
         return None
     n = a.shape[0]

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from realm_runtime import onnxruntime_module
 from realm_runtime.measure import cpu_name
 
 # What the export extra installs, beside the exporter itself.
@@ -67,9 +68,7 @@ def run_header(title: str, argv: Sequence[str], program: str = "realm") -> str:
     import torch
 
     try:
-        import onnxruntime
-
-        ort = onnxruntime.__version__
+        ort = onnxruntime_module().__version__  # without ORTModule: no CUDA_HOME warning
     except ImportError:
         ort = "not installed"
     command = f"{program} " + " ".join(argv[1:])

@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from realm_runtime import onnxruntime_module
 from realm_runtime.measure import cpu_name
 
 from ._models import COVERAGE_CLASSES, COVERAGE_PRESET
@@ -25,9 +26,7 @@ def coverage_environment(argv: Sequence[str] | None = None) -> dict[str, Any]:
     import torch
 
     try:
-        import onnxruntime
-
-        ort = onnxruntime.__version__
+        ort = onnxruntime_module().__version__  # without ORTModule: no CUDA_HOME warning
     except ImportError:
         ort = "not installed"
     return {
