@@ -4,8 +4,8 @@
 
 Writes ``clients/js/contract.json`` (:func:`realm_runtime.contract.contract_json`) and
 ``clients/js/contract.js`` (:func:`realm_runtime.contract.contract_module`), which
-``tests/test_contract_json.py`` keeps equal to what the Python module produces. Run it after a
-change to ``runtime/realm_runtime/_names.py``.
+``tests/runtime/test_contract_json.py`` keeps equal to what the Python module produces. Run
+it after a change to ``runtime/realm_runtime/_names.py``.
 """
 
 from __future__ import annotations

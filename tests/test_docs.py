@@ -132,7 +132,7 @@ def _js_words(path: Path) -> list[tuple[int, str]]:
 
 
 def _code_files() -> list[Path]:
-    folders = ("runtime", "sdk", "export", "tools", "clients", "examples", "dev", "tests")
+    folders = ("runtime", "sdk", "export", "tools", "lab", "clients", "examples", "dev", "tests")
     return [p for p in _files(".py", ".js", ".mjs") if p.relative_to(ROOT).parts[0] in folders]
 
 

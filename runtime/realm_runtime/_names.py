@@ -5,7 +5,7 @@ the counters, the step's reasons, the settings' slots and the format versions, e
 once. A leaf module: it imports nothing, so every module of the package (and, through
 ``realm_runtime.contract``, every package above it) reads the names from here.
 ``clients/js/contract.json`` and ``contract.js`` hold the same names for JavaScript, written
-from this module by ``python dev/write_contract.py`` (``tests/test_contract_json.py`` keeps
+from this module by ``python dev/write_contract.py`` (``tests/runtime/test_contract_json.py`` keeps
 them equal): a name is spelled once across both languages.
 """
 

@@ -1,5 +1,5 @@
 // Unit tests of the state-file reader/writer (node --test); Python reads and writes the same
-// files in tests/test_state_file_js.py.
+// files in tests/clients/test_state_file_js.py.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import {

@@ -6,7 +6,7 @@ attention only: normalisation, activations, softmax, the loss and the SGD update
 out, so ``FLOPs / peak`` is a lower bound on the time of a call, never an estimate of it.
 
 Frozen weights cost no weight gradient, in the count as in the kernels. Checked on torch
-2.14 (and by ``tests/test_bench.py``): the backward of a 3×3 convolution whose weight and bias
+2.14 (and by ``tests/cli/test_bench.py``): the backward of a 3×3 convolution whose weight and bias
 have ``requires_grad=False`` counts exactly its forward FLOPs (``convolution_backward`` is
 asked for the input gradient only, through its ``output_mask``), and twice that with
 ``requires_grad=True``; a ``Linear`` likewise runs one ``mm`` backward instead of two. So the
