@@ -134,8 +134,9 @@ def test_existing_directories(user_model, tmp_path, capsys):
 def test_help_speaks_to_users(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
-    out = capsys.readouterr().out
-    assert "Export a model to on-device artifacts" in out and "thin wrapper" not in out
+    out = " ".join(capsys.readouterr().out.split()).replace("on- device", "on-device")
+    assert "Export it to on-device artifacts" in out and "thin wrapper" not in out
+    assert "on your own model" in out  # the product command speaks to a user of their model
 
 
 HARDSWISH_MODEL = textwrap.dedent("""
