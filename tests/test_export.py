@@ -239,7 +239,6 @@ def test_manifest_describes_the_export(tmp_path):
         "eval_model.onnx",
         "checkpoint",
         "inference_model.onnx",
-        "decide_model.onnx",
         "step_model.onnx",
         "forward_model.onnx",
         "source_params.npy",
@@ -257,7 +256,7 @@ def test_manifest_describes_the_export(tmp_path):
     assert m.portable["step_model"] == "step_model.onnx" and m.portable["batch"] == 1
     assert m.portable["opset"] == 18 and m.portable["ir_version"] <= 10
     assert [s["name"] for s in m.portable["layout"]] == list(m.trainable)
-    assert m.portable["decide_model"] == "decide_model.onnx"
+    assert "decide_model" not in m.portable
     slots = m.portable["layout"]
     sizes = [int(np.prod(s["shape"])) for s in slots]
     assert [s["shape"] for s in slots] == [m.trainable[s["name"]] for s in slots]

@@ -122,7 +122,7 @@ def test_existing_directories(user_model, tmp_path, capsys):
     the CLI's flag, not the library's argument."""
     empty = tmp_path / "empty"
     empty.mkdir()
-    common = ["export", "--model", f"{user_model}:build", "--num-classes", "5", "--no-web"]
+    common = ["export", "--model", f"{user_model}:build", "--num-classes", "5"]
     assert main([*common, "--input-shape", "1,3,16,16", "--out", str(empty)]) == 0
     assert (empty / "realm.json").is_file()
     capsys.readouterr()
@@ -157,7 +157,7 @@ def test_the_training_flags(tmp_path, capsys):
     path = tmp_path / "hs.py"
     path.write_text(HARDSWISH_MODEL)
     common = ["export", "--model", f"{path}:build", "--num-classes", "5"]
-    common += ["--input-shape", "1,3,8,8", "--no-web"]
+    common += ["--input-shape", "1,3,8,8"]
     installed = importlib.util.find_spec("onnxruntime.training") is not None
     code = main([*common, "--out", str(tmp_path / "a")])
     printed = capsys.readouterr()

@@ -124,7 +124,7 @@ def test_a_resealed_settings_list_is_named(digits_artifacts, artifact_copy, slot
 
 # ------------------------------------------------------------------ 3. artifact bytes
 
-LISTED = ("step_model.onnx", "forward_model.onnx", "source_params.npy", "decide_model.onnx",
+LISTED = ("step_model.onnx", "forward_model.onnx", "source_params.npy", "adapt_model.onnx",
           "checkpoint", "training_model.onnx", "eval_model.onnx", "inference_model.onnx",
           "realm.json")  # fmt: skip
 

@@ -112,7 +112,6 @@ def test_measure_only_writes_the_figure_and_the_cli_prints_it(tmp_path, capsys):
             "--input-shape",
             "1,3,32,32",
             "--no-training",
-            "--no-web",
             "--measure-memory",
             "--memory-threads",
             "1",

@@ -36,7 +36,6 @@ export class ArtifactError extends Error {
  * @property {string} step_model forward, loss, gradients and the update in one graph
  * @property {string} forward_model input + realm.params → logits
  * @property {string} source_params realm.params of the exported model (.npy)
- * @property {string} [decide_model] the decision graph alone (S_div / EATA's cut), where written
  * @property {number} size length of realm.params
  * @property {PortableSlot[]} layout where each trainable tensor lies in realm.params
  * @property {{file: string}} [weights] the step and forward graphs' shared external data (weights.bin)

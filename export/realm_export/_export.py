@@ -89,9 +89,9 @@ def export_realm_artifacts(
     at the end, so a failed export leaves no half-written artifact directory (and an
     existing one untouched). Files: ``inference_model.onnx`` and ``realm.json`` always;
     ``step_model.onnx``, ``forward_model.onnx``, ``source_params.npy``, ``weights.bin``,
-    ``adapt_model.onnx`` and its initial state (and ``decide_model.onnx`` with ``web``,
-    ``*.ort`` with ``ort_format``) from the portable pipeline; ``training_model.onnx``,
-    ``eval_model.onnx``, ``checkpoint`` from the legacy one; ``realm.sig`` when signed.
+    ``adapt_model.onnx`` and its initial state (and ``*.ort`` with ``ort_format``) from the
+    portable pipeline; ``training_model.onnx``, ``eval_model.onnx``, ``checkpoint`` from the
+    legacy one with ``training``; ``realm.sig`` when signed.
 
     Args:
         model: the classifier (timm or any ``nn.Module``); it is copied, never modified.

@@ -150,7 +150,6 @@ def _trial_peak(plan: Plan, stages: int | None, export: Callable[[Plan], Manifes
         config=config,
         validate=False,
         training=False,
-        web=False,
         ort_format=False,
         signing_key=None,
         overwrite=True,

@@ -129,7 +129,6 @@ class ExportOptions:
     input_shape: tuple[int, ...] | None = None  # (batch, C, ...); None: the model's input_size
     # Which artifacts: the portable pipeline (the product), then the legacy one.
     portable: bool = True  # step/forward graphs in standard ONNX ops: any onnxruntime ≥ 1.19
-    web: bool = True  # decide_model.onnx for the JavaScript clients (ignored without portable)
     ort_format: bool = False  # .ort graphs + operator config, for mobile builds (needs portable)
     training: bool | None = None  # legacy ORT-training files: None where installed, True a must
     dynamic_batch: bool = True  # a symbolic batch axis (B > 1 at run time) where a graph has one
@@ -163,7 +162,7 @@ class ExportOptions:
                 f"config must be a RealmConfig (e.g. RealmConfig.preset('cifar', "
                 f"num_classes=10)) or None, got {type(self.config).__name__}"
             )
-        flags = ("portable", "web", "ort_format", "dynamic_batch", "standalone_inference")
+        flags = ("portable", "ort_format", "dynamic_batch", "standalone_inference")
         for name in (*flags, "validate", "overwrite"):
             if not isinstance(getattr(self, name), bool):
                 errors.append(f"{name} must be True or False, got {getattr(self, name)!r}")

@@ -29,7 +29,6 @@ from ._names import (
     ARTIFACT_VERSION,
     BATCH_KEY,
     BATCH_NORM_KEY,
-    DECIDE_MODEL_KEY,
     DIGEST_KEY,
     DRIFT_CHECK_KEY,
     FORWARD_MODEL_KEY,
@@ -285,9 +284,8 @@ def _check_portable(portable: dict[str, Any], source: str) -> None:
         for slot in layout
     ):
         raise ArtifactError(f"{where}.layout must list {{name, offset, shape}} per tensor")
-    for key in (DECIDE_MODEL_KEY, ORT_FORMAT_KEY):
-        if key in portable and not isinstance(portable[key], str | dict):
-            raise ArtifactError(f"{where}.{key} has the wrong type")
+    if ORT_FORMAT_KEY in portable and not isinstance(portable[ORT_FORMAT_KEY], dict):
+        raise ArtifactError(f"{where}.{ORT_FORMAT_KEY} has the wrong type")
 
 
 def _is_hex(text: str) -> bool:

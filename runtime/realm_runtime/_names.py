@@ -43,8 +43,6 @@ ORT_OPERATORS_CONFIG = "required_operators.config"
 # The one adapt graph (SPEC §3 whole, for one sample): a client feeds the sample and the state
 # the manifest's "adapt" section lists, and takes each state's next value for the next call.
 ADAPT_MODEL = "adapt_model.onnx"
-# The decision graph alone (S_div, EATA's cut), for clients that run the graphs one by one.
-DECIDE_MODEL = "decide_model.onnx"
 # The legacy onnxruntime-training artifacts (backend "ort-training").
 TRAINING_MODEL = "training_model.onnx"
 EVAL_MODEL = "eval_model.onnx"
@@ -71,7 +69,6 @@ STEP_MODEL_KEY = "step_model"
 FORWARD_MODEL_KEY = "forward_model"
 SOURCE_PARAMS_KEY = "source_params"
 ADAPT_MODEL_KEY = "adapt_model"  # in "ort_format" only: the adapt graph's .ort file
-DECIDE_MODEL_KEY = "decide_model"
 LAYOUT_KEY = "layout"  # [{name, offset, shape}] of realm.params
 SIZE_KEY = "size"  # length of realm.params
 BATCH_KEY = "batch"  # the largest batch the step graph takes

@@ -61,11 +61,6 @@ def add_export_parser(sub: Any) -> None:
         "(default: its weights are in weights.bin with the other graphs')",
     )
     p.add_argument(
-        "--no-web",
-        action="store_true",
-        help="skip the JavaScript clients' decision graph (examples/web, examples/node)",
-    )
-    p.add_argument(
         "--no-portable",
         action="store_true",
         help="skip the portable step graph (step_model.onnx: any onnxruntime ≥ 1.19)",
@@ -242,7 +237,6 @@ def run_export(args: argparse.Namespace) -> int:
                 grad_rtol=args.grad_rtol,
                 dynamic_batch=not args.static_batch,
                 standalone_inference=args.standalone_inference,
-                web=not args.no_web,
                 portable=not args.no_portable,
                 training=args.training,
                 ort_format=args.ort_format,
