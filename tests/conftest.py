@@ -110,9 +110,12 @@ def digits_stream(digits):
     return digits.stream("gaussian_noise", 5, seed=0)
 
 
-def export_digits(model, directory, *, ort_format=False, signing_key=None, **config_overrides):
+def export_digits(
+    model, directory, *, ort_format=False, signing_key=None, training=False, **config_overrides
+):
     """Export the digits model with the CIFAR preset (and overrides) into ``directory``,
-    through the demo's own export (``realm_tools.export_digits_artifacts``).
+    through the demo's own export (``realm_tools.export_digits_artifacts``); ``training``
+    asks for the legacy training artifacts too (the ``ort-training`` backend's).
 
     Unsigned exports are made once per run for each model state and configuration and
     copied from there (tests export the same few configurations many times); a test that
@@ -127,13 +130,20 @@ def export_digits(model, directory, *, ort_format=False, signing_key=None, **con
 
     def export(target):
         export_digits_artifacts(
-            model, None, target, config, ort_format=ort_format, signing_key=signing_key
+            model,
+            None,
+            target,
+            config,
+            ort_format=ort_format,
+            signing_key=signing_key,
+            training=training,
         )
 
     if signing_key is not None or not _EXPORTS:
         export(directory)
         return config
-    key = hashlib.sha256(f"{weights_digest(model)} {config!r} {ort_format}".encode()).hexdigest()
+    made = f"{weights_digest(model)} {config!r} {ort_format} {training}"
+    key = hashlib.sha256(made.encode()).hexdigest()
     cached = _EXPORTS[0] / key[:16]
     with _locked(cached.with_suffix(".lock")):
         if not cached.is_dir():
@@ -147,9 +157,10 @@ def export_digits(model, directory, *, ort_format=False, signing_key=None, **con
 
 @pytest.fixture(scope="session")
 def digits_artifacts(digits_model, tmp_path_factory):
-    """The digits model exported with the CIFAR preset: (directory, config)."""
+    """The digits model exported with the CIFAR preset, the training artifacts too (the shared
+    tests run on both :data:`BACKENDS`): (directory, config)."""
     directory = tmp_path_factory.mktemp("artifacts") / "digits"
-    return directory, export_digits(digits_model, directory)
+    return directory, export_digits(digits_model, directory, training=True)
 
 
 @pytest.fixture(scope="session")

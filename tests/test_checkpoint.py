@@ -102,7 +102,7 @@ def imagenet_case(tmp_path_factory):
     case = next(c for c in CASES if c.name == "digits-imagenet-realm")
     model, config, shape = build_case(case)
     exports = ExportCache(tmp_path_factory.mktemp("imagenet-case"))
-    directory, _ = exports.artifacts(case.model, model, config, shape)
+    directory, _ = exports.artifacts(case.model, model, config, shape, training=True)
     return case, model, config, shape, directory
 
 

@@ -71,7 +71,8 @@ def test_step_for_step_agreement_with_the_sdk(
 def test_other_settings_agree_with_the_sdk(
     overrides, steps, batch, backend, digits_model, digits_stream, tmp_path
 ):
-    config = export_digits(digits_model, tmp_path / "a", **overrides)
+    training = backend == "ort-training"  # its artifacts, asked for
+    config = export_digits(digits_model, tmp_path / "a", training=training, **overrides)
     rt = RealmRuntime(tmp_path / "a", threads=1, backend=backend)
     adapter = RealmAdapter(copy.deepcopy(digits_model), config)
     compare_twins(rt, adapter, digits_stream[0][: steps * batch], source=digits_model, batch=batch)
@@ -417,6 +418,18 @@ def test_artifacts_from_before_lr_batch_norm_refuse_only_a_rate_of_its_own(
     edit_manifest(damaged, lambda data: data.pop("batch_norm"))
     with pytest.raises(ArtifactError, match=r"realm\.json: its config gives BatchNorm"):
         RealmRuntime(damaged, threads=1)
+
+
+def test_ort_training_without_the_training_artifacts_says_to_re_export(digits_model, tmp_path):
+    """An export not asked for them: the legacy backend names the flag, the default runs."""
+    export_digits(digits_model, tmp_path / "a")
+    assert not (tmp_path / "a" / "training_model.onnx").exists()
+    with pytest.raises(ArtifactError) as caught:
+        RealmRuntime(tmp_path / "a", backend="ort-training")
+    message = str(caught.value)
+    assert "this export has no training artifacts" in message and "\n" not in message
+    assert "realm export --training" in message and "ExportOptions(training=True)" in message
+    assert RealmRuntime(tmp_path / "a").backend == "onnx"
 
 
 def test_auto_runs_the_adapt_graph_unless_asked_otherwise(digits_artifacts):

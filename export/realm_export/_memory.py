@@ -162,7 +162,6 @@ def _trial_peak(plan: Plan, stages: int | None, export: Callable[[Plan], Manifes
             options=options,
             out_dir=Path(tmp) / "trial",
             training=False,
-            training_required=False,
             signing_key=None,
             notify=Stages(lambda stage: notify(f"budget, trying {label}: {stage}")),
         )

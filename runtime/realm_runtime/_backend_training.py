@@ -28,10 +28,10 @@ class TrainingBackend(StepBackend):
         directory, manifest, config = request.directory, request.manifest, request.config
         device, threads, session_config = request.device, request.threads, request.session_config
         if TRAINING_MODEL not in manifest.files:
-            why = manifest.training.get("reason", "exported without onnxruntime-training")
             raise ArtifactError(
-                f"{directory}: these artifacts have no training graphs (the export says they "
-                f"are {why}); use backend='onnx'"
+                f"{directory}: this export has no training artifacts, which "
+                "backend='ort-training' runs: re-export with realm export --training "
+                "(ExportOptions(training=True)), or use the default backend"
             )
         kind, _ = parse_device(device)
         ort = onnxruntime_module()

@@ -22,9 +22,9 @@ def add_export_parser(sub: Any) -> None:
         "export",
         help="export a model as validated on-device artifacts",
         description="Export a torch/timm classifier as on-device artifacts whose loss is "
-        "REALM's: the portable step graph (any onnxruntime >= 1.19) and, where "
-        "onnxruntime-training 1.19.2 is installed, its training artifacts, each validated "
-        "against the PyTorch reference before anything is written.",
+        "REALM's: the portable graphs (any onnxruntime >= 1.19) and, with --training, the "
+        "deprecated onnxruntime-training 1.19.2 artifacts, each validated against the "
+        "PyTorch reference before anything is written.",
     )
     p.add_argument(
         "--model",
@@ -65,22 +65,12 @@ def add_export_parser(sub: Any) -> None:
         action="store_true",
         help="skip the portable step graph (step_model.onnx: any onnxruntime ≥ 1.19)",
     )
-    training = p.add_mutually_exclusive_group()
-    training.add_argument(
+    p.add_argument(
         "--training",
-        dest="training",
-        action="store_const",
-        const=True,
-        default=None,
-        help="require the legacy onnxruntime-training 1.19.2 artifacts: their failure fails the "
-        "export (default: written where they can be, skipped with the reason otherwise)",
-    )
-    training.add_argument(
-        "--no-training",
-        dest="training",
-        action="store_const",
-        const=False,
-        help="skip the legacy onnxruntime-training artifacts",
+        action="store_true",
+        help="also write the deprecated onnxruntime-training 1.19.2 artifacts (for "
+        "RealmRuntime's ort-training backend; needs onnxruntime-training installed): their "
+        "failure fails the export (default: not written)",
     )
     p.add_argument(
         "--ort-format",
