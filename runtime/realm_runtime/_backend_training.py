@@ -76,7 +76,7 @@ class TrainingBackend(StepBackend):
         # α and λ step at lr_alpha_lambda; the norm tensors at lr, or BatchNorm's at its own
         self._rates = {ALPHA_NAME: config.lr_alpha_lambda, LAMBDA_NAME: config.lr_alpha_lambda}
         self._rates |= config.learning_rates(
-            [n for n in self.names if n not in self._rates], frozenset(manifest.batch_norm or ())
+            [n for n in self.names if n not in self._rates], frozenset(manifest.batch_norm)
         )
         self._logits_name = manifest.logits_name
         self._params = {n: self._state.parameters[n] for n in self.names}
