@@ -264,7 +264,7 @@ def _trace(model: nn.Module, plan: Plan) -> Traced:
             raise
         # The portable graph does not need it: the inference model comes from its forward.
         log.warning("no TorchScript forward graph (the portable graph stands in): %s", exc)
-        return Traced(source, example, trainable, requires_grad, None, [], {}, str(exc))
+        return Traced(source, example, trainable, requires_grad, None, [], {})
     return Traced(source, example, trainable, requires_grad, forward, branches, versions)
 
 

@@ -80,7 +80,6 @@ class Traced:
     forward: onnx.ModelProto | None  # the TorchScript forward graph; None: it failed
     branches: list[str]  # where the tracer froze data-dependent control flow
     versions: dict[str, int]  # IR version and opset of the forward graph
-    forward_error: str | None = None  # why the TorchScript forward graph failed, if it did
 
 
 @dataclass(frozen=True)
