@@ -124,7 +124,6 @@ def main(out: str, names: list[str]) -> None:
             ExportOptions(
                 config=config,
                 input_shape=(1, 3, 224, 224),
-                web=False,
                 training=False,
                 overwrite=True,
             ),

@@ -1,7 +1,7 @@
 """Peak RSS and per-sample time of ``RealmRuntime`` on one backend, in its own process.
 
 Run it with a torch-free interpreter (``.venv-runtime/bin/python``), once per backend, on
-artifacts exported beforehand (e.g. ``realm export --model timm:resnet50_gn --no-training``)::
+artifacts exported beforehand (e.g. ``realm export --model timm:resnet50_gn``)::
 
     for b in onnx onnx-steps onnx-steps:train; do
         PYTHONPATH=runtime .venv-runtime/bin/python dev/runtime_rss.py DIR $b 14

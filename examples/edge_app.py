@@ -2,7 +2,8 @@
 
 Runs without torch (numpy + onnxruntime: ``pip install 'realm-tta[runtime]'``, any current
 onnxruntime; ``--backend ort-training`` uses the training artifacts instead, on
-onnxruntime-training 1.19.2). It takes images one at a time,
+onnxruntime-training 1.19.2, of an export made with ``realm export --training``). It takes
+images one at a time,
 shows the running top-1 and the adaptation counters, checkpoints the adaptation state every
 N samples (atomically), and on restart resumes from the checkpoint where it stopped.
 

@@ -61,9 +61,10 @@ def digits_stream(digits):
 
 @pytest.fixture(scope="session")
 def digits_artifacts(digits_model, tmp_path_factory):
-    """The digits model exported with the CIFAR preset: (directory, config)."""
+    """The digits model exported with the CIFAR preset, the training artifacts too (the shared
+    tests run on both :data:`BACKENDS`): (directory, config)."""
     directory = tmp_path_factory.mktemp("artifacts") / "digits"
-    return directory, export_digits(digits_model, directory)
+    return directory, export_digits(digits_model, directory, training=True)
 
 
 @pytest.fixture(scope="session")

@@ -5,8 +5,8 @@
  * graph and keeps each state's next value; the decision, the step, the guardrails and the
  * counters are the graph's, and this module does no arithmetic of its own on them. The state
  * stays in the session's tensors between calls (on the GPU with `stateOnGpu`), and is the
- * state file's content: `saveState()` writes exactly these tensors (version 3 of the SDK's
- * file, state-file.js), which `RealmRuntime.restore` and `RealmAdapter.restore` read.
+ * state file's content: `saveState()` writes exactly these tensors (the SDK's state file,
+ * state-file.js), which `RealmRuntime.restore` and `RealmAdapter.restore` read.
  * The JavaScript twin of realm_runtime/_runtime.py's RealmRuntime on the adapt graph.
  * @module adapt-client
  */
@@ -183,11 +183,8 @@ export class AdaptClient {
     /** @type {Map<string, import("./state-file.js").NpyArray>} */
     const initial = new Map();
     for (const entry of spec.state) initial.set(entry.input, parseNpy(await verified(entry.initial), entry.initial));
-    const exported = initial.get(SETTINGS_NAME);
-    if (exported) initial.set(SETTINGS_NAME, withSettings(exported, spec.settings ?? [], options.settings ?? {}));
-    else if (Object.keys(options.settings ?? {}).length) {
-      throw new RangeError(`${where}: this adapt graph holds its settings as constants (exported before ${SETTINGS_NAME}): re-export to change them`);
-    }
+    const exported = /** @type {import("./state-file.js").NpyArray} */ (initial.get(SETTINGS_NAME));  // the manifest's check
+    initial.set(SETTINGS_NAME, withSettings(exported, spec.settings, options.settings ?? {}));
     const client = new AdaptClient(ort, manifest, session, initial);
     client.signature = signature;
     return client;

@@ -13,6 +13,7 @@ import {
   DIGEST_KEY,
   MANIFEST_NAME,
   MANIFEST_REQUIRED,
+  SETTINGS_NAME,
 } from "./contract.js";
 
 /** A manifest or an artifact file does not fit. */
@@ -36,7 +37,6 @@ export class ArtifactError extends Error {
  * @property {string} step_model forward, loss, gradients and the update in one graph
  * @property {string} forward_model input + realm.params → logits
  * @property {string} source_params realm.params of the exported model (.npy)
- * @property {string} [decide_model] the decision graph alone (S_div / EATA's cut), where written
  * @property {number} size length of realm.params
  * @property {PortableSlot[]} layout where each trainable tensor lies in realm.params
  * @property {{file: string}} [weights] the step and forward graphs' shared external data (weights.bin)
@@ -63,7 +63,7 @@ export class ArtifactError extends Error {
  * @property {string[]} watch the order of realm.watch
  * @property {string[]} known the order of realm.known
  * @property {AdaptState[]} state the state tensors
- * @property {string[]} [settings] the slots of the realm.settings state (SPEC §11)
+ * @property {string[]} settings the slots of the realm.settings state: exactly ADAPT_SETTINGS (SPEC §11)
  * @property {string} [error] why there is no adapt graph
  */
 
@@ -165,7 +165,7 @@ export function parseManifest(data, source = MANIFEST_NAME) {
   const d = checkFormat(data, source);
   const missing = MANIFEST_REQUIRED.filter((k) => !(k in d));
   if (missing.length) {
-    throw new ArtifactError(`${source}: missing fields ${JSON.stringify(missing)}`);
+    throw new ArtifactError(`${source}: missing fields ${JSON.stringify(missing)}: not a manifest of this realm-tta's export; re-export the model`);
   }
   return checkPortable(d, source);
 }
@@ -194,7 +194,7 @@ function checkPortable(d, source) {
   if (portable.weights !== undefined && typeof portable.weights?.file !== "string") {
     throw new ArtifactError(`${source}: portable.weights has no file name`);
   }
-  checkSettings(d.adapt?.settings, source);
+  checkAdapt(d.adapt, source);
   for (const file of adaptFiles(d)) {
     if (!(file in d.files)) {
       throw new ArtifactError(`${source}: ${file} is not listed among the checksummed files`);
@@ -204,24 +204,31 @@ function checkPortable(d, source) {
 }
 
 /**
- * The manifest's adapt.settings: absent, or a list of the setting names this client knows
- * (the Python runtime's adapt_settings check, its sentences).
- * @param {unknown} slots
+ * The adapt section, where it names a graph: this version's settings, fed as state (the
+ * Python runtime's _check_adapt, its sentences).
+ * @param {Record<string, any> | undefined} adapt
  * @param {string} source
  */
-function checkSettings(slots, source) {
-  if (slots === undefined || slots === null) return;
-  if (!Array.isArray(slots) || !slots.every((name) => typeof name === "string")) {
-    const kind = Array.isArray(slots) ? "list" : typeof slots;
-    throw new ArtifactError(`${source}: adapt.settings must be a list of setting names, got ${kind}; re-export the model`);
+function checkAdapt(adapt, source) {
+  if (!adapt || typeof adapt !== "object" || !adapt.file) return;
+  const slots = adapt.settings;
+  const inputs = Array.isArray(adapt.state) ? adapt.state.map((/** @type {any} */ e) => e?.input) : [];
+  const where = "adapt.settings";
+  let wrong;
+  if (!Array.isArray(slots)) {
+    wrong = `${where} is missing or not a list`;
+  } else if (JSON.stringify(slots) !== JSON.stringify(ADAPT_SETTINGS)) {
+    const lacks = ADAPT_SETTINGS.filter((name) => !slots.includes(name));
+    const unknown = slots.filter((name) => !ADAPT_SETTINGS.includes(name));
+    wrong = lacks.length || unknown.length
+      ? `${where} lacks ${JSON.stringify(lacks)} and has ${JSON.stringify(unknown)}`
+      : `${where} lists the settings in another order`;
+  } else if (!inputs.includes(SETTINGS_NAME)) {
+    wrong = `${SETTINGS_NAME} is not among its state inputs`;
+  } else {
+    return;
   }
-  const unknown = slots.filter((name) => !ADAPT_SETTINGS.includes(name));
-  if (unknown.length) {
-    throw new ArtifactError(
-      `${source}: the adapt graph reads settings ${JSON.stringify(unknown)} that this client does not know: ` +
-        "upgrade realm-tta, or re-export with this version",
-    );
-  }
+  throw new ArtifactError(`${source}: the adapt graph is not this realm-tta's (${wrong}); re-export the model`);
 }
 
 /**

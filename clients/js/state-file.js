@@ -14,9 +14,8 @@
  * @module state-file
  */
 
-// STATE_VERSION 3: the members are exactly the adapt graph's state tensors, under its input
-// names; adapt-client.js turns a version-1 or -2 file into them.
-import { READABLE_STATE_VERSIONS, STATE_FORMAT, STATE_HEADER_MEMBER, STATE_VERSION } from "./contract.js";
+// The members are exactly the adapt graph's state tensors, under its input names.
+import { STATE_FORMAT, STATE_HEADER_MEMBER, STATE_VERSION } from "./contract.js";
 
 /** A state file that cannot be read, with what is wrong with it. */
 export class StateFileError extends Error {
@@ -322,9 +321,9 @@ function readStateUnchecked(bytes) {
   if (header.format !== STATE_FORMAT) {
     throw new StateFileError(`format ${JSON.stringify(header.format)}, expected ${STATE_FORMAT}`);
   }
-  if (!READABLE_STATE_VERSIONS.includes(header.version)) {
+  if (header.version !== STATE_VERSION) {
     throw new StateFileError(
-      `state format version ${header.version} is not supported (this reads ${READABLE_STATE_VERSIONS.join(", ")})`,
+      `state format version ${JSON.stringify(header.version)} is not this client's (${STATE_VERSION}): save the state with this realm-tta, or start from the export`,
     );
   }
   return { header, arrays };

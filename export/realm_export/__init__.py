@@ -9,11 +9,11 @@ Two pipelines, each checked against ``realm_sdk`` before anything is moved into 
 
 * the portable pipeline, the product: the step, forward and adapt graphs in standard ONNX
   ops for any onnxruntime ≥ 1.19 (``step_model.onnx``, ``forward_model.onnx``,
-  ``adapt_model.onnx``), the JavaScript clients' decision graph, ORT-format copies for
-  mobile builds, an inference-only model and the manifest ``realm.json``;
+  ``adapt_model.onnx``), ORT-format copies for mobile builds, an inference-only model and
+  the manifest ``realm.json``;
 * :mod:`realm_export.legacy`, deprecated: the training/eval models and checkpoint for
-  onnxruntime-training 1.19.2's API, written where they can be, never failing an export
-  unless asked for (``ExportOptions(training=True)``).
+  onnxruntime-training 1.19.2's API, written only when asked for
+  (``ExportOptions(training=True)``, ``realm export --training``).
 
 ``realm_runtime.RealmRuntime`` runs the online step on either without torch.
 ``ExportOptions(drift_check=DriftCheck(images=x, labels=y))`` fits ``max_drift`` to the worst

@@ -83,15 +83,15 @@ def export_realm_artifacts(
     """Export ``model`` as on-device REALM artifacts, validated against the PyTorch reference.
 
     The portable graphs (the product: standard ONNX ops, any onnxruntime ≥ 1.19) and the
-    legacy onnxruntime-training artifacts where they are tried train exactly the parameters
+    legacy onnxruntime-training artifacts, where asked for, train exactly the parameters
     the SDK adapts (norm-layer affine weights and biases, minus the config's frozen patterns)
     plus α and λ. Everything is written to a temporary sibling directory and moved into place
     at the end, so a failed export leaves no half-written artifact directory (and an
     existing one untouched). Files: ``inference_model.onnx`` and ``realm.json`` always;
     ``step_model.onnx``, ``forward_model.onnx``, ``source_params.npy``, ``weights.bin``,
-    ``adapt_model.onnx`` and its initial state (and ``decide_model.onnx`` with ``web``,
-    ``*.ort`` with ``ort_format``) from the portable pipeline; ``training_model.onnx``,
-    ``eval_model.onnx``, ``checkpoint`` from the legacy one; ``realm.sig`` when signed.
+    ``adapt_model.onnx`` and its initial state (and ``*.ort`` with ``ort_format``) from the
+    portable pipeline; ``training_model.onnx``, ``eval_model.onnx``, ``checkpoint`` from the
+    legacy one with ``training``; ``realm.sig`` when signed.
 
     Args:
         model: the classifier (timm or any ``nn.Module``); it is copied, never modified.
@@ -105,13 +105,13 @@ def export_realm_artifacts(
     Raises:
         UnsupportedModelError: the model cannot adapt on the device (no norm layer, an op
             without ONNX form or gradient, dynamic control flow), in one sentence: nothing
-            asked for could be built; or ``training=True`` and the training artifacts failed.
+            asked for could be built; or ``training=True`` and the training artifacts failed
+            (or the method is one they cannot hold).
         ValidationError: ORT and torch disagree beyond the tolerances on what was asked for
             (the report is attached).
         FileExistsError: ``out_dir`` exists, is not an empty directory, and
             ``options.overwrite`` is false.
-        ValueError: no input shape (none given, none declared by the model), or nothing to
-            export (``portable=False`` where the training artifacts cannot be written).
+        ValueError: no input shape (none given, none declared by the model).
         ImportError: ``training=True`` where onnxruntime-training is not installed.
     """
     start = time.perf_counter()
@@ -132,7 +132,7 @@ def _settle(
 ) -> Plan:
     """The export's plan: the options' open fields settled, checked before anything is traced.
 
-    Settles the input shape, the config and whether to try the training artifacts, and
+    Settles the input shape, the config and whether to build the training artifacts, and
     checks what depends on more than the options: the directory, the installed libraries,
     the signing key.
 
@@ -146,10 +146,6 @@ def _settle(
     shape = options.input_shape if options.input_shape is not None else _declared_shape(model)
     config = options.config if options.config is not None else _default_config(model, shape)
     attempt, skipped = training_wanted(options.training, config)
-    if not attempt and not options.portable:
-        raise ValueError(
-            f"nothing to export: portable=False, and the training artifacts are {skipped}"
-        )
     signing_key = options.signing_key
     if signing_key is not None:
         signing_key = load_private_key(signing_key)  # a bad key fails now, not after the export
@@ -157,7 +153,6 @@ def _settle(
         options=dataclasses.replace(options, config=config, input_shape=shape),
         out_dir=path,
         training=attempt,
-        training_required=attempt and (options.training is True or not options.portable),
         training_skipped=skipped,
         signing_key=signing_key,
         notify=Stages(progress),
@@ -265,11 +260,11 @@ def _trace(model: nn.Module, plan: Plan) -> Traced:
         versions = check_versions(forward)
         check_trainable_names(forward, trainable)
     except UnsupportedModelError as exc:
-        if not plan.options.portable or plan.training_required:
+        if not plan.options.portable or plan.training:
             raise
         # The portable graph does not need it: the inference model comes from its forward.
         log.warning("no TorchScript forward graph (the portable graph stands in): %s", exc)
-        return Traced(source, example, trainable, requires_grad, None, [], {}, str(exc))
+        return Traced(source, example, trainable, requires_grad, None, [], {})
     return Traced(source, example, trainable, requires_grad, forward, branches, versions)
 
 
@@ -375,28 +370,24 @@ def _build(plan: Plan, traced: Traced, directory: Path) -> Built:
     built = dataclasses.replace(built, training=_legacy(plan, traced, directory))
     if ERROR_KEY in built.portable:
         _portable_missing(plan, built, traced.branches)
-    elif plan.training and traced.forward is not None and not built.training.written:
-        log.warning("legacy training artifacts %s", built.training.error)
     return built
 
 
 def _legacy(plan: Plan, traced: Traced, directory: Path) -> TrainingOutcome:
-    """The legacy training artifacts where they are tried; why they are missing otherwise.
+    """The legacy training artifacts where asked for; why they are missing otherwise.
 
     Raises:
-        UnsupportedModelError, ValidationError: they failed where they were required.
+        UnsupportedModelError, ValidationError: they failed.
     """
     if not plan.training:
         return TrainingOutcome(error=plan.training_skipped)
-    if traced.forward is None:
-        return TrainingOutcome(error=f"not written: their base, {traced.forward_error}")
+    assert traced.forward is not None  # without it the trace raised: they were asked for
     return write_training_artifacts(
         directory,
         traced.forward,
         traced.source,
         traced.requires_grad,
         plan.options,
-        required=plan.training_required,
         branches=traced.branches,
         notify=plan.notify,
     )
@@ -429,7 +420,4 @@ def _portable_missing(plan: Plan, built: Built, branches: list[str]) -> None:
     )
     if built.portable_report is not None and not built.portable_report.passed:
         raise ValidationError(message + branch_hint(branches), built.portable_report)
-    if built.training.failure is not None:
-        failed = built.training.failure.report
-        raise ValidationError(message + "\n" + failed.table() + branch_hint(branches), failed)
     raise UnsupportedModelError(message)

@@ -152,7 +152,6 @@ def _trial_peak(plan: Plan, stages: int | None, export: Callable[[Plan], Manifes
         config=config,
         validate=False,
         training=False,
-        web=False,
         ort_format=False,
         signing_key=None,
         overwrite=True,
@@ -165,7 +164,6 @@ def _trial_peak(plan: Plan, stages: int | None, export: Callable[[Plan], Manifes
             options=options,
             out_dir=Path(tmp) / "trial",
             training=False,
-            training_required=False,
             signing_key=None,
             notify=Stages(lambda stage: notify(f"budget, trying {label}: {stage}")),
         )

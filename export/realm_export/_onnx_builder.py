@@ -1,8 +1,9 @@
 """A small ONNX graph builder: nodes named after their output, constants as initializers.
 
-The loss graph (:func:`.legacy.append_loss`), the decision graph (:func:`._decide.decide_model`)
-and the GEMM rewrite of the portable graphs (:mod:`.portable._step`) write their nodes with it, so a
-node's name, its attributes and its constants are spelled one way everywhere.
+The loss graph (:func:`.legacy.append_loss`), the decision nodes
+(:func:`.portable._decide.decision_model`) and the GEMM rewrite of the portable graphs
+(:mod:`.portable._step`) write their nodes with it, so a node's name, its attributes and its
+constants are spelled one way everywhere.
 """
 
 from __future__ import annotations

@@ -129,9 +129,8 @@ class ExportOptions:
     input_shape: tuple[int, ...] | None = None  # (batch, C, ...); None: the model's input_size
     # Which artifacts: the portable pipeline (the product), then the legacy one.
     portable: bool = True  # step/forward graphs in standard ONNX ops: any onnxruntime ≥ 1.19
-    web: bool = True  # decide_model.onnx for the JavaScript clients (ignored without portable)
     ort_format: bool = False  # .ort graphs + operator config, for mobile builds (needs portable)
-    training: bool | None = None  # legacy ORT-training files: None where installed, True a must
+    training: bool = False  # the deprecated onnxruntime-training files too (needs it installed)
     dynamic_batch: bool = True  # a symbolic batch axis (B > 1 at run time) where a graph has one
     standalone_inference: bool = False  # inference_model.onnx with its weights inside it
     # Validation against the PyTorch reference, before anything is moved into place.
@@ -163,14 +162,10 @@ class ExportOptions:
                 f"config must be a RealmConfig (e.g. RealmConfig.preset('cifar', "
                 f"num_classes=10)) or None, got {type(self.config).__name__}"
             )
-        flags = ("portable", "web", "ort_format", "dynamic_batch", "standalone_inference")
-        for name in (*flags, "validate", "overwrite"):
+        flags = ("portable", "ort_format", "dynamic_batch", "standalone_inference")
+        for name in (*flags, "training", "validate", "overwrite"):
             if not isinstance(getattr(self, name), bool):
                 errors.append(f"{name} must be True or False, got {getattr(self, name)!r}")
-        if not (self.training is None or isinstance(self.training, bool)):
-            errors.append(
-                f"training must be None (where installed), True or False, got {self.training!r}"
-            )
         if self.memory is not None and not isinstance(self.memory, MemoryCheck):
             errors.append(
                 f"memory must be a MemoryCheck (e.g. MemoryCheck(budget_mb=160)) or None, "
@@ -220,7 +215,7 @@ class ExportOptions:
         errors = []
         if self.ort_format is True and self.portable is False:
             errors.append("ort_format=True converts the portable graphs: it needs portable=True")
-        if self.portable is False and self.training is False:
+        if not self.portable and not self.training:
             errors.append(
                 "nothing to export: portable=False and training=False; keep portable=True "
                 "(the product) or ask for the legacy training artifacts with training=True"

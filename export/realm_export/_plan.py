@@ -40,9 +40,8 @@ class Plan:
 
     options: ExportOptions  # config and input_shape settled: never None here
     out_dir: Path  # the artifact directory to create
-    training: bool  # try the legacy training artifacts (options.training None resolved)
-    training_required: bool  # their failure is an error: asked for, or nothing else is written
-    training_skipped: str | None  # why they are not tried, when they are not
+    training: bool  # build the legacy training artifacts (asked for: their failure is an error)
+    training_skipped: str | None  # why they are not built, when they are not
     signing_key: object | None  # loaded already, so a bad key fails before the export
     notify: Stages  # the progress callback, remembering the current stage
     budget_trials: tuple[dict[str, Any], ...] = ()  # each adapt_stages tried against the budget
@@ -81,7 +80,6 @@ class Traced:
     forward: onnx.ModelProto | None  # the TorchScript forward graph; None: it failed
     branches: list[str]  # where the tracer froze data-dependent control flow
     versions: dict[str, int]  # IR version and opset of the forward graph
-    forward_error: str | None = None  # why the TorchScript forward graph failed, if it did
 
 
 @dataclass(frozen=True)

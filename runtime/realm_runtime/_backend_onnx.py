@@ -20,8 +20,6 @@ import numpy as np
 from ._backend import BackendRequest, Candidate, StepBackend, parse_device
 from ._names import (
     ADAPT_MODEL_KEY,
-    ADAPT_SETTINGS,
-    ADAPT_SETTINGS_KEY,
     ADAPT_STATE_KEY,
     BATCH_KEY,
     ERROR_KEY,
@@ -88,10 +86,10 @@ class PortableBackend(StepBackend):
         graph_format = request.graph_format
         portable = manifest.portable
         if not portable.get(STEP_MODEL_KEY):
-            reason = portable.get(ERROR_KEY, "exported before the portable graph existed")
+            reason = portable.get(ERROR_KEY, "exported without it")
             raise ArtifactError(
                 f"{directory}: these artifacts have no portable step graph ({reason}); use "
-                "backend='ort-training', or re-export with a current realm-tta"
+                "backend='ort-training' where they hold the training artifacts, or re-export"
             )
         ort = onnxruntime_module()
         if _version(ort.__version__) < MIN_ORT:
@@ -187,9 +185,8 @@ class PortableBackend(StepBackend):
                 name = entry[STATE_INPUT_KEY]
                 if name not in _BIG:
                     self._initial[name] = _read_initial(directory / entry[STATE_INITIAL_KEY])
-            if SETTINGS_NAME in self._initial:  # this configuration's, overrides included
-                slots = manifest.adapt.get(ADAPT_SETTINGS_KEY, ADAPT_SETTINGS)
-                self._initial[SETTINGS_NAME] = adapt_settings(config, slots)
+            # This configuration's settings, overrides included (the manifest checked the slots).
+            self._initial[SETTINGS_NAME] = adapt_settings(config)
         self._state: dict[str, Any] = {  # every state tensor, where the session computes
             name: self._on_device(value, value.dtype) for name, value in self._initial.items()
         }

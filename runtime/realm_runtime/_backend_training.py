@@ -28,10 +28,10 @@ class TrainingBackend(StepBackend):
         directory, manifest, config = request.directory, request.manifest, request.config
         device, threads, session_config = request.device, request.threads, request.session_config
         if TRAINING_MODEL not in manifest.files:
-            why = manifest.training.get("reason", "exported without onnxruntime-training")
             raise ArtifactError(
-                f"{directory}: these artifacts have no training graphs (the export says they "
-                f"are {why}); use backend='onnx'"
+                f"{directory}: this export has no training artifacts, which "
+                "backend='ort-training' runs: re-export with realm export --training "
+                "(ExportOptions(training=True)), or use the default backend"
             )
         kind, _ = parse_device(device)
         ort = onnxruntime_module()
@@ -76,7 +76,7 @@ class TrainingBackend(StepBackend):
         # α and λ step at lr_alpha_lambda; the norm tensors at lr, or BatchNorm's at its own
         self._rates = {ALPHA_NAME: config.lr_alpha_lambda, LAMBDA_NAME: config.lr_alpha_lambda}
         self._rates |= config.learning_rates(
-            [n for n in self.names if n not in self._rates], frozenset(manifest.batch_norm or ())
+            [n for n in self.names if n not in self._rates], frozenset(manifest.batch_norm)
         )
         self._logits_name = manifest.logits_name
         self._params = {n: self._state.parameters[n] for n in self.names}

@@ -37,7 +37,6 @@ from ._names import (
     LAMBDA_NAME,
     MARGINAL_NAME,
     PARAMS_NAME,
-    READABLE_STATE_VERSIONS,
     SEEN_NAME,
     SETTINGS_NAME,
     STATE_FORMAT,
@@ -127,10 +126,10 @@ def read_state(
         ) from exc
     if header.get("format") != STATE_FORMAT:
         raise ValueError(f"{path}: format {header.get('format')!r}, expected {STATE_FORMAT!r}")
-    if header.get("version") not in READABLE_STATE_VERSIONS:
+    if header.get("version") != STATE_VERSION:
         raise ValueError(
-            f"{path}: state format version {header.get('version')!r} is not supported "
-            f"(this library reads versions {', '.join(map(str, READABLE_STATE_VERSIONS))})"
+            f"{path}: state format version {header.get('version')!r} is not this library's "
+            f"({STATE_VERSION}): save the state with this realm-tta, or start from the export"
         )
     return arrays, header
 

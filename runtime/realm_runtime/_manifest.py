@@ -25,13 +25,16 @@ from typing import Any
 
 from ._names import (
     ADAPT_KEY,
+    ADAPT_SETTINGS,
+    ADAPT_SETTINGS_KEY,
+    ADAPT_STATE_KEY,
     ARTIFACT_FORMAT,
     ARTIFACT_VERSION,
     BATCH_KEY,
     BATCH_NORM_KEY,
-    DECIDE_MODEL_KEY,
     DIGEST_KEY,
     DRIFT_CHECK_KEY,
+    FILE_KEY,
     FORWARD_MODEL_KEY,
     LAYOUT_KEY,
     MANIFEST_NAME,
@@ -40,8 +43,10 @@ from ._names import (
     MEMORY_KEY,
     ORT_FORMAT_KEY,
     PORTABLE_KEY,
+    SETTINGS_NAME,
     SIZE_KEY,
     SOURCE_PARAMS_KEY,
+    STATE_INPUT_KEY,
     STEP_MODEL_KEY,
 )
 from ._signing import check_signature
@@ -80,9 +85,7 @@ class Manifest:
     adapt: dict[str, Any] = field(default_factory=dict)  # the one adapt graph and its state
     memory: dict[str, Any] = field(default_factory=dict)  # measured updating peak; {}: none
     drift_check: dict[str, Any] = field(default_factory=dict)  # max_drift fitted; {}: not asked
-    # The trainable tensors of BatchNorm layers (they step at lr_batch_norm); None: exported
-    # before the field, so their rate cannot differ from lr's.
-    batch_norm: list[str] | None = None
+    batch_norm: list[str] = field(default_factory=list)  # BatchNorm's trainable tensors
     digest: str = ""  # manifest_sha256 of the file it was read from ("" before it is written)
 
     def to_bytes(self) -> bytes:
@@ -105,7 +108,7 @@ class Manifest:
             ADAPT_KEY: self.adapt,
             MEMORY_KEY: self.memory,
             DRIFT_CHECK_KEY: self.drift_check,
-            **({} if self.batch_norm is None else {BATCH_NORM_KEY: self.batch_norm}),
+            BATCH_NORM_KEY: self.batch_norm,
             DIGEST_KEY: _UNSEALED,
         }
         return seal(json.dumps(data, indent=2, sort_keys=False).encode("utf-8"))
@@ -121,7 +124,10 @@ class Manifest:
         check_format(data, source)
         missing = [k for k in MANIFEST_REQUIRED if k not in data]
         if missing:
-            raise ArtifactError(f"{source}: missing fields {missing}")
+            raise ArtifactError(
+                f"{source}: missing fields {missing}: not a manifest of this realm-tta's "
+                "export; re-export the model"
+            )
         kinds: dict[str, type] = {
             "input": dict,
             "logits_name": str,
@@ -173,10 +179,10 @@ class Manifest:
                 f"got {data['input']!r}"
             )
         _check_portable(data.get(PORTABLE_KEY, {}), source)
-        batch_norm = data.get(BATCH_NORM_KEY)
-        if batch_norm is not None and (
-            not isinstance(batch_norm, list)
-            or not all(isinstance(n, str) and n in data["trainable"] for n in batch_norm)
+        _check_adapt(data.get(ADAPT_KEY, {}), source)
+        batch_norm = data[BATCH_NORM_KEY]
+        if not isinstance(batch_norm, list) or not all(
+            isinstance(n, str) and n in data["trainable"] for n in batch_norm
         ):
             raise ArtifactError(
                 f"{source}: field {BATCH_NORM_KEY!r} must list trainable tensor names, got "
@@ -200,7 +206,7 @@ class Manifest:
             adapt=dict(data.get(ADAPT_KEY, {})),
             memory=dict(data.get(MEMORY_KEY, {})),
             drift_check=dict(data.get(DRIFT_CHECK_KEY, {})),
-            batch_norm=None if batch_norm is None else list(batch_norm),
+            batch_norm=list(batch_norm),
             digest=str(data.get(DIGEST_KEY, "")),
         )
 
@@ -285,9 +291,44 @@ def _check_portable(portable: dict[str, Any], source: str) -> None:
         for slot in layout
     ):
         raise ArtifactError(f"{where}.layout must list {{name, offset, shape}} per tensor")
-    for key in (DECIDE_MODEL_KEY, ORT_FORMAT_KEY):
-        if key in portable and not isinstance(portable[key], str | dict):
-            raise ArtifactError(f"{where}.{key} has the wrong type")
+    if ORT_FORMAT_KEY in portable and not isinstance(portable[ORT_FORMAT_KEY], dict):
+        raise ArtifactError(f"{where}.{ORT_FORMAT_KEY} has the wrong type")
+
+
+def _check_adapt(adapt: dict[str, Any], source: str) -> None:
+    """The adapt section, where it names a graph: this version's settings, fed as state.
+
+    Raises:
+        ArtifactError: its settings are not :data:`ADAPT_SETTINGS` in order, or its state
+            does not take them: a graph of another version, to re-export.
+    """
+    if not isinstance(adapt, dict) or not adapt.get(FILE_KEY):
+        return
+    slots = adapt.get(ADAPT_SETTINGS_KEY)
+    state = adapt.get(ADAPT_STATE_KEY)
+    inputs = (
+        [e.get(STATE_INPUT_KEY) for e in state if isinstance(e, dict)]
+        if isinstance(state, list)
+        else []
+    )
+    where = f"{ADAPT_KEY}.{ADAPT_SETTINGS_KEY}"
+    if not isinstance(slots, list):
+        wrong = f"{where} is missing or not a list"
+    elif slots != list(ADAPT_SETTINGS):
+        lacks = [n for n in ADAPT_SETTINGS if n not in slots]
+        unknown = [n for n in slots if n not in ADAPT_SETTINGS]
+        wrong = (
+            f"{where} lacks {lacks} and has {unknown}"
+            if lacks or unknown
+            else f"{where} lists the settings in another order"
+        )
+    elif SETTINGS_NAME not in inputs:
+        wrong = f"{SETTINGS_NAME} is not among its state inputs"
+    else:
+        return
+    raise ArtifactError(
+        f"{source}: the adapt graph is not this realm-tta's ({wrong}); re-export the model"
+    )
 
 
 def _is_hex(text: str) -> bool:

@@ -12,14 +12,13 @@ them equal): a name is spelled once across both languages.
 # ------------------------------------------------------------------ format versions
 
 ARTIFACT_FORMAT = "realm-tta/artifacts"  # realm.json's "format"
-ARTIFACT_VERSION = 2  # 2: the manifest seals itself (manifest_sha256)
+ARTIFACT_VERSION = 2  # the one version this library writes and reads
 LAYOUT_VERSION = 1  # of the manifest's "portable" section
 ADAPT_SECTION_VERSION = 1  # of the manifest's "adapt" section
 STATE_FORMAT = "realm-tta/adaptation-state"  # a state file header's "format"
-# 3: exactly the adapt graph's state tensors, under its input names (SPEC §11). Versions 1
-# and 2 were development formats, never released: no reader is kept for them.
+# Exactly the adapt graph's state tensors, under its input names (SPEC §11); the one version
+# this library writes and reads.
 STATE_VERSION = 3
-READABLE_STATE_VERSIONS = (3,)
 SIGNATURE_FORMAT = "realm-tta/signature"  # realm.sig's "format"
 SIGNATURE_VERSION = 1
 SIGNATURE_ALGORITHM = "Ed25519"  # also WebCrypto's name for it
@@ -43,8 +42,6 @@ ORT_OPERATORS_CONFIG = "required_operators.config"
 # The one adapt graph (SPEC §3 whole, for one sample): a client feeds the sample and the state
 # the manifest's "adapt" section lists, and takes each state's next value for the next call.
 ADAPT_MODEL = "adapt_model.onnx"
-# The decision graph alone (S_div, EATA's cut), for clients that run the graphs one by one.
-DECIDE_MODEL = "decide_model.onnx"
 # The legacy onnxruntime-training artifacts (backend "ort-training").
 TRAINING_MODEL = "training_model.onnx"
 EVAL_MODEL = "eval_model.onnx"
@@ -58,7 +55,15 @@ MAX_SIGNATURE_BYTES = 64 * 1024
 # ------------------------------------------------------------------ manifest keys
 
 DIGEST_KEY = "manifest_sha256"  # the manifest's last field: the SHA-256 of its own bytes
-MANIFEST_REQUIRED = ("input", "logits_name", "num_classes", "config", "trainable", "files")
+MANIFEST_REQUIRED = (
+    "input",
+    "logits_name",
+    "num_classes",
+    "config",
+    "trainable",
+    "files",
+    "batch_norm",
+)
 PORTABLE_KEY = "portable"  # the portable graphs' section (or its "error")
 ADAPT_KEY = "adapt"  # the one adapt graph's section (or its "error")
 MEMORY_KEY = "memory"  # the measured updating peak, and the budget it was chosen for
@@ -71,7 +76,6 @@ STEP_MODEL_KEY = "step_model"
 FORWARD_MODEL_KEY = "forward_model"
 SOURCE_PARAMS_KEY = "source_params"
 ADAPT_MODEL_KEY = "adapt_model"  # in "ort_format" only: the adapt graph's .ort file
-DECIDE_MODEL_KEY = "decide_model"
 LAYOUT_KEY = "layout"  # [{name, offset, shape}] of realm.params
 SIZE_KEY = "size"  # length of realm.params
 BATCH_KEY = "batch"  # the largest batch the step graph takes
@@ -88,7 +92,7 @@ ADAPT_LOSS_KEY = "loss"
 ADAPT_COUNTERS_KEY = "counters"  # COUNTERS
 ADAPT_WATCH_KEY = "watch"  # ADAPT_WATCH
 ADAPT_KNOWN_KEY = "known"  # ADAPT_KNOWN
-ADAPT_SETTINGS_KEY = "settings"  # ADAPT_SETTINGS (absent: settings exported as constants)
+ADAPT_SETTINGS_KEY = "settings"  # the slots of realm.settings: exactly ADAPT_SETTINGS
 ADAPT_STATE_KEY = "state"  # [{input, output, initial}] per state tensor
 STATE_INPUT_KEY = "input"  # the state's graph input
 STATE_OUTPUT_KEY = "output"  # the graph output holding its next value
@@ -149,25 +153,27 @@ COLLAPSE_LIMIT_NAME = "realm.collapse_limit"  # collapse·ln C (0: off)
 RECOVERY_LOSS_NAME = "realm.recovery_loss"  # SAR's e_m
 EPISODIC_NAME = "realm.episodic"  # 1: back to the source after every call, 0: not
 PLPD_THRESHOLD_NAME = "realm.plpd_threshold"  # DeYO: keep a sample only if PLPD > this
+# The slots of SETTINGS_NAME, in order: the step's rates, the methods' cuts, S_div and the EMA,
+# the guardrails, the episodic reset.
 ADAPT_SETTINGS = (
     LR_NAME,
+    LR_BATCH_NORM_NAME,
     LR_ALPHA_LAMBDA_NAME,
     MOMENTUM_NAME,
     ENTROPY_MARGIN_NAME,
     SAM_RHO_NAME,
-    ANCHOR_NAME,
-    RELAX_NAME,
+    PLPD_THRESHOLD_NAME,
+    RECOVERY_LOSS_NAME,
     DIVERSITY_MARGIN_NAME,
     EMA_BETA_NAME,
     EMA_NEW_NAME,
+    ANCHOR_NAME,
+    RELAX_NAME,
     MAX_DRIFT_NAME,
+    FULL_RATE_NAME,
     COLLAPSE_LIMIT_NAME,
-    RECOVERY_LOSS_NAME,
     EPISODIC_NAME,
-    FULL_RATE_NAME,  # after the others: older graphs' slots keep their places
-    PLPD_THRESHOLD_NAME,
-    LR_BATCH_NORM_NAME,
-)  # a slot added later must mean "as before" at 0: graphs that predate it run it so
+)
 
 # ------------------------------------------------------------------ counters
 

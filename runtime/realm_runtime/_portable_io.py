@@ -6,7 +6,6 @@ Torch-free, like the rest of the runtime package; the names themselves are :mod:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -49,7 +48,7 @@ def step_settings(config: RealmConfig) -> dict[str, float]:
     return {
         LR_NAME: config.lr,
         LR_ALPHA_LAMBDA_NAME: config.lr_alpha_lambda,
-        # 0: at lr, as graphs that predate the slot run it
+        # 0: at lr (no BatchNorm tensor, or no rate of BatchNorm's own)
         LR_BATCH_NORM_NAME: 0.0 if config.batch_norm_lr == config.lr else config.batch_norm_lr,
         MOMENTUM_NAME: config.momentum,
         ENTROPY_MARGIN_NAME: config.e0,
@@ -66,15 +65,11 @@ def method_input(config: RealmConfig) -> float:
     return step_settings(config)[name] if name else 0.0
 
 
-def adapt_settings(config: RealmConfig, slots: Sequence[str] = ADAPT_SETTINGS) -> np.ndarray:
+def adapt_settings(config: RealmConfig) -> np.ndarray:
     """The adapt graph's settings vector (``realm.settings``) of ``config``, float32.
 
-    In ``slots`` order (a manifest's ``adapt.settings``; default :data:`ADAPT_SETTINGS`).
-    Each value is rounded to float32 from its float64 value, as the host-step backends round it;
-    ``realm.episodic`` is 1 or 0.
-
-    Raises:
-        ValueError: ``slots`` not a list of names, or a name this version does not know.
+    In :data:`ADAPT_SETTINGS` order. Each value is rounded to float32 from its float64 value,
+    as the host-step backends round it; ``realm.episodic`` is 1 or 0.
     """
     guard = config.guard
     limit = guard.collapse_limit(config.num_classes)
@@ -89,18 +84,7 @@ def adapt_settings(config: RealmConfig, slots: Sequence[str] = ADAPT_SETTINGS) -
         EPISODIC_NAME: 1.0 if config.episodic else 0.0,
         FULL_RATE_NAME: guard.full_rate or 0.0,
     }
-    if not isinstance(slots, list | tuple) or not all(isinstance(name, str) for name in slots):
-        raise ValueError(
-            f"adapt.settings must be a list of setting names, got {type(slots).__name__}; "
-            "re-export the model"
-        )
-    unknown = [name for name in slots if name not in values]
-    if unknown:
-        raise ValueError(
-            f"the adapt graph reads settings {unknown} that this realm_runtime does not know: "
-            "upgrade realm-tta, or re-export with this version"
-        )
-    return np.array([values[name] for name in slots], np.float32)
+    return np.array([values[name] for name in ADAPT_SETTINGS], np.float32)
 
 
 @dataclass(frozen=True)

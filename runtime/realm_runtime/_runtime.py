@@ -39,7 +39,6 @@ from ._names import (
     ADAPT_UPDATED_KEY,
     ADAPT_WATCH_KEY,
     ALPHA_NAME,
-    BATCH_NORM_KEY,
     LAMBDA_NAME,
     MANIFEST_NAME,
 )
@@ -167,27 +166,13 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
                 f"{baked} are part of the exported graph or parameter selection; "
                 "re-export to change them"
             )
-        try:
-            exported = RealmConfig.from_dict(self.manifest.config)
+        try:  # the export's own config first: its fault is the manifest's, not the overrides'
+            RealmConfig.from_dict(self.manifest.config)
         except ValueError as exc:
             raise ArtifactError(f"{self.directory / MANIFEST_NAME}: its config: {exc}") from exc
         self.config = RealmConfig.from_dict({**self.manifest.config, **(overrides or {})})
-        if self.manifest.batch_norm is None and self.config.batch_norm_lr != self.config.lr:
-            where = self.directory / MANIFEST_NAME
-            if exported.lr_batch_norm is not None:
-                raise ArtifactError(
-                    f"{where}: its config gives BatchNorm a rate of its own (lr_batch_norm) "
-                    f"but it does not list BatchNorm's tensors ({BATCH_NORM_KEY}): re-export"
-                )
-            raise ValueError(
-                f"{where} was written before lr_batch_norm and does not say which tensors "
-                "are BatchNorm's: re-export the model to give BatchNorm layers their own "
-                "rate, or leave lr_batch_norm out of the overrides"
-            )
         self.device = device
-        backend = choose_backend(
-            backend, self.manifest, self.config, overrides or {}, schedule, self.directory
-        )
+        backend = choose_backend(backend, self.manifest, schedule, self.directory)
         # The one adapt graph runs the whole step, its own episodic reset included.
         self._graph = backend == "onnx"
         self._resets_in_step = self._graph

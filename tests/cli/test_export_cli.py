@@ -57,6 +57,7 @@ def test_export_user_model_with_weights(user_model, tmp_path, capsys):
             str(out),
             "--preset",
             "cifar",
+            "--training",
         ]
     )
     printed = capsys.readouterr()
@@ -122,7 +123,7 @@ def test_existing_directories(user_model, tmp_path, capsys):
     the CLI's flag, not the library's argument."""
     empty = tmp_path / "empty"
     empty.mkdir()
-    common = ["export", "--model", f"{user_model}:build", "--num-classes", "5", "--no-web"]
+    common = ["export", "--model", f"{user_model}:build", "--num-classes", "5"]
     assert main([*common, "--input-shape", "1,3,16,16", "--out", str(empty)]) == 0
     assert (empty / "realm.json").is_file()
     capsys.readouterr()
@@ -150,29 +151,44 @@ HARDSWISH_MODEL = textwrap.dedent("""
 """)
 
 
-def test_the_training_flags(tmp_path, capsys):
-    """The legacy artifacts never veto the default export; --training makes their
-    failure the export's, --no-training skips them."""
+def test_the_training_artifacts_only_with_training(tmp_path, capsys, monkeypatch):
+    """Not written unless asked for; --training makes their failure the export's, and names
+    the package where it is missing; --no-training is no flag."""
     import importlib.util
 
     path = tmp_path / "hs.py"
     path.write_text(HARDSWISH_MODEL)
     common = ["export", "--model", f"{path}:build", "--num-classes", "5"]
-    common += ["--input-shape", "1,3,8,8", "--no-web"]
-    installed = importlib.util.find_spec("onnxruntime.training") is not None
+    common += ["--input-shape", "1,3,8,8"]
     code = main([*common, "--out", str(tmp_path / "a")])
     printed = capsys.readouterr()
     assert code == 0, printed.err
-    assert "legacy training artifacts" in printed.out
-    assert ("HardSwish" if installed else "not installed") in printed.out
-    code = main([*common, "--out", str(tmp_path / "b"), "--no-training"])
+    assert "legacy training artifacts not asked for" in printed.out
+    assert "generating training artifacts" not in printed.err
+    assert not (tmp_path / "a" / "training_model.onnx").exists()
+    assert (tmp_path / "a" / "adapt_model.onnx").is_file()
+    code = main([*common, "--out", str(tmp_path / "b"), "--training"])
     printed = capsys.readouterr()
-    assert code == 0 and "not asked for (training=False)" in printed.out
-    code = main([*common, "--out", str(tmp_path / "c"), "--training"])
-    printed = capsys.readouterr()
-    assert code != 0 and not (tmp_path / "c").exists()
-    assert ("HardSwish" if installed else "onnxruntime-training 1.19.2") in printed.err
-    assert "Traceback" not in printed.err
+    assert code != 0 and not (tmp_path / "b").exists()
+    assert "HardSwish" in printed.err and "Traceback" not in printed.err
+    with pytest.raises(SystemExit):
+        main([*common, "--out", str(tmp_path / "c"), "--no-training"])
+    assert "unrecognized arguments: --no-training" in capsys.readouterr().err
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "onnxruntime.training" else real(name, *a),
+    )
+    code = main([*common, "--out", str(tmp_path / "d"), "--training"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and not (tmp_path / "d").exists()
+    assert err == (
+        "realm export: training=True (realm export --training) needs onnxruntime-training "
+        "1.19.2, which exists for Python 3.11: pip install 'onnxruntime-training==1.19.2' (the "
+        "'realm-tta[runtime-training]' extra), or export without the training artifacts"
+    )
 
 
 def test_every_method_and_preset_of_the_sdk_can_be_exported():

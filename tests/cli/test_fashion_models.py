@@ -71,11 +71,9 @@ def test_trained_models_export_and_validate_at_the_default_tolerances(name, tmp_
     info = export_realm_artifacts(
         model, tmp_path / name, ExportOptions(config=config, input_shape=(1, 1, 32, 32))
     )
-    # The portable graphs are the product; the legacy ones exist only where onnxruntime-training
-    # differentiates every op (not HardSwish: the MobileNetV3 has none, and says why).
     print(f"{name}: {info.seconds:.1f} s\n{info.portable_validation.table()}")
     assert info.portable_error is None and info.portable_validation.passed
-    assert info.validation is None or info.validation.passed
+    assert info.validation is None  # the legacy artifacts, not asked for
     manifest = (tmp_path / name / MANIFEST_NAME).read_text(encoding="utf-8")
     assert re.search(r'"mean": \[\s*0\.2186\s*\]', manifest)  # the preprocessing goes along
 

@@ -307,7 +307,8 @@ def test_browser_refuses_tampered_artifacts(sites, server, tmp_path):
     assert run["log"] == []
 
 
-def test_export_without_the_decision_graph(digits_model, tmp_path):
+def test_an_export_holds_no_graph_for_the_clients_beside_the_adapt_graph(digits_model, tmp_path):
+    """The JavaScript clients run the one adapt graph: no decision graph of their own."""
     from realm_export import ExportOptions, export_realm_artifacts
     from realm_sdk import RealmConfig
 
@@ -317,13 +318,15 @@ def test_export_without_the_decision_graph(digits_model, tmp_path):
         ExportOptions(
             config=RealmConfig.preset("cifar", num_classes=10),
             input_shape=(1, 1, 32, 32),
-            web=False,
             validate=False,
         ),
     )
+    written = {p.name for p in (tmp_path / "a").iterdir()}
+    assert "adapt_model.onnx" in written
+    assert not written & {"decide_model.onnx", "web_training_model.onnx"}
     assert "decide_model" not in info.manifest.portable
-    assert not (tmp_path / "a" / "decide_model.onnx").exists()
-    assert not (tmp_path / "a" / "web_training_model.onnx").exists()  # gone with 1.19.2's web
+    with pytest.raises(TypeError, match="web"):
+        ExportOptions(web=False)  # type: ignore[call-arg]
 
 
 def test_browser_adapts_on_a_users_picture(sites, server, tmp_path, digits):

@@ -25,10 +25,12 @@ CFG10 = RealmConfig.preset("cifar", num_classes=10)
         ({"validation_inputs": 0}, r"validation_inputs must be an integer ≥ 1"),
         ({"seed": -1}, r"seed must be an integer ≥ 0"),
         ({"portable": "no"}, r"portable must be True or False, got 'no'"),
-        ({"training": 1}, r"training must be None \(where installed\), True or False"),
+        ({"training": 1}, r"training must be True or False, got 1"),
+        ({"training": None}, r"training must be True or False, got None"),
         ({"model_info": ["resnet"]}, r"model_info must be a dict or None, got list"),
         ({"portable": False, "ort_format": True}, r"ort_format=True .* needs portable=True"),
         ({"portable": False, "training": False}, r"nothing to export: portable=False and"),
+        ({"portable": False}, r"nothing to export: portable=False and training=False"),
     ],
 )
 def test_bad_values_are_refused_with_what_to_pass(fields, message):
@@ -65,9 +67,41 @@ def test_default_options_read_the_shape_and_classes_off_the_model(tmp_path):
         export_realm_artifacts(model, tmp_path / "a")
     assert not (tmp_path / "a").exists()
     model.pretrained_cfg = {"input_size": (1, 32, 32)}
-    info = export_realm_artifacts(model, tmp_path / "a", ExportOptions(training=False))
+    info = export_realm_artifacts(model, tmp_path / "a", ExportOptions())
     manifest = info.manifest
     assert manifest.input.shape == ["batch", 1, 32, 32]
     assert manifest.num_classes == 10
     assert manifest.config == RealmConfig(num_classes=10).to_dict()
     assert info.portable_validation.passed
+    assert "training_model" not in info.files  # the legacy artifacts only when asked for
+
+
+def test_training_where_onnxruntime_training_is_missing_names_the_package(tmp_path, monkeypatch):
+    """Asked for where it is not installed: one sentence, the package and its version, before
+    anything is traced or written."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+
+    def without_training(name, *args):
+        return None if name == "onnxruntime.training" else real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", without_training)
+    options = ExportOptions(config=CFG10, input_shape=(1, 1, 32, 32), training=True)
+    with pytest.raises(ImportError) as caught:
+        export_realm_artifacts(DigitsGNNet(), tmp_path / "a", options)
+    message = str(caught.value)
+    assert "pip install 'onnxruntime-training==1.19.2'" in message and "\n" not in message
+    assert not (tmp_path / "a").exists()
+
+
+@pytest.mark.parametrize("method", ["sar", "deyo"])
+def test_training_for_a_method_they_cannot_hold_is_refused(method, tmp_path):
+    from realm_export import UnsupportedModelError
+
+    config = RealmConfig.preset("cifar", num_classes=10, method=method)
+    options = ExportOptions(config=config, input_shape=(1, 1, 32, 32), training=True)
+    refused = r"^training=True: .*export the portable graph$"
+    with pytest.raises(UnsupportedModelError, match=refused):
+        export_realm_artifacts(DigitsGNNet(), tmp_path / "a", options)
+    assert not (tmp_path / "a").exists()

@@ -43,7 +43,6 @@ def _options(memory: MemoryCheck, **kw) -> ExportOptions:
     return ExportOptions(
         config=RealmConfig.preset("cifar", num_classes=10),
         input_shape=(1, 3, 32, 32),
-        training=False,
         memory=memory,
         **kw,
     )
@@ -112,8 +111,6 @@ def test_measure_only_writes_the_figure_and_the_cli_prints_it(tmp_path, capsys):
             "10",
             "--input-shape",
             "1,3,32,32",
-            "--no-training",
-            "--no-web",
             "--measure-memory",
             "--memory-threads",
             "1",

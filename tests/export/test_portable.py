@@ -56,9 +56,8 @@ def test_resnet_d_exports_on_both_paths(tmp_path):
         "resnet18d", pretrained=False, norm_layer=GroupNorm, num_classes=10, layers=(1, 1, 1, 1)
     )
     config = RealmConfig.preset("imagenet", num_classes=10)
-    info = export_realm_artifacts(
-        model, tmp_path / "a", ExportOptions(config=config, input_shape=(1, 3, 64, 64))
-    )
+    options = ExportOptions(config=config, input_shape=(1, 3, 64, 64), training=True)
+    info = export_realm_artifacts(model, tmp_path / "a", options)
     assert info.validation.passed and info.portable_validation.passed
     assert info.portable_error is None
     print(info.validation.table(), info.portable_validation.table(), sep="\n")
@@ -82,11 +81,10 @@ class _Pool1dNet(nn.Module):
 def test_one_dimensional_average_pooling_exports_on_both_paths(tmp_path):
     torch.manual_seed(0)
     config = RealmConfig.preset("cifar", num_classes=5)
-    info = export_realm_artifacts(
-        _Pool1dNet(), tmp_path / "a", ExportOptions(config=config, input_shape=(1, 3, 9, 9))
-    )
+    options = ExportOptions(config=config, input_shape=(1, 3, 9, 9), training=True)
+    info = export_realm_artifacts(_Pool1dNet(), tmp_path / "a", options)
     assert info.portable_error is None and info.portable_validation.passed
-    assert info.validation is None or info.validation.passed
+    assert info.validation.passed
 
 
 class _UnfoldNet(nn.Module):
@@ -168,11 +166,27 @@ class _Volumetric(nn.Module):
 
 
 def test_a_model_the_portable_export_cannot_handle_keeps_the_training_path(tmp_path, caplog):
+    """With the training artifacts asked for they stand in for the portable graph; without,
+    the export fails, naming both."""
+    from realm_export import UnsupportedModelError
+
     torch.manual_seed(0)
     model = _Volumetric().eval()
     config = RealmConfig.preset("cifar", num_classes=5)
+    shape = (1, 1, 8, 8, 8)
+    with pytest.raises(UnsupportedModelError) as caught:
+        export_realm_artifacts(
+            model, tmp_path / "b", ExportOptions(config=config, input_shape=shape)
+        )
+    first = str(caught.value).splitlines()[0]
+    assert first.startswith("no artifact for this model: ") and "max_pool3d" in first
+    assert first.endswith(
+        "(and the legacy training artifacts are not asked for "
+        "(ExportOptions(training=True), realm export --training))"
+    )
+    assert not (tmp_path / "b").exists()
     info = export_realm_artifacts(
-        model, tmp_path / "a", ExportOptions(config=config, input_shape=(1, 1, 8, 8, 8))
+        model, tmp_path / "a", ExportOptions(config=config, input_shape=shape, training=True)
     )
     reason = info.portable_error
     assert reason is not None and "max_pool3d_with_indices_backward" in reason, reason
@@ -202,8 +216,8 @@ class _Upsampler(nn.Module):
 
 def test_training_graph_errors_are_named_not_raw(tmp_path):
     """onnxruntime-training 1.19.2 has no ConvTransposeGrad kernel: one clear sentence, the
-    export's own error where the training artifacts were asked for (training=True), else the
-    reason they are missing beside the portable graph."""
+    export's own error where the training artifacts were asked for (training=True); not asked
+    for, they are not tried, and the portable graph is the export."""
     from realm_export import UnsupportedModelError
 
     model = _Upsampler().eval()
@@ -218,7 +232,10 @@ def test_training_graph_errors_are_named_not_raw(tmp_path):
     info = export_realm_artifacts(
         model, tmp_path / "b", ExportOptions(config=config, input_shape=shape)
     )
-    assert "ConvTransposeGrad" in info.training_error and "\n" not in info.training_error
+    assert info.training_error == (
+        "not asked for (ExportOptions(training=True), realm export --training)"
+    )
+    assert info.manifest.training == {"written": False, "reason": info.training_error}
     assert info.portable_validation.passed
     _steps_agree(tmp_path / "b", model, config, steps=4, shape=shape)
 
@@ -248,7 +265,7 @@ def test_portable_export_can_be_switched_off(tmp_path):
     info = export_realm_artifacts(
         model,
         tmp_path / "a",
-        ExportOptions(config=config, input_shape=(1, 3, 8, 8), portable=False),
+        ExportOptions(config=config, input_shape=(1, 3, 8, 8), portable=False, training=True),
     )
     assert info.manifest.portable == {} and "step_model" not in info.files
     assert RealmRuntime(tmp_path / "a").backend == "ort-training"
@@ -327,22 +344,23 @@ def test_step_graph_reports_a_non_finite_step(digits_artifacts, digits_stream):
     assert not bool(out["realm.finite"])
 
 
-def test_export_without_the_training_build(tmp_path):
-    """Where onnxruntime-training is missing (Python 3.12+), the portable graph alone."""
+def test_the_default_export_is_the_portable_graph_alone(tmp_path):
+    """Not asked for, the legacy training artifacts are not written, installed or not."""
     torch.manual_seed(0)
     model = _BatchStatsNet().eval()
     config = RealmConfig.preset("cifar", num_classes=5, diversity_margin=0.95)
+    assert ExportOptions().training is False
     info = export_realm_artifacts(
         model,
         tmp_path / "a",
-        ExportOptions(config=config, input_shape=(1, 3, 16, 16), training=False),
+        ExportOptions(config=config, input_shape=(1, 3, 16, 16)),
     )
     assert info.validation is None and info.portable_validation.passed
     names = set(info.manifest.files)
     assert {"step_model.onnx", "forward_model.onnx", "source_params.npy"} <= names
     assert not names & {"training_model.onnx", "eval_model.onnx", "checkpoint"}
     assert RealmRuntime(tmp_path / "a").backend == "onnx"
-    with pytest.raises(ArtifactError, match="no training graphs"):
+    with pytest.raises(ArtifactError, match=r"no training artifacts.*realm export --training"):
         RealmRuntime(tmp_path / "a", backend="ort-training")
     _steps_agree(tmp_path / "a", model, config, shape=(1, 3, 16, 16))
     with pytest.raises(ValueError, match="nothing to export"):
@@ -674,7 +692,7 @@ def test_ort_format_needs_the_portable_graph_and_a_working_converter(
         export_realm_artifacts(
             digits_model,
             tmp_path / "b",
-            ExportOptions(config=config, input_shape=(1, 1, 32, 32), ort_format=True, web=False),
+            ExportOptions(config=config, input_shape=(1, 1, 32, 32), ort_format=True),
         )
     assert not (tmp_path / "b").exists()  # nothing half-written
     assert [p.name for p in tmp_path.iterdir()] == []

@@ -248,21 +248,22 @@ class _HardSwish(nn.Module):
 
 
 @pytest.mark.skipif(not _training_installed(), reason="needs onnxruntime-training (Python 3.11)")
-def test_training_artifacts_that_cannot_be_built_do_not_veto_the_portable_graph(tmp_path, caplog):
+def test_training_artifacts_that_cannot_be_built_fail_only_where_asked_for(tmp_path):
+    """onnxruntime-training has no HardSwish gradient: the default export does not try, and
+    is the portable graph; asked for, the export fails, naming the op."""
     torch.manual_seed(0)
     model = _HardSwish().eval()
     info = export_realm_artifacts(
         model, tmp_path / "a", ExportOptions(config=CFG5, input_shape=(1, 3, 8, 8))
     )
     assert info.portable_validation.passed and info.validation is None
-    assert "HardSwish" in info.training_error and "\n" not in info.training_error
-    assert "HardSwish" in caplog.text
+    assert info.training_error.startswith("not asked for")
     manifest = Manifest.from_dict(__import__("json").loads((tmp_path / "a/realm.json").read_text()))
     assert manifest.training == {"written": False, "reason": info.training_error}
     assert not {"training_model.onnx", "checkpoint"} & set(manifest.files)
     assert not any(p.name.startswith(".") for p in (tmp_path / "a").iterdir())
     _adapts(tmp_path / "a", model, CFG5, (1, 3, 8, 8))
-    with pytest.raises(ArtifactError, match="HardSwish"):
+    with pytest.raises(ArtifactError, match="no training artifacts"):
         RealmRuntime(tmp_path / "a", backend="ort-training")
     with pytest.raises(UnsupportedModelError, match="HardSwish"):
         export_realm_artifacts(
@@ -294,7 +295,8 @@ def test_a_refusal_says_what_was_asked_and_what_failed(tmp_path):
         )
     message = str(err.value)
     assert "data-dependent control flow" in message and "torch.where" in message
-    assert "not asked for (training=False)" in message and "not installed" not in message
+    assert "not asked for (ExportOptions(training=True)" in message
+    assert "not installed" not in message
     assert "\n" not in message
     assert list(tmp_path.iterdir()) == []
 
@@ -493,7 +495,7 @@ def test_the_torchscript_forward_graph_does_not_veto_the_portable_one(tmp_path):
         model, tmp_path / "a", ExportOptions(config=CFG5, input_shape=(1, 3, 4, 4))
     )
     assert info.portable_validation.passed
-    assert "TorchScript" in info.training_error and "adaptive_avg_pool2d" in info.training_error
+    assert info.training_error.startswith("not asked for")
     x = torch.randn(1, 3, 4, 4)
     session = ort.InferenceSession(str(tmp_path / "a/inference_model.onnx"))
     (logits,) = session.run(None, {"input": x.numpy()})

@@ -36,9 +36,12 @@ EXPORTS: list[Path] = []  # the run's export cache folder, set once per session
 EXPORTS: list[Path] = []  # the run's export cache folder, set once per session (conftest)
 
 
-def export_digits(model, directory, *, ort_format=False, signing_key=None, **config_overrides):
+def export_digits(
+    model, directory, *, ort_format=False, signing_key=None, training=False, **config_overrides
+):
     """Export the digits model with the CIFAR preset (and overrides) into ``directory`` with
-    ``realm_export``, its preprocessing in the manifest as the demo writes it.
+    ``realm_export``, its preprocessing in the manifest as the demo writes it; ``training``
+    asks for the legacy training artifacts too (the ``ort-training`` backend's).
 
     Unsigned exports are made once per run for each model state and configuration and
     copied from there (tests export the same few configurations many times); a test that
@@ -61,13 +64,15 @@ def export_digits(model, directory, *, ort_format=False, signing_key=None, **con
             preprocessing=digits_preprocessing(load_digits()),
             ort_format=ort_format,
             signing_key=signing_key,
+            training=training,
         )
         export_realm_artifacts(model, target, options)
 
     if signing_key is not None or not EXPORTS:
         export(directory)
         return config
-    key = hashlib.sha256(f"{weights_digest(model)} {config!r} {ort_format}".encode()).hexdigest()
+    made = f"{weights_digest(model)} {config!r} {ort_format} {training}"
+    key = hashlib.sha256(made.encode()).hexdigest()
     cached = EXPORTS[0] / key[:16]
     with locked(cached.with_suffix(".lock")):
         if not cached.is_dir():

@@ -102,7 +102,7 @@ def imagenet_case(tmp_path_factory):
     case = next(c for c in CASES if c.name == "digits-imagenet-realm")
     model, config, shape = build_case(case)
     exports = ExportCache(tmp_path_factory.mktemp("imagenet-case"))
-    directory, _ = exports.artifacts(case.model, model, config, shape)
+    directory, _ = exports.artifacts(case.model, model, config, shape, training=True)
     return case, model, config, shape, directory
 
 
@@ -244,6 +244,25 @@ def test_runtime_restore_refuses_a_mismatching_state(runtime, digits_model, tmp_
     (tmp_path / "junk.npz").write_bytes(b"\x00" * 10)
     with pytest.raises(ValueError, match="not a readable"):
         runtime.restore(tmp_path / "junk.npz")
+    assert snapshot(runtime) == before
+
+
+def test_a_state_file_of_another_version_is_refused_in_one_sentence(runtime, tmp_path):
+    """One version of the state file is read: another names the file, the version, the fix."""
+    from realm_runtime import read_state, write_state
+
+    runtime.save(tmp_path / "s.npz")
+    arrays, header = read_state(tmp_path / "s.npz")
+    old = tmp_path / "old.npz"
+    write_state(old, arrays, {**header, "version": 2})
+    before = snapshot(runtime)
+    with pytest.raises(ValueError) as caught:
+        runtime.restore(old)
+    message = str(caught.value)
+    assert message == (
+        f"{old}: state format version 2 is not this library's (3): save the state with this "
+        "realm-tta, or start from the export"
+    )
     assert snapshot(runtime) == before
 
 

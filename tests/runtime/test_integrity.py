@@ -35,7 +35,7 @@ def test_every_byte_of_the_manifest_is_sealed(digits_artifacts):
     "target",
     [
         *("header", "json value", "file digest", "own digest", "white space"),
-        *("step_model.onnx", "weights.bin", "decide_model.onnx", "checkpoint"),
+        *("step_model.onnx", "weights.bin", "adapt_model.onnx", "checkpoint"),
         "source_params.npy",
     ],
 )

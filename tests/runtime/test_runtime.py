@@ -9,6 +9,7 @@ import copy
 import dataclasses
 import json
 import os
+import re
 import shutil
 import threading
 
@@ -72,7 +73,8 @@ def test_step_for_step_agreement_with_the_sdk(
 def test_other_settings_agree_with_the_sdk(
     overrides, steps, batch, backend, digits_model, digits_stream, tmp_path
 ):
-    config = export_digits(digits_model, tmp_path / "a", **overrides)
+    training = backend == "ort-training"  # its artifacts, asked for
+    config = export_digits(digits_model, tmp_path / "a", training=training, **overrides)
     rt = RealmRuntime(tmp_path / "a", threads=1, backend=backend)
     adapter = RealmAdapter(copy.deepcopy(digits_model), config)
     compare_twins(rt, adapter, digits_stream[0][: steps * batch], source=digits_model, batch=batch)
@@ -381,43 +383,67 @@ def test_overrides_run_in_the_adapt_graph_as_the_sdk_runs_them(
         assert st.drift_clips > 0 and st.skipped_entropy < 120 - st.updates
 
 
-def test_a_graph_with_constant_settings_runs_overrides_on_the_twin(digits_artifacts, tmp_path):
-    """Artifacts exported before the settings were state: "auto" runs the twin."""
+def _drop_lr_batch_norm_slot(data: dict) -> None:
+    data["adapt"]["settings"].remove("realm.lr_batch_norm")
+
+
+def _settings_as_constants(data: dict) -> None:
+    data["adapt"].pop("settings")
+    data["adapt"]["state"] = [e for e in data["adapt"]["state"] if e["input"] != "realm.settings"]
+
+
+# A manifest or graph of another version, each edit re-sealed: (edit, what the sentence names).
+FOREIGN = {
+    "no batch_norm list": (
+        lambda data: data.pop("batch_norm"),
+        r"missing fields \['batch_norm'\]: not a manifest of this realm-tta's export",
+    ),
+    "a settings slot missing": (
+        _drop_lr_batch_norm_slot,
+        r"the adapt graph is not this realm-tta's \(adapt\.settings lacks "
+        r"\['realm\.lr_batch_norm'\] and has \[\]\)",
+    ),
+    "settings as constants": (
+        _settings_as_constants,
+        r"the adapt graph is not this realm-tta's \(adapt\.settings is missing or not a list\)",
+    ),
+    "slots in another order": (
+        lambda data: data["adapt"]["settings"].reverse(),
+        r"adapt\.settings lists the settings in another order",
+    ),
+    "another version": (
+        lambda data: data.update(version=1),
+        r"artifact format version 1 is not supported \(this realm-tta reads version 2\)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(FOREIGN))
+def test_a_manifest_of_another_version_is_refused_in_one_sentence(case, digits_artifacts, tmp_path):
+    """Every backend refuses it before any graph is read: the file, what is wrong, re-export."""
+    edit, named = FOREIGN[case]
     directory = tmp_path / "a"
     shutil.copytree(digits_artifacts[0], directory)
-    config = digits_artifacts[1]
-    edit_manifest(directory, lambda data: data["adapt"].pop("settings"))
-    changed = RealmRuntime(directory, threads=1, overrides={"lr": config.lr / 2})
-    assert (changed.backend, changed.schedule) == ("onnx-steps", "infer-first")
-    with pytest.raises(ValueError, match=r"\['lr'\] differ.*onnx-steps"):
-        RealmRuntime(directory, backend="onnx", overrides={"lr": config.lr / 2})
-    assert RealmRuntime(directory, threads=1, overrides={"lr": config.lr}).backend == "onnx"
+    edit_manifest(directory, edit)
+    for backend in ("auto", "onnx", "onnx-steps", "ort-training"):
+        with pytest.raises(ArtifactError) as caught:
+            RealmRuntime(directory, threads=1, backend=backend)
+        message = str(caught.value)
+        assert message.startswith(f"{directory / 'realm.json'}: "), message
+        assert re.search(named, message) and "re-export the model" in message, message
+        assert "\n" not in message
 
 
-def test_artifacts_from_before_lr_batch_norm_refuse_only_a_rate_of_its_own(
-    digits_artifacts, tmp_path
-):
-    """A manifest that does not say which tensors are BatchNorm's runs them at lr, or says so."""
-    directory = tmp_path / "a"
-    shutil.copytree(digits_artifacts[0], directory)
-
-    def older(data):
-        data.pop("batch_norm")
-        data["config"].pop("lr_batch_norm")
-        data["adapt"]["settings"].remove("realm.lr_batch_norm")
-
-    edit_manifest(directory, older)
-    for backend in BACKENDS:
-        assert RealmRuntime(directory, threads=1, backend=backend).config.lr_batch_norm is None
-    with pytest.raises(ValueError, match=r"written before lr_batch_norm.*re-export"):
-        RealmRuntime(directory, threads=1, overrides={"lr_batch_norm": 0.002})
-    lr = digits_artifacts[1].lr  # the same rate as lr's is no rate of its own
-    assert RealmRuntime(directory, threads=1, overrides={"lr_batch_norm": lr}).backend == "onnx"
-    damaged = tmp_path / "b"  # a current manifest without its list: damaged, not older
-    shutil.copytree(digits_artifacts[0], damaged)
-    edit_manifest(damaged, lambda data: data.pop("batch_norm"))
-    with pytest.raises(ArtifactError, match=r"realm\.json: its config gives BatchNorm"):
-        RealmRuntime(damaged, threads=1)
+def test_ort_training_without_the_training_artifacts_says_to_re_export(digits_model, tmp_path):
+    """An export not asked for them: the legacy backend names the flag, the default runs."""
+    export_digits(digits_model, tmp_path / "a")
+    assert not (tmp_path / "a" / "training_model.onnx").exists()
+    with pytest.raises(ArtifactError) as caught:
+        RealmRuntime(tmp_path / "a", backend="ort-training")
+    message = str(caught.value)
+    assert "this export has no training artifacts" in message and "\n" not in message
+    assert "realm export --training" in message and "ExportOptions(training=True)" in message
+    assert RealmRuntime(tmp_path / "a").backend == "onnx"
 
 
 def test_auto_runs_the_adapt_graph_unless_asked_otherwise(digits_artifacts):

@@ -80,7 +80,7 @@ def test_the_runtime_adapts_the_same_stages_and_leaves_the_rest_at_the_source(tm
     info = export_realm_artifacts(
         model, tmp_path / "k1", ExportOptions(config=config, input_shape=(1, 1, 32, 32))
     )
-    assert info.validation.passed
+    assert info.portable_validation.passed
     runtime = RealmRuntime(tmp_path / "k1")
     sdk = RealmAdapter(model, config)
     assert runtime.trainable_names == sdk.trainable_names == _norm_names_under(model, ("layer4.",))

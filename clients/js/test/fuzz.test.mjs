@@ -81,8 +81,8 @@ function sealedManifest() {
   const text = JSON.stringify({
     format: ARTIFACT_FORMAT, version: ARTIFACT_VERSION, input: { name: INPUT_NAME, shape: ["B", 1, 4, 4], dtype: "float32" },
     logits_name: LOGITS_NAME, num_classes: 3, config: { method: "realm" }, trainable: { "n.weight": [2] },
-    files: { "s.onnx": "aa", "f.onnx": "bb", "p.npy": "cc", "d.onnx": "dd" },
-    portable: { step_model: "s.onnx", forward_model: "f.onnx", source_params: "p.npy", decide_model: "d.onnx", size: 2,
+    files: { "s.onnx": "aa", "f.onnx": "bb", "p.npy": "cc" }, batch_norm: [],
+    portable: { step_model: "s.onnx", forward_model: "f.onnx", source_params: "p.npy", size: 2,
       layout: [{ name: "n.weight", offset: 0, shape: [2] }] },
     [DIGEST_KEY]: zeros,
   }, null, 2);

@@ -4,6 +4,7 @@ import { createHash } from "node:crypto";
 import { test } from "node:test";
 import {
   ADAPT_MODEL,
+  ADAPT_SETTINGS,
   ALPHA_NAME,
   ARTIFACT_FORMAT,
   ARTIFACT_VERSION,
@@ -15,6 +16,7 @@ import {
   LR_NAME,
   NEXT_SUFFIX,
   PARAMS_NAME,
+  SETTINGS_NAME,
   SOURCE_PARAMS,
   STEP_MODEL,
 } from "../contract.js";
@@ -29,11 +31,16 @@ function manifest(overrides = {}) {
     num_classes: 3,
     config: { method: "realm" },
     trainable: { "n.weight": [2], [ALPHA_NAME]: [] },
-    files: { [STEP_MODEL]: "aa", [FORWARD_MODEL]: "bb", [SOURCE_PARAMS]: "cc", [ADAPT_MODEL]: "dd" },
+    files: { [STEP_MODEL]: "aa", [FORWARD_MODEL]: "bb", [SOURCE_PARAMS]: "cc", [ADAPT_MODEL]: "dd", "s.npy": "ee" },
     versions: { onnxruntime: "1.19.2" },
+    batch_norm: [],
     adapt: {
       file: ADAPT_MODEL,
-      state: [{ input: PARAMS_NAME, output: PARAMS_NAME + NEXT_SUFFIX, initial: SOURCE_PARAMS }],
+      state: [
+        { input: PARAMS_NAME, output: PARAMS_NAME + NEXT_SUFFIX, initial: SOURCE_PARAMS },
+        { input: SETTINGS_NAME, output: SETTINGS_NAME + NEXT_SUFFIX, initial: "s.npy" },
+      ],
+      settings: [...ADAPT_SETTINGS],
     },
     portable: {
       step_model: STEP_MODEL,
@@ -55,7 +62,7 @@ test("wrong format, version, missing fields and missing graphs are named", () =>
   assert.throws(() => parseManifest(manifest({ version: 3 })), /artifact format version 3 is not supported .* re-export/);
   const { logits_name, ...rest } = manifest();
   assert.equal(logits_name, LOGITS_NAME);
-  assert.throws(() => parseManifest(rest), /missing fields \["logits_name"\]/);
+  assert.throws(() => parseManifest(rest), /missing fields \["logits_name"\]: not a manifest of this realm-tta's export; re-export the model$/);
   assert.throws(() => parseManifest(manifest({ portable: undefined })), /no portable step graph; re-export/);
   assert.throws(() => parseManifest(manifest({ portable: { error: "no norm layer" } })), /no portable step graph: no norm layer/);
   assert.throws(() => parseManifest([1, 2]), /does not hold a JSON object/);
@@ -73,18 +80,23 @@ test("a layout with a gap, a wrong size and unlisted graphs are refused", () => 
   assert.throws(() => parseManifest(unlisted), /source_params.npy is not listed among the checksummed files/);
 });
 
-test("a re-sealed adapt.settings that is not a list of known names is named", () => {
-  const good = manifest();
-  good.adapt.settings = [LR_NAME, EPISODIC_NAME];
-  assert.deepEqual(parseManifest(good).adapt.settings, [LR_NAME, EPISODIC_NAME]);
-  for (const bad of [LR_NAME, { lr: 1 }, [1, 2]]) {
+test("an adapt graph of another version is named, with the fix", () => {
+  assert.deepEqual(parseManifest(manifest()).adapt.settings, [...ADAPT_SETTINGS]);
+  const cases = [
+    [undefined, /adapt.settings is missing or not a list/],
+    [LR_NAME, /adapt.settings is missing or not a list/],
+    [[LR_NAME, EPISODIC_NAME, "realm.warp"], /adapt.settings lacks \[.*"realm.lr_batch_norm".*\] and has \["realm.warp"\]/],
+    [[...ADAPT_SETTINGS].reverse(), /adapt.settings lists the settings in another order/],
+  ];
+  for (const [slots, named] of cases) {
     const edited = manifest();
-    edited.adapt.settings = bad;
-    assert.throws(() => parseManifest(edited), /realm.json: adapt.settings must be a list of setting names, got (string|object|list); re-export/);
+    edited.adapt.settings = slots;
+    assert.throws(() => parseManifest(edited), named);
+    assert.throws(() => parseManifest(edited), /^ArtifactError: realm.json: the adapt graph is not this realm-tta's \(.*\); re-export the model$/);
   }
-  const unknown = manifest();
-  unknown.adapt.settings = [LR_NAME, "realm.warp"];
-  assert.throws(() => parseManifest(unknown), /reads settings \["realm.warp"\] that this client does not know: upgrade realm-tta/);
+  const constants = manifest();
+  constants.adapt.state = constants.adapt.state.slice(0, 1);
+  assert.throws(() => parseManifest(constants), /realm.settings is not among its state inputs\); re-export the model$/);
 });
 
 test("sha256Hex agrees with node's hash", async () => {

@@ -65,6 +65,16 @@ test("a state survives writeState → readState exactly", () => {
   assert.equal(state.arrays.has(STATE_HEADER_MEMBER), false);
 });
 
+test("a state file of another version is refused, with the fix", () => {
+  const old = writeState({ ...HEADER, version: 2 }, sample());
+  assert.throws(
+    () => readState(old),
+    (err) =>
+      err instanceof StateFileError &&
+      err.message.includes(`state format version 2 is not this client's (${STATE_VERSION}): save the state with this realm-tta, or start from the export`),
+  );
+});
+
 test("damaged files are refused with the reason", () => {
   const good = writeState(HEADER, sample());
   assert.throws(() => readState(good.subarray(0, good.length - 30)), StateFileError);

@@ -35,6 +35,9 @@ from ._validate import training_graph_error, validate_artifacts
 
 log = logging.getLogger(__name__)
 
+# Why an export holds no training artifacts unless asked for: the manifest's and the info's word.
+NOT_ASKED = "not asked for (ExportOptions(training=True), realm export --training)"
+
 
 @dataclass(frozen=True)
 class TrainingOutcome:
@@ -42,7 +45,6 @@ class TrainingOutcome:
 
     report: ValidationReport | None = None  # their figures; None: not validated, or not written
     error: str | None = None  # why they are not written, in one sentence; None: written
-    failure: ValidationError | None = None  # their failed validation, where that was why
 
     @property
     def written(self) -> bool:
@@ -50,35 +52,30 @@ class TrainingOutcome:
         return self.error is None
 
 
-def training_wanted(training: bool | None, config: RealmConfig) -> tuple[bool, str | None]:
-    """Whether to try the training artifacts (asked for, or installed), and why not if not.
+def training_wanted(training: bool, config: RealmConfig) -> tuple[bool, str | None]:
+    """Whether to build the training artifacts (only when asked for), and why not if not.
 
     Raises:
         ImportError: ``training=True`` where onnxruntime-training is not installed.
-        UnsupportedModelError: ``training=True`` for SAR, which they cannot hold.
+        UnsupportedModelError: ``training=True`` for a method they cannot hold (SAR, DeYO).
     """
+    if not training:
+        return False, NOT_ASKED
     why = config.rules.legacy_training
     if why is not None:
-        if training:
-            raise UnsupportedModelError(f"training=True: {why}; export the portable graph")
-        return False, f"not written: {why}"
+        raise UnsupportedModelError(f"training=True: {why}; export the portable graph")
     available = importlib.util.find_spec("onnxruntime") is not None
     if available:
         # Imported through realm_runtime, on a bare stack: onnxruntime-training's import-time
         # check keeps a traceback for good, which would pin this export's frames (the model).
         onnxruntime_module()
         available = importlib.util.find_spec("onnxruntime.training") is not None
-    if training is False:
-        return False, "not asked for (training=False)"
-    if training and not available:
-        raise ImportError(
-            "training=True needs onnxruntime-training 1.19.2 (Python 3.11): pip install "
-            "'realm-tta[runtime-training]', or export the portable graph alone"
-        )
     if not available:
-        reason = "not written: onnxruntime-training is not installed (it exists for Python 3.11)"
-        log.info("legacy training artifacts %s", reason)
-        return False, reason
+        raise ImportError(
+            "training=True (realm export --training) needs onnxruntime-training 1.19.2, which "
+            "exists for Python 3.11: pip install 'onnxruntime-training==1.19.2' (the "
+            "'realm-tta[runtime-training]' extra), or export without the training artifacts"
+        )
     return True, None
 
 
@@ -89,11 +86,10 @@ def write_training_artifacts(
     requires_grad: list[str],
     options: ExportOptions,
     *,
-    required: bool,
     branches: Sequence[str],
     notify: Callable[[str], None],
 ) -> TrainingOutcome:
-    """Build, validate and move into ``directory`` the legacy training artifacts, if they can be.
+    """Build, validate and move into ``directory`` the legacy training artifacts asked for.
 
     Args:
         directory: the artifact directory being written.
@@ -101,33 +97,17 @@ def write_training_artifacts(
         reference: the frozen eval-mode copy of the model: the PyTorch reference.
         requires_grad: the trainable tensors: the SDK's norm parameters, then α and λ.
         options: the export's options, ``config`` and ``input_shape`` settled.
-        required: their failure is the export's (``training=True``, or nothing else is
-            written); otherwise it is the reason they are missing.
         branches: where the trace froze data-dependent control flow (named on a failure).
         notify: the export's progress callback.
 
     Returns:
-        Their report, or why they are not written.
+        Their report.
 
     Raises:
-        UnsupportedModelError: ``required``, and onnxruntime-training could not build or
-            run them.
-        ValidationError: ``required``, and they disagree with the PyTorch reference.
+        UnsupportedModelError: onnxruntime-training could not build or run them.
+        ValidationError: they disagree with the PyTorch reference.
     """
-    try:
-        report = _write(directory, forward, reference, requires_grad, options, branches, notify)
-    except (UnsupportedModelError, ValidationError) as exc:
-        if required:
-            raise
-        return TrainingOutcome(
-            error=_one_sentence(exc), failure=exc if isinstance(exc, ValidationError) else None
-        )
-    except Exception as exc:  # never the export's failure unless they were asked for
-        if required:
-            raise
-        text = str(exc).strip()
-        first = text.splitlines()[0][:300] if text else ""
-        return TrainingOutcome(error=f"not written: {type(exc).__name__}: {first}")
+    report = _write(directory, forward, reference, requires_grad, options, branches, notify)
     return TrainingOutcome(report=report)
 
 
@@ -201,14 +181,6 @@ def _training_inputs(options: ExportOptions) -> list[np.ndarray]:
         seed=options.seed + 1,
         extra_batch=options.dynamic_batch,
     )
-
-
-def _one_sentence(exc: UnsupportedModelError | ValidationError) -> str:
-    """An export error in one line: what failed, and the figures where it was validation."""
-    if isinstance(exc, ValidationError):
-        return f"refused: they disagree with the PyTorch reference ({exc.report.summary()})"
-    text = str(exc).strip()
-    return f"not written: {text.splitlines()[0] if text else type(exc).__name__}"
 
 
 def _generate(proto: onnx.ModelProto, requires_grad: list[str], directory: Path) -> None:

@@ -45,7 +45,7 @@ from realm_runtime.contract import (
 
 from .._onnx_builder import GraphBuilder
 from ._adapt_builder import AdaptBuilder, DriftNorm, ema_of, read_figure, read_flag, renamed
-from ._decide import decide_model
+from ._decide import decision_model
 
 
 def step_branch(
@@ -190,8 +190,8 @@ _DECISION_SETTINGS = {  # the decision graph's constants that are settings of th
 
 
 def inline_decision(b: AdaptBuilder, config: RealmConfig) -> dict[str, str]:
-    """:func:`._decide.decide_model`'s nodes on ``logits`` and the EMA, as scalars where 1-wide."""
-    decide = decide_model(config, ir_version=8).graph
+    """:func:`._decide.decision_model`'s nodes on ``logits`` and the EMA, scalars where 1-wide."""
+    decide = decision_model(config, ir_version=8).graph
     prefix = "adapt.decide."
     known_ema = read_flag(b, KNOWN_EMA)
     outer = {"logits": LOGITS_NAME, "ema": EMA_NAME, "has_ema": known_ema, **_DECISION_SETTINGS}

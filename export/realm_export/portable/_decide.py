@@ -1,10 +1,9 @@
-"""The per-sample decision as an ONNX graph, for clients in other ONNX Runtime bindings.
+"""The per-sample decision as ONNX nodes, which the adapt graph inlines.
 
 SPEC §3's step 2 (S_div against the EMA of past predictions, EATA's entropy cut and weight,
-the EMA the step would commit) from one sample's pre-update logits. `RealmRuntime` does this
-in numpy; the JavaScript clients (examples/web in a page, examples/node) run this graph
-instead of re-writing the float32 math in JavaScript's float64, so that a decision near a
-margin falls the same way on every client.
+the EMA the step would commit) from one sample's pre-update logits, in float32 inside the
+graph, so that a decision near a margin falls the same way on every client that runs it.
+The host-step backends take the same decision in numpy.
 """
 
 from __future__ import annotations
@@ -21,8 +20,8 @@ from .._onnx_entropy import entropy_nodes
 DECIDE_OPSET = 18  # the portable graphs' opset: the adapt graph inlines this one
 
 
-def decide_model(config: RealmConfig, ir_version: int) -> onnx.ModelProto:
-    """SPEC §3 step 2 for one sample, from its pre-update logits (batch 1).
+def decision_model(config: RealmConfig, ir_version: int) -> onnx.ModelProto:
+    """SPEC §3 step 2 for one sample, from its pre-update logits (batch 1), checked whole.
 
     Inputs ``logits`` (1, C), ``ema`` (C,), ``has_ema`` (bool); outputs ``probs``,
     ``entropy``, ``cosine``, ``keep`` (update this sample?), ``passed_entropy`` (EATA's and

@@ -1,10 +1,10 @@
-"""The portable pipeline's files: step/forward graphs, adapt graph, decision graph, ORT format.
+"""The portable pipeline's files: step/forward graphs, adapt graph, ORT format.
 
 The product of an export (SPEC §8's ``onnx`` backend, any onnxruntime ≥ 1.19): the graphs of
 :func:`._portable.build_portable_graphs` with their weights in one shared file, the one
-adapt graph (:mod:`._adapt`), the JavaScript clients' decision graph (:mod:`._decide`) and,
-where asked, their ORT-format copies (:mod:`._ort_format`), each validated against the
-PyTorch reference. A graph that fails is removed and the reason kept in the manifest.
+adapt graph (:mod:`._adapt`) and, where asked, their ORT-format copies (:mod:`._ort_format`),
+each validated against the PyTorch reference. A graph that fails is removed and the reason
+kept in the manifest.
 """
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ from realm_runtime.contract import (
     ADAPT_MODEL_KEY,
     ADAPT_STATE_KEY,
     BATCH_KEY,
-    DECIDE_MODEL,
-    DECIDE_MODEL_KEY,
     ERROR_KEY,
     FILE_KEY,
     FORWARD_MODEL,
@@ -51,7 +49,6 @@ from .._validate import ValidationError, ValidationReport
 from .._weights import save_with_shared_weights
 from ._adapt import write_adapt
 from ._checks import check_written
-from ._decide import decide_model
 from ._step import PortableGraphs, build_portable_graphs
 from ._validate_adapt import validate_adapt, validate_adapt_graphs
 from ._validate_step import validate_portable
@@ -101,11 +98,6 @@ def write_portable(plan: Plan, traced: Traced, directory: Path) -> Built:
     # The one adapt graph reads the step graph's weights from the same file.
     weights["graphs"][ADAPT_MODEL_KEY] = list(weights["graphs"][STEP_MODEL_KEY])
     adapt = _write_adapt(plan, traced, directory, graphs, report)
-    if plan.options.web:
-        # SPEC §3's decision for the JavaScript clients of the portable graphs.
-        decide = decide_model(plan.config, graphs.step.ir_version)
-        onnx.save(decide, str(directory / DECIDE_MODEL))
-        section[DECIDE_MODEL_KEY] = DECIDE_MODEL
     ort_report = None
     if plan.options.ort_format:
         section[ORT_FORMAT_KEY], ort_report = _write_ort_format(

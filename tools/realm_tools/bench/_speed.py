@@ -1,12 +1,13 @@
 """Speed and memory: per-sample predict/adapt latency, torch reference vs. RealmRuntime.
 
 Torch and every runtime backend (SPEC §8: the portable ``onnx`` step graph and the
-``ort-training`` artifacts) run on the same machine, with the same thread count and the same
-input stream, taking turns in blocks (``take_turns``), so each backend's figures stand
-beside the same torch figures. With ``runtime_python``, one more side runs the onnx backend
-in another interpreter (the newest onnxruntime, no torch), driven block by block in the same
-turns (``_external``). The runtime's peak memory is measured in a separate process that
-imports only ``realm_runtime``, with torch made unimportable, as on a device (``_rss``).
+``ort-training`` artifacts, exported only where that backend is timed) run on the same machine,
+with the same thread count and the same input stream, taking turns in blocks
+(``take_turns``), so each backend's figures stand beside the same torch figures. With
+``runtime_python``, one more side runs the onnx backend in another interpreter (the newest
+onnxruntime, no torch), driven block by block in the same turns (``_external``). The
+runtime's peak memory is measured in a separate process that imports only ``realm_runtime``,
+with torch made unimportable, as on a device (``_rss``).
 
 Beside the times: the physical floor (FLOPs of a predict and of an updating step, counted on
 the torch reference, over the machine's peak FLOP/s; see ``_flops``) and the cost of each
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import importlib.util
 import os
 import tempfile
 from collections.abc import Sequence
@@ -28,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from realm_runtime import METHODS, RealmConfig
+from realm_runtime import METHODS, RealmConfig, onnxruntime_module
 from realm_runtime.measure import updating_overrides
 from realm_sdk import RealmAdapter
 
@@ -175,19 +177,22 @@ def bench_model(
     # (warmup + samples, C, H, W): distinct warm-up samples, then the timed ones.
     xs = np.random.default_rng(seed).standard_normal((warmup + samples, *shape)).astype(np.float32)
     peak = peak if peak is not None else machine_peak(threads)
+    missing = _no_training_artifacts(configs) if "ort-training" in backends else None
+    if missing is not None:
+        # The legacy artifacts never veto the product: that backend sits this model out.
+        print(f"{name}: no ort-training timing: {missing}")
+        backends = [b for b in backends if b != "ort-training"]
+    training = "ort-training" in backends  # its artifacts, asked for only where it is timed
     with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
         dirs = {m: Path(tmp) / f"{name.replace(':', '_')}-{m}" for m in configs}
         infos = {
             m: export_realm_artifacts(
-                model, dirs[m], ExportOptions(config=cfg, input_shape=(1, *shape))
+                model,
+                dirs[m],
+                ExportOptions(config=cfg, input_shape=(1, *shape), training=training),
             )
             for m, cfg in configs.items()
         }
-        missing = next((i.training_error for i in infos.values() if i.training_error), None)
-        if "ort-training" in backends and missing is not None:
-            # The legacy artifacts never veto the product: that backend sits this model out.
-            print(f"{name}: no ort-training timing, the training artifacts are {missing}")
-            backends = [b for b in backends if b != "ort-training"]
         torch.set_num_threads(threads)
         flops = {
             m: step_flops(model, cfg, torch.from_numpy(xs[0][None])) for m, cfg in configs.items()
@@ -235,6 +240,18 @@ def _validation(info: ExportInfo) -> dict[str, dict[str, float]]:
         for role, report in reports.items()
         if report is not None
     }
+
+
+def _no_training_artifacts(configs: dict[str, RealmConfig]) -> str | None:
+    """Why the legacy training artifacts cannot be exported for every method; None: they can."""
+    for method, config in configs.items():
+        if config.rules.legacy_training is not None:
+            return f"{method}: {config.rules.legacy_training}"
+    # Imported through realm_runtime first: onnxruntime-training's import-time check.
+    onnxruntime_module()
+    if importlib.util.find_spec("onnxruntime.training") is None:
+        return "onnxruntime-training 1.19.2 is not installed (it exists for Python 3.11)"
+    return None
 
 
 def _time_sides(

@@ -23,9 +23,9 @@ def add_export_parser(sub: Any) -> None:
         "export",
         help="export a model as validated on-device artifacts",
         description="Export a torch/timm classifier as on-device artifacts whose loss is "
-        "REALM's: the portable step graph (any onnxruntime >= 1.19) and, where "
-        "onnxruntime-training 1.19.2 is installed, its training artifacts, each validated "
-        "against the PyTorch reference before anything is written.",
+        "REALM's: the portable graphs (any onnxruntime >= 1.19) and, with --training, the "
+        "deprecated onnxruntime-training 1.19.2 artifacts, each validated against the "
+        "PyTorch reference before anything is written.",
     )
     p.add_argument(
         "--model",
@@ -62,31 +62,16 @@ def add_export_parser(sub: Any) -> None:
         "(default: its weights are in weights.bin with the other graphs')",
     )
     p.add_argument(
-        "--no-web",
-        action="store_true",
-        help="skip the JavaScript clients' decision graph (examples/web, examples/node)",
-    )
-    p.add_argument(
         "--no-portable",
         action="store_true",
         help="skip the portable step graph (step_model.onnx: any onnxruntime ≥ 1.19)",
     )
-    training = p.add_mutually_exclusive_group()
-    training.add_argument(
+    p.add_argument(
         "--training",
-        dest="training",
-        action="store_const",
-        const=True,
-        default=None,
-        help="require the legacy onnxruntime-training 1.19.2 artifacts: their failure fails the "
-        "export (default: written where they can be, skipped with the reason otherwise)",
-    )
-    training.add_argument(
-        "--no-training",
-        dest="training",
-        action="store_const",
-        const=False,
-        help="skip the legacy onnxruntime-training artifacts",
+        action="store_true",
+        help="also write the deprecated onnxruntime-training 1.19.2 artifacts (for "
+        "RealmRuntime's ort-training backend; needs onnxruntime-training installed): their "
+        "failure fails the export (default: not written)",
     )
     p.add_argument(
         "--ort-format",
@@ -243,7 +228,6 @@ def run_export(args: argparse.Namespace) -> int:
                 grad_rtol=args.grad_rtol,
                 dynamic_batch=not args.static_batch,
                 standalone_inference=args.standalone_inference,
-                web=not args.no_web,
                 portable=not args.no_portable,
                 training=args.training,
                 ort_format=args.ort_format,

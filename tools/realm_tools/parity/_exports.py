@@ -25,10 +25,17 @@ class ExportCache:
 
     def __init__(self, folder: str | os.PathLike[str]) -> None:
         self.folder = Path(folder)
-        self._made: dict[tuple[str, ...], tuple[Path, RealmConfig]] = {}
+        self._made: dict[tuple[str, ...], tuple[Path, RealmConfig, bool]] = {}
+        self._count = 0
 
     def artifacts(
-        self, name: str, model: nn.Module, config: RealmConfig, shape: tuple[int, ...]
+        self,
+        name: str,
+        model: nn.Module,
+        config: RealmConfig,
+        shape: tuple[int, ...],
+        *,
+        training: bool = False,
     ) -> tuple[Path, dict[str, Any]]:
         """The export directory for ``model`` (named ``name``) and the runtime's overrides.
 
@@ -37,6 +44,8 @@ class ExportCache:
             model: the source model, exported with ``config`` when no export fits.
             config: the case's configuration.
             shape: one sample's shape (the export takes batch 1).
+            training: the export must hold the legacy training artifacts (the
+                ``ort-training`` backend's); one made without them is made again with them.
 
         Returns:
             The artifacts' directory and the fields of ``config`` that differ from its export's.
@@ -45,13 +54,14 @@ class ExportCache:
 
         baked = sorted(RealmRuntime.EXPORTED_FIELDS)
         key = (name, *(repr(getattr(config, field)) for field in baked))
-        if key not in self._made:
-            target = self.folder / f"export-{len(self._made)}"
-            export_realm_artifacts(
-                model, target, ExportOptions(config=config, input_shape=(1, *shape))
-            )
-            self._made[key] = (target, config)
-        target, exported = self._made[key]
+        made = self._made.get(key)
+        if made is None or (training and not made[2]):
+            target = self.folder / f"export-{self._count}"
+            self._count += 1
+            options = ExportOptions(config=config, input_shape=(1, *shape), training=training)
+            export_realm_artifacts(model, target, options)
+            self._made[key] = (target, config, training)
+        target, exported, _ = self._made[key]
         overrides = {
             f.name: getattr(config, f.name)
             for f in dataclasses.fields(config)

@@ -77,8 +77,10 @@ def run_case(
     arbiter = _float64_path(case, model, config, shape, reference_device) if case.arbiter else None
     with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
         cache = exports if exports is not None else ExportCache(tmp)
-        artifacts, overrides = cache.artifacts(case.model, model, config, shape)
         backends = case.backends if backends is None else backends
+        legacy_gap = method_named(case.method).legacy_training
+        training = "ort-training" in backends and legacy_gap is None  # asked for where run
+        artifacts, overrides = cache.artifacts(case.model, model, config, shape, training=training)
         for index, backend in enumerate(backends):
             progress = None
             if on_step is not None:  # one count over all backends: k + the steps before
@@ -96,7 +98,6 @@ def run_case(
                 tolerance={**TOLERANCES, **case.tolerance},
                 overrides=sorted(overrides),
             )
-            legacy_gap = method_named(case.method).legacy_training
             if backend == "ort-training" and legacy_gap is not None:
                 report.not_applicable = f"{legacy_gap} (SPEC §4)"
             elif backend in ("onnx", "onnx-steps") and case.batch > 1:
