@@ -32,6 +32,7 @@ from torch import nn
 
 from realm_runtime import METHODS, RealmConfig, onnxruntime_module
 from realm_runtime.measure import updating_overrides
+from realm_runtime.methods import REALM, method_named
 from realm_sdk import RealmAdapter
 
 from .._timing import block_ratios, take_turns, timed_side
@@ -43,6 +44,15 @@ from ._speed_rows import MethodRow, SpeedRow
 
 if TYPE_CHECKING:  # realm_export is imported where an export runs (bench_model)
     from realm_export import ExportInfo
+
+# The method whose figures lead the table (export time, memory, the floor): REALM.
+_MAIN = REALM.name
+
+
+def _filters_nothing(name: str) -> bool:
+    """A method that updates on every sample (Tent): its adapt is already its updating step."""
+    rules = method_named(name)
+    return not (rules.diversity or rules.entropy_cut or rules.step_cut)
 
 
 def _predict_sides(
@@ -172,7 +182,7 @@ def bench_model(
     preset = "cifar" if classes == 10 else "imagenet"
     configs = {
         m: RealmConfig.preset(preset, num_classes=classes, method=m)  # type: ignore[arg-type]
-        for m in dict.fromkeys(["realm", *methods])
+        for m in dict.fromkeys([_MAIN, *methods])
     }
     # (warmup + samples, C, H, W): distinct warm-up samples, then the timed ones.
     xs = np.random.default_rng(seed).standard_normal((warmup + samples, *shape)).astype(np.float32)
@@ -215,13 +225,11 @@ def bench_model(
             )
         for b in backends:
             if external is not None and b == external.label:  # the onnx backend, over there
-                memory[b] = runtime_only_peak_rss(
-                    dirs["realm"], xs, threads, "onnx", runtime_python
-                )
+                memory[b] = runtime_only_peak_rss(dirs[_MAIN], xs, threads, "onnx", runtime_python)
             else:
-                memory[b] = runtime_only_peak_rss(dirs["realm"], xs, threads, b)
+                memory[b] = runtime_only_peak_rss(dirs[_MAIN], xs, threads, b)
     common = {"model": name, "threads": threads, "samples": samples}
-    export = {"export_s": infos["realm"].seconds, "validation": _validation(infos["realm"])}
+    export = {"export_s": infos[_MAIN].seconds, "validation": _validation(infos[_MAIN])}
     return [
         replace(_speed_row(common, b, timings, flops, memory, peak, methods), **export)
         for b in backends
@@ -270,12 +278,12 @@ def _time_sides(
     """
     # Torch and every backend take turns on the same samples (take_turns).
     args = (backends, threads, xs, warmup, external)
-    predict = _predict_sides(model, configs["realm"], dirs["realm"], *args)
+    predict = _predict_sides(model, configs[_MAIN], dirs[_MAIN], *args)
     adapt = {m: _adapt_sides(model, cfg, {}, dirs[m], *args) for m, cfg in configs.items()}
-    # Tent has no filter: every sample updates, and its adapt is its step.
+    # A method without a filter (Tent) updates on every sample: its adapt is its step.
     step = {
         m: adapt[m]
-        if m == "tent"
+        if _filters_nothing(m)
         else _adapt_sides(model, cfg, updating_overrides(cfg), dirs[m], *args)
         for m, cfg in configs.items()
     }
@@ -319,20 +327,20 @@ def _speed_row(
     return SpeedRow(
         **common,
         backend=backend,
-        update_rate=r_adapt["realm"][1],
+        update_rate=r_adapt[_MAIN][1],
         torch_predict_ms=float(np.median(t_pred)),
-        torch_adapt_ms=float(np.median(t_adapt["realm"][0])),
-        torch_adapt_p90_ms=float(np.percentile(t_adapt["realm"][0], 90)),
-        torch_step_ms=float(np.median(t_step["realm"][0])),
+        torch_adapt_ms=float(np.median(t_adapt[_MAIN][0])),
+        torch_adapt_p90_ms=float(np.percentile(t_adapt[_MAIN][0], 90)),
+        torch_step_ms=float(np.median(t_step[_MAIN][0])),
         runtime_predict_ms=float(np.median(r_pred)),
-        runtime_adapt_ms=float(np.median(r_adapt["realm"][0])),
-        runtime_adapt_p90_ms=float(np.percentile(r_adapt["realm"][0], 90)),
-        runtime_step_ms=float(np.median(r_step["realm"][0])),
+        runtime_adapt_ms=float(np.median(r_adapt[_MAIN][0])),
+        runtime_adapt_p90_ms=float(np.percentile(r_adapt[_MAIN][0], 90)),
+        runtime_step_ms=float(np.median(r_step[_MAIN][0])),
         torch_peak_rss_mb=memory.get("torch"),
         runtime_peak_rss_mb=memory[backend],
-        predict_gflop=flops["realm"][0],
-        step_gflop=flops["realm"][1],
+        predict_gflop=flops[_MAIN][0],
+        step_gflop=flops[_MAIN][1],
         peak=peak,
         methods=method_rows,
-        step_ratio_blocks=block_ratios(r_step["realm"][0], t_step["realm"][0]),
+        step_ratio_blocks=block_ratios(r_step[_MAIN][0], t_step[_MAIN][0]),
     )

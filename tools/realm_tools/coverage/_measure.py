@@ -63,9 +63,9 @@ def measure_model(
     out = Path(work_dir) / name
     start = time.perf_counter()
     try:
-        info = export_realm_artifacts(
-            model, out, ExportOptions(config=config, input_shape=(1, *shape))
-        )
+        # The product's graphs; the legacy training artifacts are the export's on request.
+        options = ExportOptions(config=config, input_shape=(1, *shape))
+        info = export_realm_artifacts(model, out, options)
     except Exception as exc:
         seconds = time.perf_counter() - start
         row = _failed(name, family, "refused", "export", exc, input_size=shape, export_s=seconds)
@@ -80,8 +80,9 @@ def measure_model(
         "input_size": shape,
         "export_s": export_s,
         **(_figures(report, role) if report is not None else {}),
-        "training_artifacts": "training_model" in info.files,
-        "training_error": getattr(info, "training_error", None),  # a newer field, where present
+        # None where not asked for: the table says "—", not "no".
+        "training_artifacts": ("training_model" in info.files) if options.training else None,
+        "training_error": info.training_error if options.training else None,
         "portable_error": info.portable_error,
         "artifact_mb": sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 1e6,
         "trainable_tensors": len(info.trainable),

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from realm_runtime import Guardrails, RealmConfig
+from realm_runtime.methods import BY_NAME, EATA, REALM, SAR, TENT
 
 from ..data import load_digits, load_fmnistc
 from ..models import MODELS
@@ -27,7 +28,7 @@ class ParityCase:
     name: str
     model: str  # key of realm_tools.models.MODELS
     preset: str  # "cifar" or "imagenet"
-    method: str = "realm"
+    method: str = REALM.name  # a name of the method registry
     steps: int = 100  # calls (each of `batch` samples)
     batch: int = 1
     overrides: dict[str, Any] = field(default_factory=dict)  # extra config fields
@@ -90,20 +91,22 @@ CASES: tuple[ParityCase, ...] = (
     ParityCase("digits-imagenet-preset", "digits_gn", "imagenet", steps=100),
     # BatchNorm's θ at lr_batch_norm, GroupNorm's at lr, within one step
     ParityCase("digits-mixed-cifar-realm", "digits_mixed", "cifar", steps=100),
-    ParityCase("digits-cifar-tent", "digits_gn", "cifar", "tent", steps=100),
-    ParityCase("digits-cifar-eata", "digits_gn", "cifar", "eata", steps=100),
+    # Every other method of the registry on the demo model, at its paper's settings.
+    *(
+        ParityCase(f"digits-cifar-{name}", "digits_gn", "cifar", name, steps=100)
+        for name in BY_NAME
+        if name != REALM.name
+    ),
     ParityCase(
         "digits-imagenet-eata",
         "digits_gn",
         "imagenet",
-        "eata",
+        EATA.name,
         steps=100,
         overrides={"lr": 2e-3, "diversity_margin": 0.4},
         why="as digits-imagenet-realm",
     ),
     ParityCase("digits-cifar-realm-batch4", "digits_gn", "cifar", steps=30, batch=4),
-    ParityCase("digits-cifar-sar", "digits_gn", "cifar", "sar", steps=100),
-    ParityCase("digits-cifar-deyo", "digits_gn", "cifar", "deyo", steps=100),
     # The paper's CIFAR architecture, trained on Fashion-MNIST, on a Fashion-MNIST-C stream.
     ParityCase(
         "fmnist-resnet26gn-cifar-realm",
@@ -129,7 +132,7 @@ CASES: tuple[ParityCase, ...] = (
         "digits-imagenet-sar",
         "digits_gn",
         "imagenet",
-        "sar",
+        SAR.name,
         steps=100,
         overrides={"lr": 2e-3},
         slow=True,
@@ -152,7 +155,7 @@ CASES: tuple[ParityCase, ...] = (
         "digits-cifar-sar-recovery",
         "digits_gn",
         "cifar",
-        "sar",
+        SAR.name,
         steps=100,
         overrides={"recovery_loss": 0.8},
         why="e_m high enough that SAR's recovery resets the model during the stream",
@@ -221,7 +224,12 @@ CASES: tuple[ParityCase, ...] = (
         why=_RANDOM_D,
     ),
     ParityCase(
-        "swin_small_cfg-imagenet-tent", "swin_small_cfg", "imagenet", "tent", steps=100, slow=True
+        "swin_small_cfg-imagenet-tent",
+        "swin_small_cfg",
+        "imagenet",
+        TENT.name,
+        steps=100,
+        slow=True,
     ),
     # Slow tier: the 224-pixel ImageNet-size models (and the CIFAR cases above).
     ParityCase(
@@ -233,7 +241,7 @@ CASES: tuple[ParityCase, ...] = (
         overrides={"diversity_margin": 0.9959, "lr": 1e-3, "lr_alpha_lambda": 1e-3},
         why=_SLOW,
     ),
-    ParityCase("vit_tiny-cifar-tent", "vit_tiny", "cifar", "tent", steps=30, slow=True),
+    ParityCase("vit_tiny-cifar-tent", "vit_tiny", "cifar", TENT.name, steps=30, slow=True),
     ParityCase(
         "resnet50_gn-imagenet",
         "resnet50_gn",
