@@ -123,7 +123,7 @@ def runtime_python() -> Path:
 
 # The files that take longest start first: under xdist's loadfile scheduling a long file
 # dispatched last keeps one worker busy while the other idles.
-_LONG_FILES = ("test_web.py", "test_node.py", "test_adapt_graph.py")
+_LONG_FILES = ("test_web.py", "test_node.py", "test_adapt_graph.py", "test_adapt_graph_builds.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -15,7 +15,7 @@
  */
 
 import { ALPHA_NAME, AdaptClient, LAMBDA_NAME, LR_NAME, MANIFEST_NAME, PARAMS_NAME, SIGNATURE_NAME } from "realm-tta-client";
-import { niceRange, ticks } from "./axes.js";
+import { drawSample, plot } from "./draw.js";
 import { digitsInput } from "./preprocess.js";
 
 // onnxruntime-web's builds, copied into ort/ by build_site.py and imported by URL so that the
@@ -60,6 +60,20 @@ function readSettings(items) {
 /** @param {string} id */
 const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
 
+/**
+ * Plot on the canvas ``id`` and keep what it drew where the tests read it.
+ * @param {string} id
+ * @param {Parameters<typeof plot>[1]} series
+ * @param {Parameters<typeof plot>[2]} range
+ * @param {number[]} [marks]
+ * @param {number} [from]
+ */
+function figure(id, series, range, marks = [], from = 0) {
+  const drawn = plot(/** @type {HTMLCanvasElement} */ ($(id)), series, range, marks, from);
+  run.ticks[id] = drawn.ticks;
+  run.series[id] = drawn.series;
+}
+
 /** @param {string} text @param {boolean} [error] */
 function status(text, error = false) {
   $("status").textContent = text;
@@ -91,93 +105,6 @@ async function store(key, value) {
 }
 
 // ------------------------------------------------------------------ plots
-
-/**
- * @param {HTMLCanvasElement} canvas
- * @param {{values: number[], color: string, label?: string}[]} series
- * @param {[number, number] | null} range the y range, or null to fit it to the values (with from: its bounds)
- * @param {number[]} [marks] sample indices to mark with a vertical line (the resets)
- * @param {number} [from] fit the y range to the values from this sample on (earlier ones may be clipped)
- */
-function plot(canvas, series, range, marks = [], from = 0) {
-  const ctx = /** @type {CanvasRenderingContext2D} */ (canvas.getContext("2d"));
-  const { width: W, height: H } = canvas;
-  ctx.clearRect(0, 0, W, H);
-  const all = series.flatMap((s) => s.values.slice(Math.min(from, Math.max(0, s.values.length - 1)))).filter(Number.isFinite);
-  if (!all.length) { run.ticks[canvas.id] = []; run.series[canvas.id] = []; return; }
-  let [lo, hi] = range && !from ? range : [Math.min(...all), Math.max(...all)];
-  if (hi - lo < 1e-9 * Math.max(1, Math.abs(hi))) { const d = Math.max(Math.abs(hi) * 1e-3, 1e-6); lo -= d; hi += d; }
-  let step;
-  [lo, hi, step] = niceRange(lo, hi);
-  if (range) { lo = Math.max(lo, range[0]); hi = Math.min(hi, range[1]); }
-  const yTicks = ticks(lo, hi, 5, step);
-  ctx.font = "11px system-ui"; ctx.lineWidth = 1;
-  const named = series.filter((s) => s.label);
-  // Room on the left for the widest tick label: narrow ranges need many digits.
-  const left = 10 + Math.max(...yTicks.map((t) => ctx.measureText(t.label).width)), right = 8, bottom = 30;
-  const top = named.length ? 22 : 8; // the legend's row above the frame
-  const w = W - left - right, h = H - top - bottom;
-  const n = Math.max(...series.map((s) => s.values.length), 2);
-  const X = (/** @type {number} */ i) => left + (w * i) / (n - 1);
-  const Y = (/** @type {number} */ v) => top + h * (1 - (v - lo) / (hi - lo));
-  ctx.textAlign = "right"; ctx.textBaseline = "middle";
-  for (const t of yTicks) {
-    ctx.strokeStyle = "#e6eaf1"; ctx.beginPath(); ctx.moveTo(left, Y(t.value)); ctx.lineTo(left + w, Y(t.value)); ctx.stroke();
-    ctx.fillStyle = "#5a6578"; ctx.fillText(t.label, left - 4, Y(t.value));
-  }
-  const xTicks = ticks(0, n - 1).filter((t) => Number.isInteger(t.value)).map((t) => ({ value: t.value, label: String(t.value) }));
-  ctx.textAlign = "center"; ctx.textBaseline = "top";
-  for (const t of xTicks) ctx.fillText(t.label, X(t.value), top + h + 3);
-  ctx.textAlign = "right"; ctx.fillText("sample", left + w, top + h + 16);
-  ctx.textAlign = "left"; ctx.textBaseline = "alphabetic";
-  run.ticks[canvas.id] = [...yTicks.map((t) => t.label), ...xTicks.map((t) => `x ${t.label}`)];
-  ctx.strokeStyle = "#ccd3df"; ctx.strokeRect(left, top, w, h);
-  ctx.strokeStyle = "#d33c3c";
-  for (const i of marks) { ctx.beginPath(); ctx.moveTo(X(i), top); ctx.lineTo(X(i), top + h); ctx.stroke(); }
-  ctx.save(); ctx.beginPath(); ctx.rect(left, top, w, h); ctx.clip(); // the first samples may leave the range
-  for (const s of series) {
-    ctx.strokeStyle = s.color; ctx.lineWidth = 1.5; ctx.beginPath();
-    s.values.forEach((v, i) => { if (i === 0) ctx.moveTo(X(i), Y(v)); else ctx.lineTo(X(i), Y(v)); });
-    ctx.stroke();
-  }
-  ctx.restore();
-  run.series[canvas.id] = series.filter((s) => s.values.length).map((s) => s.label ?? "");
-  let x = left; // the legend, above the frame
-  for (const s of named) {
-    ctx.fillStyle = s.color; ctx.fillRect(x, 8, 14, 3);
-    ctx.fillStyle = "#1d2430"; ctx.fillText(/** @type {string} */ (s.label), x + 18, 13);
-    x += 28 + ctx.measureText(/** @type {string} */ (s.label)).width;
-  }
-}
-
-/**
- * Draw a normalised sample: grey for one channel, RGB for three.
- * @param {Float32Array} x (C, S, S) normalised input
- * @param {{mean: number | number[], std: number | number[], size: number}} prep
- */
-function drawSample(x, prep) {
-  const canvas = /** @type {HTMLCanvasElement} */ ($("sample"));
-  const ctx = /** @type {CanvasRenderingContext2D} */ (canvas.getContext("2d"));
-  const S = prep.size;
-  const plane = S * S;
-  const channels = x.length / plane;
-  const mean = [prep.mean].flat();
-  const std = [prep.std].flat();
-  const img = ctx.createImageData(S, S);
-  for (let k = 0; k < plane; k++) {
-    for (let c = 0; c < 3; c++) {
-      const ch = channels === 3 ? c : 0;
-      const v = x[ch * plane + k] * std[ch % std.length] + mean[ch % mean.length];
-      img.data[4 * k + c] = Math.max(0, Math.min(255, Math.round(v * 255)));
-    }
-    img.data[4 * k + 3] = 255;
-  }
-  const tmp = document.createElement("canvas");
-  tmp.width = tmp.height = S;
-  /** @type {CanvasRenderingContext2D} */ (tmp.getContext("2d")).putImageData(img, 0, 0);
-  ctx.imageSmoothingEnabled = false;
-  ctx.drawImage(tmp, 0, 0, canvas.width, canvas.height);
-}
 
 // ------------------------------------------------------------------ main
 
@@ -359,22 +286,20 @@ async function main() {
     $("drift").textContent = view.drift.length ? view.drift[view.drift.length - 1].toExponential(2) : "–";
     $("interventions").textContent = `${c.resets_recovery + c.resets_collapse} · ${c.drift_clips}`;
     // Fitted past the first samples, whose running accuracy swings across the whole scale.
-    plot(
-      /** @type {HTMLCanvasElement} */ ($("plot-accuracy")),
+    figure("plot-accuracy",
       [{ values: view.sourceAcc, color: "#8a94a6", label: "no-adapt" }, { values: view.acc, color: "#2a6fdb", label: method }],
       [0, 100],
       [],
       Math.min(50, Math.floor(view.acc.length / 5)),
     );
-    plot(/** @type {HTMLCanvasElement} */ ($("plot-alpha")), [{ values: view.alpha, color: "#e8772e" }], null);
-    plot(/** @type {HTMLCanvasElement} */ ($("plot-lambda")), [{ values: view.lambda, color: "#2a6fdb" }], null);
-    plot(
-      /** @type {HTMLCanvasElement} */ ($("plot-watch")),
+    figure("plot-alpha", [{ values: view.alpha, color: "#e8772e" }], null);
+    figure("plot-lambda", [{ values: view.lambda, color: "#2a6fdb" }], null);
+    figure("plot-watch",
       [{ values: view.rate, color: "#2a6fdb", label: "update rate" }, { values: view.entropy, color: "#e8772e", label: "entropy EMA / ln C" }],
       [0, 1],
       view.resets,
     );
-    plot(/** @type {HTMLCanvasElement} */ ($("plot-drift")), [{ values: view.drift, color: "#4a9a4a" }], null, view.resets);
+    figure("plot-drift", [{ values: view.drift, color: "#4a9a4a" }], null, view.resets);
   };
   const save = async () => { if (PERSIST) await store(key, { state: await client.saveState(), view }); };
   /** α, λ and the drift where the parameters are on the GPU: downloaded, then plotted. */
@@ -412,7 +337,7 @@ async function main() {
     if (!onGpu) view.drift.push(await client.drift());
     else if (view.pos % EVERY === 0) await readBack();
     run.log.push({ index: i, top1: r.top1, label, selected: r.selected, updated: r.updated, reason: r.reason, alpha: r.alpha, lambda: r.lambda, ms: r.ms, logits: Array.from(r.logits) });
-    drawSample(x, meta.prep);
+    drawSample(/** @type {HTMLCanvasElement} */ ($("sample")), x, meta.prep);
     $("sample-caption").textContent = `#${i}: predicted ${r.top1}, label ${label} · ${r.reason}`;
   };
 
@@ -482,7 +407,7 @@ async function main() {
     const pixels = ctx.getImageData(0, 0, bitmap.width, bitmap.height).data;
     const { input } = digitsInput(pixels, bitmap.height, bitmap.width, meta.prep);
     const r = await client.adapt(input);
-    drawSample(input, meta.prep);
+    drawSample(/** @type {HTMLCanvasElement} */ ($("sample")), input, meta.prep);
     $("sample-caption").textContent = `${file.name}: predicted ${r.top1} · ${r.reason}`;
     run.images.push({ name: file.name, top1: r.top1, reason: r.reason, logits: Array.from(r.logits), input: Array.from(input) });
     refresh();

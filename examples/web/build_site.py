@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from realm_tools.demo import DemoTask
 
 HERE = Path(__file__).resolve().parent
-PAGE_FILES = ("index.html", "style.css", "app.js", "axes.js", "preprocess.js")
+PAGE_FILES = ("index.html", "style.css", "app.js", "axes.js", "draw.js", "preprocess.js")
 CLIENT = HERE.parents[1] / "clients" / "js"  # the library's modules: every *.js there
 CLIENT_DIR = "realm-tta-client"  # where the page's import map looks for it
 METHODS = tuple(BY_NAME)  # the page's method choices: the one registry, in its order

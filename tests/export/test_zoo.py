@@ -2,31 +2,23 @@
 
 One regression test per root cause at the op level (tiny modules, seconds each), then one
 small timm model per fixed failure class at 64 px through ``RealmRuntime``; the whole
-coverage list runs in the slow tier (test_coverage.py).
+coverage list runs in the slow tier (test_coverage.py). Which norm layers a model adapts is in
+test_last_block.py; how the validation's tolerances are set in test_validation_tolerance.py.
 """
 
 from __future__ import annotations
-
-import re
 
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from realm_export import (
-    LOGITS_RTOL,
-    ExportOptions,
-    UnsupportedModelError,
-    ValidationReport,
-    export_realm_artifacts,
-    reference_spread,
-    torch_reference,
-)
+from realm_export import ExportOptions, UnsupportedModelError, export_realm_artifacts
 from realm_runtime import ArtifactError, Manifest, RealmRuntime
-from realm_sdk import RealmAdapter, RealmConfig, last_block_patterns, norm_affine_names
+from realm_sdk import RealmAdapter, RealmConfig
 
 timm = pytest.importorskip("timm")
+
 
 CFG5 = RealmConfig.preset("cifar", num_classes=5)
 
@@ -117,94 +109,7 @@ def test_an_in_place_add_into_a_slice_exports(keep, tmp_path):
     _adapts(tmp_path / "a", model, CFG5, (1, 3, 8, 8))
 
 
-# --------------------------------------------------------------------- gradients at ReLU kinks
-
-
-def _kinked(smooth: bool, x: torch.Tensor) -> nn.Module:
-    """Conv, GroupNorm, then ReLU (or GELU), with channel 0's bias set so that its activation
-    at ``x`` sits on ReLU's kink, within float32 rounding of zero."""
-    torch.manual_seed(0)
-    conv, norm = nn.Conv2d(3, 4, 1), nn.GroupNorm(1, 4)
-    with torch.no_grad():
-        standardized = norm(conv(x))[0, 0, 0, 0]
-        norm.bias[0] = -standardized
-    act = nn.GELU() if smooth else nn.ReLU()
-    return nn.Sequential(conv, norm, act, nn.Flatten(), nn.Linear(4, 5)).eval()
-
-
-def test_the_reference_spread_is_measured_not_assumed():
-    """Where an activation sits on ReLU's kink, torch's own gradient jumps under float32-size
-    moves of the input, and the tolerance grows with what was measured; where the model is
-    smooth, the tolerance stays the default."""
-    x = torch.randn(1, 3, 1, 1, generator=torch.Generator().manual_seed(0))
-    for smooth in (True, False):
-        model = _kinked(smooth, x)
-        config = RealmConfig.preset("cifar", num_classes=5, method="tent")
-        weights = np.ones(1, np.float32)
-        reference = torch_reference(model, config, x, weights)
-        report = ValidationReport(atol=1e-4, grad_rtol=1e-3, inputs=1)
-        report.add_spread(reference_spread(model, config, x, weights, reference, report))
-        worst = max(report.grad_spread.values())
-        if smooth:
-            assert worst < 1e-4
-            assert all(report.grad_tolerance(n) == 1e-3 for n in report.grad_spread)
-        else:
-            assert worst > 1e-2, report.grad_spread  # the kink: the gradient jumps
-            assert max(report.grad_tolerance(n) for n in report.grad_spread) > 1e-1
-
-
-def test_the_logits_tolerance_follows_their_scale():
-    """A random-init BatchNorm network's logits reach the hundreds, where an absolute 1e-4 is
-    below float32's resolution: atol + LOGITS_RTOL · max|logits|."""
-    names = {"w": np.ones(3, np.float32)}
-    for scale in (1.0, 500.0):
-        report = ValidationReport(atol=1e-4, grad_rtol=1e-3, inputs=1)
-        ref = np.full((1, 5), scale, np.float32)
-        report.add(ref + 2e-4, 0.0, names, (ref, 0.0, names))
-        assert report.logits_tol == pytest.approx(1e-4 + LOGITS_RTOL * scale)
-        assert report.passed == (scale > 100)
-        assert "logits max abs" in report.summary()
-
-
-# --------------------------------------------------------------------- the last block, from timm
-
-
-@pytest.mark.parametrize(
-    ("name", "first", "last"),
-    [
-        ("regnetx_002", "s4.", "s4."),
-        ("densenet121", "features.denseblock4.", "features.norm5."),
-        ("inception_v3", "Mixed_7a.", "Mixed_7c."),
-        ("vgg11_bn", "features.23.", "features.26."),
-        ("resnet18", "layer4.", "layer4."),
-        ("vit_tiny_patch16_224", "blocks.9.", "norm."),
-        ("levit_128s", "stages.2.", "head_dist."),
-        ("pit_ti_224", "transformers.2.", "norm."),  # feature_info: no group_matcher
-    ],
-)
-def test_the_last_block_comes_from_timms_stage_groups(name, first, last):
-    """timm's own grouping (``group_matcher``) for every model it built: the last stage and
-    the norms after it, or the last quarter of an isotropic stack."""
-    model = timm.create_model(name, pretrained=False, num_classes=10)
-    patterns = last_block_patterns(model)
-    frozen = [n for n in norm_affine_names(model) if any(re.match(p, n) for p in patterns)]
-    assert frozen and frozen[0].startswith(first) and frozen[-1].startswith(last), frozen
-    adapted = RealmAdapter(model, RealmConfig.preset("imagenet", num_classes=10)).trainable_names
-    assert adapted and not set(adapted) & set(frozen)
-
-
-def test_a_module_timm_did_not_build_still_gets_the_explicit_error():
-    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.LazyLinear(5))
-    with pytest.raises(ValueError, match=r"stage metadata.*RealmConfig\.frozen"):
-        last_block_patterns(model)
-
-
-def test_resmlp_affine_layers_adapt():
-    """ResMLP's Affine stands where LayerNorm would: its alpha and beta adapt."""
-    model = timm.create_model("resmlp_12_224", pretrained=False, num_classes=10)
-    names = norm_affine_names(model)
-    assert "blocks.0.norm1.alpha" in names and "norm.beta" in names
-    assert not [n for n in names if not n.endswith((".alpha", ".beta"))]
+# --------------------------------------------------------------------- an affine-only norm
 
 
 class _Affine(nn.Module):
@@ -397,53 +302,6 @@ def test_upsampling_backward_is_two_matrix_products(mode, align, tmp_path):
     )
     assert info.portable_validation.passed, info.portable_validation.table()
     _adapts(tmp_path / "a", model, CFG5, (1, 3, 9, 8))
-
-
-# --------------------------------------------------------------------- torch's own BatchNorm bug
-
-
-class _Tokens(nn.Module):
-    """BatchNorm, then its map folded into tokens (EfficientFormer's Flat) and a LayerNorm."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv, self.norm = nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16)
-        self.token_norm, self.fc = nn.LayerNorm(16), nn.Linear(16, 5)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        tokens = self.norm(self.conv(x)).flatten(2).transpose(1, 2)
-        return self.fc(self.token_norm(tokens).mean(1))
-
-
-def test_the_sdk_gradient_of_a_batch_norm_before_tokens_is_the_true_one():
-    """torch 2.14's CPU BatchNorm backward errs when its input and output gradient differ in
-    layout at batch 1 (a transposed token map folded back); the SDK keeps both contiguous.
-    Judged against central finite differences in float64, not against another torch run."""
-    torch.manual_seed(0)
-    model = _Tokens().eval().double()
-    x = torch.randn(1, 3, 7, 7, dtype=torch.float64)
-    config = RealmConfig.preset("cifar", num_classes=5, method="tent")
-    adapter = RealmAdapter(model, config)
-    bias = model.norm.bias
-    loss = lambda: entropy_of(model(x))  # noqa: E731
-    (grad,) = torch.autograd.grad(loss(), [bias])
-    numeric = []
-    for i in range(4):
-        with torch.no_grad():
-            bias[i] += 1e-6
-            up = loss()
-            bias[i] -= 2e-6
-            down = loss()
-            bias[i] += 1e-6
-        numeric.append(float((up - down) / 2e-6))
-    assert np.allclose(grad[:4].numpy(), numeric, rtol=1e-5, atol=1e-9), (grad[:4], numeric)
-    assert adapter.trainable_names  # the adapter configured the model it was given
-
-
-def entropy_of(logits: torch.Tensor) -> torch.Tensor:
-    from realm_sdk import entropy
-
-    return entropy(logits).sum()
 
 
 def test_a_model_with_cached_attention_biases_is_copied(tmp_path):

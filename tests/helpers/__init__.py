@@ -4,6 +4,15 @@
 any subfolder writes ``from helpers import ...``.
 """
 
+from ._adapt_client import (
+    ADAPT_CASES,
+    ADAPT_DOC,
+    ADAPT_STEPS,
+    adapt_arrays,
+    adapt_client,
+    adapt_stream,
+    client_source,
+)
 from ._artifacts import (
     EXPORTS,
     edit_manifest,
@@ -53,6 +62,9 @@ from ._twins import (
 )
 
 __all__ = [
+    "ADAPT_CASES",
+    "ADAPT_DOC",
+    "ADAPT_STEPS",
     "BACKENDS",
     "CLASSES",
     "D64",
@@ -71,9 +83,13 @@ __all__ = [
     "WNIDS",
     "NearTie",
     "Tiny",
+    "adapt_arrays",
+    "adapt_client",
+    "adapt_stream",
     "allowed_ties",
     "assert_same_state",
     "cifar_label",
+    "client_source",
     "colour",
     "compare_twins",
     "decode_cifar",

@@ -1,16 +1,15 @@
 """RealmRuntime on both backends, against the SDK and under bad input.
 
-Saving and restoring a state (also across the twins): test_checkpoint.py.
+Saving and restoring a state (also across the twins): test_checkpoint.py. Settings overridden
+at run time: test_runtime_overrides.py. Artifacts, manifests and arguments the runtime refuses:
+test_runtime_refusals.py.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import os
-import re
-import shutil
 import threading
 
 import numpy as np
@@ -19,15 +18,14 @@ import torch
 from helpers import (
     BACKENDS,
     compare_twins,
-    edit_manifest,
     export_digits,
     has_cuda,
     last_line_in_a_fresh_interpreter,
     snapshot,
 )
 
-from realm_runtime import ArtifactError, RealmRuntime
-from realm_sdk import Guardrails, RealmAdapter
+from realm_runtime import RealmRuntime
+from realm_sdk import RealmAdapter
 
 # The adapt graph, and each twin in both orders of its graphs.
 SIDES = [
@@ -64,7 +62,7 @@ def test_step_for_step_agreement_with_the_sdk(
         (dict(method="eata"), 60, 1, "onnx"),
         (dict(method="eata"), 60, 1, "ort-training"),
         # B > 1 (per-sample S_div against one EMA, mean loss): the training artifacts only;
-        # the portable step graph takes one sample per step (test_portable.py).
+        # the portable step graph takes one sample per step (test_portable_backend.py).
         (dict(), 40, 4, "ort-training"),
         (dict(method="eata"), 40, 4, "ort-training"),
     ],
@@ -148,7 +146,7 @@ def test_nonfinite_gradient_is_refused(runtime, monkeypatch):
     real = runtime._backend.compute
 
     def poisoned(x, weights, eata_factor):
-        # What each backend reports for a NaN gradient (its own detection: test_portable.py
+        # What each backend reports for a NaN gradient (its own detection: test_portable_backend.py
         # for the step graph's realm.finite, the numpy check on ORT's gradients here).
         candidate = real(x, weights, eata_factor)
         if runtime.backend == "ort-training":
@@ -262,59 +260,6 @@ def test_one_instance_is_safe_across_threads(backend, digits_artifacts, digits_s
     assert all(np.isfinite(v).all() for v in rt.trainable_parameters().values())
 
 
-def test_artifact_problems_are_named(digits_artifacts, tmp_path):
-    src = digits_artifacts[0]
-    bad = tmp_path / "copy"
-    shutil.copytree(src, bad)
-    with open(bad / "training_model.onnx", "ab") as handle:
-        handle.write(b"tampered")
-    with pytest.raises(ArtifactError, match=r"training_model\.onnx.*SHA-256"):
-        RealmRuntime(bad)
-    shutil.rmtree(bad)
-    shutil.copytree(src, bad)
-    with open(bad / "step_model.onnx", "r+b") as handle:  # the portable graph is listed too
-        handle.seek(100)
-        handle.write(b"\x00")
-    with pytest.raises(ArtifactError, match=r"step_model\.onnx.*SHA-256"):
-        RealmRuntime(bad)
-    shutil.rmtree(bad)
-    shutil.copytree(src, bad)
-    manifest = json.loads((bad / "realm.json").read_text())
-    manifest["versions"]["onnxruntime"] = "1.18.0"
-    (bad / "realm.json").write_text(json.dumps(manifest))
-    with pytest.raises(ArtifactError, match=r"realm\.json: its bytes do not hash to its own"):
-        RealmRuntime(bad)  # an edit, not re-sealed
-    shutil.rmtree(bad)
-    shutil.copytree(src, bad)
-    edit_manifest(bad, lambda m: m["versions"].update(onnxruntime="1.18.0"))
-    # Training checkpoints load in their own ORT version only; the portable graph in any.
-    with pytest.raises(ArtifactError, match=r"exported with onnxruntime 1\.18\.0"):
-        RealmRuntime(bad, backend="ort-training")
-    assert RealmRuntime(bad).backend == "onnx"
-    (bad / "realm.json").write_text("{ truncated")
-    with pytest.raises(ArtifactError, match="not valid JSON"):
-        RealmRuntime(bad)
-    with pytest.raises(ArtifactError, match="not found"):
-        RealmRuntime(tmp_path / "nothing-here")
-
-
-def test_bad_constructor_arguments(digits_artifacts):
-    with pytest.raises(ValueError, match="device"):
-        RealmRuntime(digits_artifacts[0], device="tpu")
-    with pytest.raises(ValueError, match="schedule"):
-        RealmRuntime(digits_artifacts[0], schedule="sometimes")
-    with pytest.raises(ValueError, match="threads"):
-        RealmRuntime(digits_artifacts[0], threads=0)
-
-
-@pytest.mark.skipif(has_cuda(), reason="this onnxruntime has CUDA; the error path is moot")
-def test_cuda_without_the_gpu_build_says_what_to_install(digits_artifacts):
-    with pytest.raises(RuntimeError, match=r"onnxruntime-gpu"):
-        RealmRuntime(digits_artifacts[0], device="cuda")
-    with pytest.raises(RuntimeError, match=r"onnxruntime-training==1\.19\.2"):
-        RealmRuntime(digits_artifacts[0], device="cuda", backend="ort-training")
-
-
 @pytest.mark.cuda
 @pytest.mark.skipif(not has_cuda(), reason="needs onnxruntime-gpu and an NVIDIA GPU")
 def test_cuda_agrees_with_the_sdk(digits_artifacts, digits_model, digits_stream):
@@ -322,140 +267,6 @@ def test_cuda_agrees_with_the_sdk(digits_artifacts, digits_model, digits_stream)
     rt = RealmRuntime(directory, device="cuda", backend="onnx")
     adapter = RealmAdapter(copy.deepcopy(digits_model), config)
     compare_twins(rt, adapter, digits_stream[0][:100], source=digits_model)
-
-
-def test_runtime_side_settings_can_be_overridden(digits_artifacts, digits_stream):
-    directory, _ = digits_artifacts
-    with pytest.raises(ValueError, match="re-export"):
-        RealmRuntime(directory, overrides={"method": "tent"})
-    with pytest.raises(ValueError, match="diversity_margin"):
-        RealmRuntime(directory, overrides={"diversity_margin": 2.0})
-    rt = RealmRuntime(directory, threads=1, overrides={"diversity_margin": 1.0, "lr": 0.0})
-    assert rt.backend == "onnx"  # the adapt graph is fed the changed settings
-    source = rt.trainable_parameters()
-    for i in range(10):
-        assert rt.adapt(digits_stream[0][i : i + 1]).updated  # d = 1: S_div lets all through
-    for n, v in rt.trainable_parameters().items():
-        np.testing.assert_array_equal(v, source[n])  # lr = 0: θ unchanged
-    assert rt.state.alpha != 0.15  # α, λ still learn at their own rate
-
-
-OVERRIDDEN = {
-    # hyper-parameters of the step and of the decision
-    "step": ("realm", {"lr": 0.02, "momentum": 0.5, "diversity_margin": 0.7, "ema_beta": 0.8}),
-    # REALM's guardrails: tighter, and the collapse guard switched on
-    "guards": (
-        "realm",
-        {
-            "guardrails": Guardrails(
-                relax=0.3, anchor=0.02, max_drift=0.001, full_rate=0.8, collapse=0.9
-            )
-        },
-    ),
-    "episodic": ("realm", {"episodic": True, "diversity_margin": 0.9}),
-    # a baseline exported without guardrails gets them, and a wider entropy cut
-    "eata": ("eata", {"entropy_margin": 2.0, "guardrails": Guardrails(max_drift=0.002)}),
-}
-
-
-@pytest.mark.parametrize("case", list(OVERRIDDEN))
-def test_overrides_run_in_the_adapt_graph_as_the_sdk_runs_them(
-    case, digits_artifacts, digits_model, digits_stream, tmp_path
-):
-    """Settings changed at run time: the graph, fed them, takes the SDK's steps."""
-    method, overrides = OVERRIDDEN[case]
-    if method == "realm":  # the session's export
-        directory, exported = digits_artifacts
-    else:
-        directory = tmp_path / "a"
-        exported = export_digits(digits_model, directory, method=method)
-    rt = RealmRuntime(directory, threads=1, overrides=overrides)
-    assert rt.backend == "onnx"
-    config = exported.with_overrides(**overrides)
-    assert rt.config == config
-    adapter = RealmAdapter(copy.deepcopy(digits_model), config)
-    compare_twins(rt, adapter, digits_stream[0][:120], source=digits_model)
-    st = rt.state
-    assert st.updates > 0
-    if case == "guards":  # the changed guardrails acted
-        assert st.drift_clips > 0
-    if case == "eata":
-        assert st.drift_clips > 0 and st.skipped_entropy < 120 - st.updates
-
-
-def _drop_lr_batch_norm_slot(data: dict) -> None:
-    data["adapt"]["settings"].remove("realm.lr_batch_norm")
-
-
-def _settings_as_constants(data: dict) -> None:
-    data["adapt"].pop("settings")
-    data["adapt"]["state"] = [e for e in data["adapt"]["state"] if e["input"] != "realm.settings"]
-
-
-# A manifest or graph of another version, each edit re-sealed: (edit, what the sentence names).
-FOREIGN = {
-    "no batch_norm list": (
-        lambda data: data.pop("batch_norm"),
-        r"missing fields \['batch_norm'\]: not a manifest of this realm-tta's export",
-    ),
-    "a settings slot missing": (
-        _drop_lr_batch_norm_slot,
-        r"the adapt graph is not this realm-tta's \(adapt\.settings lacks "
-        r"\['realm\.lr_batch_norm'\] and has \[\]\)",
-    ),
-    "settings as constants": (
-        _settings_as_constants,
-        r"the adapt graph is not this realm-tta's \(adapt\.settings is missing or not a list\)",
-    ),
-    "slots in another order": (
-        lambda data: data["adapt"]["settings"].reverse(),
-        r"adapt\.settings lists the settings in another order",
-    ),
-    "another version": (
-        lambda data: data.update(version=1),
-        r"artifact format version 1 is not supported \(this realm-tta reads version 2\)",
-    ),
-}
-
-
-@pytest.mark.parametrize("case", list(FOREIGN))
-def test_a_manifest_of_another_version_is_refused_in_one_sentence(case, digits_artifacts, tmp_path):
-    """Every backend refuses it before any graph is read: the file, what is wrong, re-export."""
-    edit, named = FOREIGN[case]
-    directory = tmp_path / "a"
-    shutil.copytree(digits_artifacts[0], directory)
-    edit_manifest(directory, edit)
-    for backend in ("auto", "onnx", "onnx-steps", "ort-training"):
-        with pytest.raises(ArtifactError) as caught:
-            RealmRuntime(directory, threads=1, backend=backend)
-        message = str(caught.value)
-        assert message.startswith(f"{directory / 'realm.json'}: "), message
-        assert re.search(named, message) and "re-export the model" in message, message
-        assert "\n" not in message
-
-
-def test_ort_training_without_the_training_artifacts_says_to_re_export(digits_model, tmp_path):
-    """An export not asked for them: the legacy backend names the flag, the default runs."""
-    export_digits(digits_model, tmp_path / "a")
-    assert not (tmp_path / "a" / "training_model.onnx").exists()
-    with pytest.raises(ArtifactError) as caught:
-        RealmRuntime(tmp_path / "a", backend="ort-training")
-    message = str(caught.value)
-    assert "this export has no training artifacts" in message and "\n" not in message
-    assert "realm export --training" in message and "ExportOptions(training=True)" in message
-    assert RealmRuntime(tmp_path / "a").backend == "onnx"
-
-
-def test_auto_runs_the_adapt_graph_unless_asked_otherwise(digits_artifacts):
-    """`auto` is the one adapt graph; a twin where an order of graphs is asked for."""
-    directory, config = digits_artifacts
-    assert RealmRuntime(directory, threads=1).backend == "onnx"
-    changed = RealmRuntime(directory, threads=1, overrides={"lr": config.lr / 2})
-    assert changed.backend == "onnx"
-    ordered = RealmRuntime(directory, threads=1, schedule="train")
-    assert (ordered.backend, ordered.schedule) == ("onnx-steps", "train")
-    with pytest.raises(ValueError, match="leave schedule out"):
-        RealmRuntime(directory, backend="onnx", schedule="train")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
