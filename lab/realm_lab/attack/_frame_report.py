@@ -7,14 +7,14 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from ..rows import NO_ADAPT
+from ..rows import NO_ADAPT, row_named
 from ._frame_stream import FrameRow
 from ._frames import FrameSettings
 from ._report import ALLOWED_DROP
 
 
 def _label(row: FrameRow) -> str:
-    if row.method == NO_ADAPT.key:
+    if not row_named(row.method).adapts:
         return NO_ADAPT.label
     return f"{row.method} + guardrails" if row.guarded else row.method
 
@@ -24,7 +24,7 @@ def format_frame_attacks(rows: Sequence[FrameRow], settings: FrameSettings) -> s
     lines: list[str] = []
     for model in dict.fromkeys(r.model for r in rows):
         mine = [r for r in rows if r.model == model]
-        shares = sorted({r.share for r in mine if r.method != NO_ADAPT.key})
+        shares = sorted({r.share for r in mine if row_named(r.method).adapts})
         source = mine[0].source_accuracy
         lines += [
             f"**{model}** (source {source:.1f} % clean; {mine[0].frames} frames per stream)",

@@ -21,7 +21,7 @@ from realm_runtime import Guardrails
 from realm_sdk import RealmAdapter
 from realm_tools.data import StreamSettings, build_stream
 
-from ..rows import FRAME_METHODS, NO_ADAPT
+from ..rows import FRAME_METHODS, NO_ADAPT, row_named
 from ._frames import FrameAttacker, FrameSettings
 from ._subjects import Subject
 
@@ -81,7 +81,7 @@ def attack_stream(
     """
     if not 0 < share <= 1:
         raise ValueError(f"share must be in (0, 1], got {share}")
-    adapts = method != NO_ADAPT.key
+    adapts = row_named(method).adapts
     if adapts and method not in FRAME_METHODS:
         raise ValueError(
             f"unknown method {method!r}; known: {NO_ADAPT.key}, {', '.join(FRAME_METHODS)}"

@@ -7,21 +7,21 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from ..rows import NO_ADAPT
+from ..rows import row_named
 from ._endless import Calibration, EndlessRow
 
 ALLOWED_GAP = 1.0  # points any window may sit below no-adapt
 
 
 def _gaps(row: EndlessRow, none: EndlessRow | None) -> list[float] | None:
-    if none is None or row.method == NO_ADAPT.key:
+    if none is None or not row_named(row.method).adapts:
         return None
     return [a - b for a, b in zip(row.windows, none.windows, strict=True)]
 
 
 def format_endless(cal: Calibration, rows: Sequence[EndlessRow], window: int) -> str:
     """One row per method: mean, first, last and lowest window, and the gap to no-adapt."""
-    none = next((r for r in rows if r.method == NO_ADAPT.key), None)
+    none = next((r for r in rows if not row_named(r.method).adapts), None)
     lines = [
         f"| method | mean % | first window | last window | lowest window | "
         f"worst window − no-adapt | windows more than {ALLOWED_GAP:g} below no-adapt | "
@@ -72,7 +72,7 @@ def plot_endless(rows: Sequence[EndlessRow], window: int, path: Path, title: str
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    none = next((r for r in rows if r.method == NO_ADAPT.key), None)
+    none = next((r for r in rows if not row_named(r.method).adapts), None)
     fig, (top, bottom) = plt.subplots(
         2, 1, figsize=(10, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 2]}
     )
