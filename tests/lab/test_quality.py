@@ -34,8 +34,13 @@ def test_quality_bench_outputs(digits_model, tmp_path):
     none = [r for r in runs if r.method == "none"]
     assert all(r.updates == 0 for r in none)
     table = quality_table(runs)
-    assert table.count("\n") == 1 + len(methods)
-    assert "| REALM |" in table and "average" in table and "±" in table
+    rows = [line for line in table.splitlines() if line.startswith("| ")]
+    # Table 1's one layout: the header, a row per corruption, the average, the gain, clean after
+    assert rows[0] == "| corruption | " + " | ".join(ROWS[m].label for m in methods) + " |"
+    assert [r.split(" | ")[0] for r in rows[1:]] == [
+        "| gaussian_noise", "| fog", "| average", "| gain over no-adapt", "| clean after"
+    ]  # fmt: skip
+    assert "±" in table and "**" in table  # two seeds; the best of each row in bold
     paths = plot_quality(runs, tmp_path)
     assert [p.name for p in paths] == ["online_accuracy.png", "alpha_lambda.png"]
     assert all(p.stat().st_size > 10_000 for p in paths)

@@ -30,6 +30,7 @@ from realm_tools.data import DigitsShift, LazyImages, ShiftDataset, load_digits
 from realm_tools.models import train_digits_model
 
 from ..rows import QUALITY_DEFAULT, ROWS, Row, rows_where
+from ._table1 import episodic_table
 
 # Every row an episodic run can hold, in table order: no-adapt, each method, REALM in the
 # runtime (rows with guardrails or periodic resets belong to the long-running streams).
@@ -214,30 +215,41 @@ def _one_run(
 
 
 def quality_table(runs: Sequence[QualityRun]) -> str:
-    """Markdown in the layout of the paper's Table 1: methods × corruptions, average column.
+    """Markdown in the layout of the paper's Table 1 (:func:`episodic_table`, the one layout).
 
-    Each cell is the mean accuracy (%) over seeds, ± the standard deviation when there are
-    several; a last column gives the clean accuracy after adaptation (forgetting) where the
-    data has a clean split (the digits), and is left out where no run has one.
+    A row per corruption, a column per method, each cell the mean accuracy (%) over seeds
+    ± the standard deviation; then the average, the gain over no-adapt and, where the data
+    has a clean split (the digits), the clean accuracy after adapting.
     """
-    corruptions = list(dict.fromkeys(r.corruption for r in runs))
-    methods = [m for m in METHODS if any(r.method == m for r in runs)]
-    has_clean = any(r.clean_after is not None for r in runs)
-    head = ["method", *corruptions, "average"] + (["clean after"] if has_clean else [])
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for m in methods:
-        cells = [ROWS[m].label]
-        means = []
-        for c in corruptions:
-            acc = np.array([r.accuracy for r in runs if r.method == m and r.corruption == c])
-            means.append(acc.mean())
-            cells.append(f"{acc.mean():.1f}" + (f" ± {acc.std():.1f}" if len(acc) > 1 else ""))
-        cells.append(f"**{np.mean(means):.1f}**")
-        if has_clean:
-            clean = [r.clean_after for r in runs if r.method == m and r.clean_after is not None]
-            cells.append(f"{np.mean(clean):.1f}" if clean else "–")
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    episodes = []
+    for method in dict.fromkeys(r.method for r in runs):
+        for seed in dict.fromkeys(r.seed for r in runs if r.method == method):
+            mine = [r for r in runs if r.method == method and r.seed == seed]
+            cleans = [r.clean_after for r in mine if r.clean_after is not None]
+            episodes.append(
+                _Episode(
+                    method=method,
+                    seed=seed,
+                    samples=sum(len(r.online_accuracy) for r in mine),
+                    accuracy=float(np.mean([r.accuracy for r in mine])),
+                    segments=[(r.corruption, r.accuracy) for r in mine],
+                    clean_after=float(np.mean(cleans)) if cleans else None,
+                )
+            )
+    return "\n".join(episodic_table(episodes, {m: ROWS[m].label for m in METHODS}))
+
+
+@dataclass(frozen=True)
+class _Episode:
+    """One method's episodic run over every corruption of one seed, as Table 1 reads it."""
+
+    method: str
+    seed: int
+    samples: int  # over every corruption
+    accuracy: float  # the mean over the corruptions
+    segments: list[tuple[str, float]]  # (corruption, accuracy)
+    clean_after: float | None
+    setting: str = "episodic"
 
 
 def plot_quality(runs: Sequence[QualityRun], out_dir: str | os.PathLike[str]) -> list[Path]:

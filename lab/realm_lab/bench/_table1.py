@@ -19,6 +19,7 @@ class StreamRun(Protocol):
     samples: int
     accuracy: float | None
     segments: list[tuple[str, float]]
+    clean_after: float | None
 
 
 def _mean_std(values: Sequence[float]) -> str:
@@ -31,8 +32,10 @@ def _mean_std(values: Sequence[float]) -> str:
 def episodic_table(runs: Sequence[StreamRun], labels: dict[str, str]) -> list[str]:
     """Markdown lines: a row per corruption, a column per method, mean ± std over seeds.
 
-    The best mean of each row is bold; the last rows are the average over corruptions and
-    each method's gain over no-adapt. Empty where no episodic run is given.
+    The best mean of each row is bold; the last rows are the average over corruptions,
+    each method's gain over no-adapt and, where the data has a clean split, the clean
+    accuracy after adapting (forgetting). Empty where no episodic run is given. Every Table 1
+    the lab prints is this one: the quality bench's and the streams bench's episodic setting.
     """
     episodic = [r for r in runs if r.setting == "episodic"]
     if not episodic:
@@ -76,4 +79,10 @@ def episodic_table(runs: Sequence[StreamRun], labels: dict[str, str]) -> list[st
             for m in methods
         ]
         out.append("| gain over no-adapt | " + " | ".join(gains) + " |")
+    if any(r.clean_after is not None for r in episodic):
+        clean = [
+            [r.clean_after for r in episodic if r.method == m and r.clean_after is not None]
+            for m in methods
+        ]
+        out.append("| clean after | " + " | ".join(_mean_std(c) for c in clean) + " |")
     return out
