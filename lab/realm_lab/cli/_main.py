@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import logging
-import sys
 from collections.abc import Sequence
+
+from realm_tools.cli import command_parser, run_command
 
 from ._bench_attack import add_attack_parser
 from ._bench_quality import add_quality_parser
@@ -14,7 +14,7 @@ from ._train import add_train_parser
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``realm-lab`` argument parser."""
-    parser = argparse.ArgumentParser(
+    parser = command_parser(
         prog="realm-lab",
         description=(
             "realm-tta's lab: the project's own tables and figures (accuracy under shift, "
@@ -22,7 +22,6 @@ def build_parser() -> argparse.ArgumentParser:
             "What a user runs on their own model is the `realm` command."
         ),
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     sub = parser.add_subparsers(dest="command", required=True)
     bench = sub.add_parser("bench", help="the project's accuracy and attack benchmarks")
     benches = bench.add_subparsers(dest="bench", required=True)
@@ -34,10 +33,4 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``realm-lab`` command."""
-    args = build_parser().parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command line, for reports
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
-    return int(args.func(args))
+    return run_command(build_parser(), argv)

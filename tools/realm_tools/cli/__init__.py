@@ -4,11 +4,26 @@
 ``realm export`` and ``realm coverage`` each parse their flags and print or write their
 results over the library functions of ``realm_tools``' subpackages; :func:`main` assembles
 them (also ``python -m realm_tools``). Importing this package imports no torch: each command
-imports what it needs when it runs. What the commands share (:func:`progress_factory`,
-:func:`run_header`, :func:`write_atomic`) is public: the lab's command uses it too.
+imports what it needs when it runs. What the commands share (:func:`command_parser`,
+:func:`run_command`, :func:`progress_factory`, :func:`run_header`, :func:`write_atomic`) is
+public: the lab's command uses it too.
 """
 
-from ._common import progress_factory, run_header, write_atomic
+from ._common import (
+    command_parser,
+    progress_factory,
+    run_command,
+    run_header,
+    write_atomic,
+)
 from ._main import build_parser, main
 
-__all__ = ["build_parser", "main", "progress_factory", "run_header", "write_atomic"]
+__all__ = [
+    "build_parser",
+    "command_parser",
+    "main",
+    "progress_factory",
+    "run_command",
+    "run_header",
+    "write_atomic",
+]

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import logging
-import sys
 from collections.abc import Sequence
 
 from ._bench_adapt import add_adapt_parser
 from ._bench_export import add_export_time_parser
 from ._bench_memory import add_memory_parser
 from ._bench_speed import add_speed_parser
+from ._common import command_parser, run_command
 from ._coverage import add_coverage_parser
 from ._demo import add_demo_parser
 from ._export import add_export_parser
@@ -20,7 +19,7 @@ from ._parity import add_parity_parser
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``realm`` argument parser."""
-    parser = argparse.ArgumentParser(
+    parser = command_parser(
         prog="realm",
         description=(
             "realm-tta: REALM test-time adaptation on your own model. Export it to on-device "
@@ -28,7 +27,6 @@ def build_parser() -> argparse.ArgumentParser:
             "memory and export time, map which models export, make signing keys."
         ),
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     sub = parser.add_subparsers(dest="command", required=True)
     add_demo_parser(sub)
     add_keygen_parser(sub)
@@ -47,10 +45,4 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``realm`` command."""
-    args = build_parser().parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command line, for reports
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
-    return int(args.func(args))
+    return run_command(build_parser(), argv)
