@@ -7,9 +7,9 @@ the source model alone (no-adapt), REALM with its guardrails, REALM through ``Re
 (an export) and RDumb (EATA reset to the source at a fixed period). This file is the one
 place those rows, and each bench's default selection of rows, are named.
 
-    >>> from realm_lab.rows import ROWS, row_named
-    >>> row_named("rdumb").method
-    'eata'
+    >>> from realm_lab.rows import RDUMB, row_named
+    >>> row_named(RDUMB.key).reset_every
+    1000
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from realm_runtime.methods import BY_NAME, EATA, REALM
+from realm_runtime.methods import BY_NAME, EATA, REALM, SAR, TENT
 
 
 @dataclass(frozen=True)
@@ -63,12 +63,12 @@ ROWS: dict[str, Row] = {
 
 # What each bench runs when --methods is not given. The stored tables were made with these,
 # so a rerun of a documented command redoes nothing: a new method runs where it is asked for.
-QUALITY_DEFAULT = ("none", "tent", "eata", "realm", "realm-runtime")
-STREAMS_DEFAULT = ("none", "tent", "eata", "sar", "realm", "realm-guarded")
-ENDLESS_DEFAULT = ("none", "realm-guarded", "eata", "rdumb")
+QUALITY_DEFAULT = (NO_ADAPT.key, TENT.name, EATA.name, REALM.name, REALM_RUNTIME.key)
+STREAMS_DEFAULT = (NO_ADAPT.key, TENT.name, EATA.name, SAR.name, REALM.name, REALM_GUARDED.key)
+ENDLESS_DEFAULT = (NO_ADAPT.key, REALM_GUARDED.key, EATA.name, RDUMB.key)
 # The methods whose filters the frame attacker models (DeYO's PLPD cut it does not), each run
 # with and without its guardrails.
-FRAME_METHODS = ("tent", "eata", "sar", "realm")
+FRAME_METHODS = (TENT.name, EATA.name, SAR.name, REALM.name)
 
 
 def row_named(key: str) -> Row:

@@ -45,7 +45,7 @@ def _exported(row: Row) -> str:
     """The artifacts a row runs, named by the row whose configuration they hold."""
     if not row.adapts:  # no-adapt predicts with REALM's export: the same source model
         return REALM_GUARDED.key
-    return row.key if row.reset_every is None else ROWS[row.method].key  # type: ignore[index]
+    return row.key if row.reset_every is None else row.method  # type: ignore[return-value]
 
 
 def _mode(row: Row) -> str:
