@@ -83,6 +83,7 @@ def run_endless(
     )
     seed = args.seeds[0]
     out = Path(args.out)
+    runs = runs_folder(out)  # the finished rows and the JSON, beside the tables or in the lab
     try:
         cal, rows = bench_endless(
             source,
@@ -96,7 +97,7 @@ def run_endless(
             jobs=args.jobs,
             data_dir=args.data_root,
             split=args.split,
-            keep=runs_folder(out) / "rows",  # a stopped run keeps its finished rows for the next
+            keep=runs / "rows",  # a stopped run keeps its finished rows for the next
             overrides=overrides,
             progress=not args.no_progress,
         )
@@ -120,7 +121,7 @@ def run_endless(
     model = f" {args.model}" if args.model else ""  # the plot names what ran, as ccc.md does
     variant = f"; REALM {' '.join(args.overrides)}" if args.overrides else ""
     write_atomic(out / "ccc.md", header + f"CPU: {cpu_name()}, one thread per row\n\n" + text)
-    write_atomic(runs_folder(out) / "ccc.json", endless_to_json(cal, rows, meta))
+    write_atomic(runs / "ccc.json", endless_to_json(cal, rows, meta))
     plot_endless(
         rows,
         args.window,
@@ -128,5 +129,5 @@ def run_endless(
         f"{args.dataset}{model}: {rows[0].samples:,} samples of changing corruptions "
         f"(seed {seed}){variant}",
     )
-    print(f"written: {out / 'ccc.md'}, {runs_folder(out) / 'ccc.json'}, {out / 'ccc.png'}")
+    print(f"written: {out / 'ccc.md'}, {runs / 'ccc.json'}, {out / 'ccc.png'}")
     return 0

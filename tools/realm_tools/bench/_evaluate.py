@@ -68,7 +68,7 @@ def run_online(
         The figures of the run.
     """
     adapter: _Adapting | None = subject if hasattr(subject, "adapt") else None
-    predict = None if adapter is not None else _frozen(subject)
+    classify = _adapting(adapter) if adapter is not None else _frozen(subject)
     n = len(images)
     preds = np.empty(n, dtype=np.int64)
     seconds = np.empty((n + batch_size - 1) // batch_size)
@@ -77,10 +77,7 @@ def run_online(
     for call, start in enumerate(range(0, n, batch_size)):
         x = np.ascontiguousarray(images[start : start + batch_size])
         began = time.perf_counter()
-        if adapter is not None:
-            top1 = np.asarray(adapter.adapt(_as_input(adapter, x)).top1)
-        else:
-            top1 = predict(x)  # type: ignore[misc]
+        top1 = classify(x)
         seconds[call] = time.perf_counter() - began
         preds[start : start + len(x)] = top1
         if adapter is not None and alpha_lambda:
@@ -119,9 +116,10 @@ def _frozen(model: Any) -> Callable[[np.ndarray], np.ndarray]:
     return predict
 
 
-def _as_input(adapter: Any, x: np.ndarray) -> Any:
-    """The batch as the adapter takes it: a torch tensor for the torch twin, else numpy."""
+def _adapting(adapter: _Adapting) -> Callable[[np.ndarray], np.ndarray]:
+    """An adapter as ``batch -> predicted classes`` (pre-update), taking its step on the way."""
     sdk = sys.modules.get("realm_sdk")  # looked up, not imported: the runtime needs no torch
     if sdk is not None and isinstance(adapter, sdk.RealmAdapter):
-        return sys.modules["torch"].from_numpy(x)
-    return x
+        tensor = sys.modules["torch"].from_numpy  # the torch twin takes tensors
+        return lambda x: adapter.adapt(tensor(x)).top1.numpy()
+    return lambda x: np.asarray(adapter.adapt(x).top1)
