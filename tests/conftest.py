@@ -11,7 +11,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import BACKENDS, EXPORTS, export_digits, locked, run_folder, runtime_venv_python
+from helpers import (
+    BACKENDS,
+    EXPORTS,
+    export_digits,
+    locked,
+    make_cifar10c,
+    make_imagenetc,
+    run_folder,
+    runtime_venv_python,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -72,6 +81,18 @@ def digits_ort_artifacts(digits_model, tmp_path_factory):
     """The same, with the ORT-format graphs (``--ort-format``): (directory, config)."""
     directory = tmp_path_factory.mktemp("artifacts") / "digits-ort"
     return directory, export_digits(digits_model, directory, ort_format=True)
+
+
+@pytest.fixture
+def cifar_root(tmp_path):
+    """A small CIFAR-10-C folder, laid out as the real one is."""
+    return make_cifar10c(tmp_path / "CIFAR-10-C")
+
+
+@pytest.fixture
+def imagenet_root(tmp_path):
+    """A small ImageNet-C folder, laid out as the real one is."""
+    return make_imagenetc(tmp_path / "ImageNet-C")
 
 
 @pytest.fixture(scope="session")

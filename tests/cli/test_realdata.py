@@ -15,8 +15,6 @@ from helpers import (
     colour,
     decode_cifar,
     decode_imagenet,
-    make_cifar10c,
-    make_imagenetc,
 )
 
 from realm_tools.data import (
@@ -31,17 +29,6 @@ from realm_tools.data import (
     load_cifar10c,
     load_imagenetc,
 )
-
-
-@pytest.fixture
-def cifar_root(tmp_path):
-    return make_cifar10c(tmp_path / "CIFAR-10-C")
-
-
-@pytest.fixture
-def imagenet_root(tmp_path):
-    return make_imagenetc(tmp_path / "ImageNet-C")
-
 
 # ---------------------------------------------------------------------------- CIFAR-10-C
 

@@ -7,24 +7,12 @@ import json
 import numpy as np
 import pytest
 import torch
-from helpers import make_cifar10c, make_imagenetc
 from torch import nn
 
 from realm_lab.bench import bench_quality, quality_table, runs_from_json, runs_to_json
 from realm_runtime import Guardrails
 from realm_tools.data import load_cifar10c, load_imagenetc
 from realm_tools.models import source_model
-
-
-@pytest.fixture
-def cifar_root(tmp_path):
-    return make_cifar10c(tmp_path / "CIFAR-10-C")
-
-
-@pytest.fixture
-def imagenet_root(tmp_path):
-    return make_imagenetc(tmp_path / "ImageNet-C")
-
 
 # ---------------------------------------------------------------------------- benchmark
 
