@@ -20,6 +20,7 @@ from torch.func import functional_call
 
 from realm_runtime import RealmRuntime, onnxruntime_module
 from realm_runtime.contract import ALPHA_NAME, LAMBDA_NAME, method_input
+from realm_runtime.methods.realm import RealmSettings, alpha_lambda_start
 from realm_sdk import RealmAdapter, RealmConfig, entropy
 from realm_sdk.methods import StepInputs, torch_form
 
@@ -301,12 +302,13 @@ def new_report(
     :class:`ValidationReport`).
     """
     realm = config.rules.learns_alpha_lambda
+    own = RealmSettings.of(config) if realm else None
     return ValidationReport(
         atol=atol,
         grad_rtol=grad_rtol,
         inputs=inputs,
-        alpha=config.alpha0 if realm else None,
-        lam=config.lambda0 if realm and config.loss_scale == "lambda" else None,
+        alpha=own.alpha0 if own else None,
+        lam=own.lambda0 if own and own.loss_scale == "lambda" else None,
     )
 
 
@@ -362,7 +364,7 @@ def torch_reference(
     named = dict(ref.named_parameters())
     params = [named[n] for n in names]
     learned = (
-        [torch.tensor(v, requires_grad=True) for v in (config.alpha0, config.lambda0)]
+        [torch.tensor(v, requires_grad=True) for v in alpha_lambda_start(config)]
         if config.rules.learns_alpha_lambda
         else []
     )

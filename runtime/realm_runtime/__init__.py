@@ -15,13 +15,14 @@ from . import contract, measure
 from ._adaptation import AdaptationState
 from ._backend import BACKENDS
 from ._checkpoint import read_state, write_state
-from ._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, METHODS, PRESETS, Guardrails, RealmConfig
+from ._config import METHODS, PRESETS, Guardrails, RealmConfig
 from ._manifest import InputSpec, Manifest, load_manifest, verify_files
 from ._names import COUNTERS
 from ._ort import onnxruntime_module, training_api
 from ._runtime import AdaptResult, RealmRuntime
 from ._signing import generate_keypair, load_private_key, load_public_key, sign_manifest
 from ._untrusted import ArtifactError
+from .methods.realm import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN
 
 __version__ = "0.1.0"
 

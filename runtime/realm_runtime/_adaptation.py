@@ -81,7 +81,6 @@ class AdaptationState:
 # collapse guard waits for after a reset.
 WATCH_WINDOW = 100
 WATCH_BETA = 1 - 1 / WATCH_WINDOW  # the watch EMAs' coefficient
-SAR_LOSS_BETA = 0.9  # SAR's EMA coefficient of its second-pass loss (its model recovery)
 # The update rate's EMA in float32, as the adapt graph computes it: the drift bound reads it.
 _RATE_BETA, _RATE_NEW = np.float32(WATCH_BETA), np.float32(1 - WATCH_BETA)
 
@@ -380,10 +379,9 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
 
         A low loss EMA means the model has become confidently wrong (SAR's collapse sign).
         """
-        beta = SAR_LOSS_BETA
-        ema = loss if self._loss_ema is None else beta * self._loss_ema + (1 - beta) * loss
-        self._loss_ema = ema
-        if ema < float(np.float32(self.config.recovery_loss)):  # the graph's float32 setting
+        assert self.config.settings is not None  # resolved on construction
+        self._loss_ema, recovers = self.config.settings.recover(self._loss_ema, loss)
+        if recovers:
             self._reset_state()
             self._counters[COUNTER_RESETS_RECOVERY] += 1
 

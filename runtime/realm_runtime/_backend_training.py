@@ -17,6 +17,7 @@ from ._names import ALPHA_NAME, CHECKPOINT, EVAL_MODEL, LAMBDA_NAME, TRAINING_MO
 from ._ort import onnxruntime_module, session_options, training_api
 from ._step import F32, entropy, project_alpha, project_lambda, relax_and_anchor, sgd_momentum
 from ._untrusted import ArtifactError
+from .methods.realm import RealmSettings
 
 
 class TrainingBackend(StepBackend):
@@ -74,7 +75,8 @@ class TrainingBackend(StepBackend):
         self.max_batch = None
         self._config = config
         # α and λ step at lr_alpha_lambda; the norm tensors at lr, or BatchNorm's at its own
-        self._rates = {ALPHA_NAME: config.lr_alpha_lambda, LAMBDA_NAME: config.lr_alpha_lambda}
+        rate = RealmSettings.of(config).lr_alpha_lambda if config.rules.learns_alpha_lambda else 0.0
+        self._rates = {ALPHA_NAME: rate, LAMBDA_NAME: rate}
         self._rates |= config.learning_rates(
             [n for n in self.names if n not in self._rates], frozenset(manifest.batch_norm)
         )

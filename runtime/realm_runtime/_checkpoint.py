@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmConfig
+from ._config import RealmConfig
 from ._graph_state import WATCH_STATE, WatchArrays, read_watch_tensors, watch_tensors
 from ._names import (
     ADAPT_KNOWN,
@@ -47,6 +47,7 @@ from ._names import (
 )
 from ._portable_io import adapt_settings
 from ._untrusted import json_object, read_bounded
+from .methods.realm import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN
 
 # Bounds of a readable state file: far above any model that adapts only its norm layers (the
 # largest state of the models in docs/ is a few hundredths of it), while keeping a damaged or
@@ -311,8 +312,8 @@ class StateArrays:
 
     params: dict[str, np.ndarray]  # adapted norm tensor name -> value, in trainable order
     momentum: dict[str, np.ndarray]  # the same names -> SGD momentum buffer
-    alpha: np.ndarray  # 0-d; α0 where the method does not learn it
-    lam: np.ndarray  # 0-d; λ0 likewise
+    alpha: np.ndarray  # 0-d; 0 where the method does not learn it
+    lam: np.ndarray  # 0-d; 0 likewise
     alpha_momentum: np.ndarray  # 0-d
     lam_momentum: np.ndarray  # 0-d
     ema: np.ndarray | None  # (num_classes,) EMA of past predictions; None before an update
@@ -441,11 +442,12 @@ def _from_graph_tensors(
     state_array(arrays, MARGINAL_NAME, (c,), path)
     ema, watch, counters = read_watch_tensors({**arrays, EMA_NAME: floats(EMA_NAME, (c,))})
     f32 = np.float32
-    alpha = params.pop(ALPHA_NAME, np.array(config.alpha0, dtype or f32))
-    lam = params.pop(LAMBDA_NAME, np.array(config.lambda0, dtype or f32))
-    alpha_momentum = momentum.pop(ALPHA_NAME, np.zeros((), dtype or f32))
-    lam_momentum = momentum.pop(LAMBDA_NAME, np.zeros((), dtype or f32))
-    check_alpha_lambda(float(alpha), float(lam), path)
+    zero = np.zeros((), dtype or f32)  # α, λ of a method that does not learn them: never read
+    alpha, lam = params.pop(ALPHA_NAME, zero), params.pop(LAMBDA_NAME, zero.copy())
+    alpha_momentum = momentum.pop(ALPHA_NAME, zero.copy())
+    lam_momentum = momentum.pop(LAMBDA_NAME, zero.copy())
+    if config.rules.learns_alpha_lambda:
+        check_alpha_lambda(float(alpha), float(lam), path)
     return StateArrays(
         params=params,
         momentum=momentum,

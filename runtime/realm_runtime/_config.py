@@ -8,26 +8,31 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ._guardrails import Guardrails
 from ._numbers import finite as _finite
 from ._numbers import integer as _integer
-from .methods import BY_NAME, REALM, Method, method_named
+from .methods import BY_NAME, REALM, Method, MethodSettings, method_named, setting_owners
+from .methods.realm import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, LossScale
 
 Preset = Literal["cifar", "imagenet"]
-LossScale = Literal["one", "lambda"]
 
 METHODS: tuple[str, ...] = tuple(BY_NAME)
 PRESETS: tuple[str, ...] = ("cifar", "imagenet")
 
-# Projection bounds of the robust-loss parameters (SPEC §2). α must stay below 2 (the loss is
-# concave, and |α − 2| > 0) and above 0 (division by α); λ must stay positive.
-ALPHA_MIN = 1e-3
-ALPHA_MAX = 1.999
-LAMBDA_MIN = 1e-4
+__all__ = [
+    "ALPHA_MAX",
+    "ALPHA_MIN",
+    "LAMBDA_MIN",
+    "METHODS",
+    "PRESETS",
+    "LossScale",
+    "Preset",
+    "RealmConfig",
+]
 
 
 @dataclass(frozen=True)
@@ -45,19 +50,10 @@ class RealmConfig:
     # SGD learning rate of BatchNorm's affine parameters (None: lr). Their running statistics
     # stay frozen and re-standardise nothing, so the same step moves the output more.
     lr_batch_norm: float | None = None
-    lr_alpha_lambda: float = 5e-7  # SGD learning rate of α and λ (REALM only; docs/fmnist.md)
     momentum: float = 0.0  # SGD momentum (PyTorch semantics, dampening 0), shared by θ, α, λ
-    alpha0: float = 0.15  # initial shape α of ρ; small α mimics EATA's reliable-sample cut
-    lambda0: float = 0.1  # initial scale λ of ρ (entropy units)
-    loss_scale: LossScale = "one"  # C of ρ: 1, or the live λ (removes λ from the grad's scale)
     diversity_margin: float = 0.4  # d: update only if |cos(p, ema)| < d (EATA's S_div)
     ema_beta: float = 0.9  # β of the EMA of the predictions of updated samples
     entropy_margin: float | None = None  # e0 of the entropy cut (None: the method's share·ln C)
-    sam_rho: float = 0.05  # SAR: radius ρ of SAM's step to θ + ρ·g/‖g‖ (SAR's and SAM's value)
-    recovery_loss: float = 0.2  # SAR: reset to the source when its loss EMA falls below e_m
-    plpd_threshold: float = 0.2  # DeYO: update only if PLPD > this (DeYO's τ_PLPD)
-    patch_grid: int = 4  # DeYO: patches per side of the shuffle (DeYO's patch_len)
-    shuffle_seed: int = 0  # DeYO: seed of the one patch order every implementation applies
     frozen: tuple[str, ...] = ()  # regexes matched at the start of parameter names to freeze
     freeze_last_block: bool = False  # also freeze the model's last block (SAR/REALM ImageNet)
     # Adapt only the norms of the last K stages (and after them): the backward stops there,
@@ -68,21 +64,32 @@ class RealmConfig:
     # which run as their papers do.
     guardrails: Guardrails | None = None
     preset_name: str | None = field(default=None, compare=True)  # provenance, for manifests
+    # The method's own settings: an instance of its file's class (``Method.settings``), written
+    # under the method's name in manifests and state files; None: its preset's defaults.
+    settings: MethodSettings | None = None
 
     def __post_init__(self) -> None:
         errors = []
         if self.method not in BY_NAME:
             errors.append(f"method must be one of {METHODS}, got {self.method!r}")
-        elif self.guardrails is None:
-            object.__setattr__(self, "guardrails", self.rules.guardrails)
+        else:
+            if self.guardrails is None:
+                object.__setattr__(self, "guardrails", self.rules.guardrails)
+            own = self.rules.settings
+            if self.settings is None and isinstance(self.num_classes, int) and self.num_classes > 1:
+                preset, classes = self.preset_name, self.num_classes
+                defaults = own.for_preset(preset, num_classes=classes, lr=self.lr)
+                object.__setattr__(self, "settings", defaults)
+            elif self.settings is not None and type(self.settings) is not own:
+                errors.append(
+                    f"settings must be {self.rules.label}'s {own.__name__}, got "
+                    f"{type(self.settings).__name__}; build the configuration with "
+                    "with_overrides(method=...), which gives the new method its defaults"
+                )
         if not isinstance(self.num_classes, int) or self.num_classes < 2:
             errors.append(f"num_classes must be an integer ≥ 2, got {self.num_classes!r}")
-        if self.loss_scale not in ("one", "lambda"):
-            errors.append(f"loss_scale must be 'one' or 'lambda', got {self.loss_scale!r}")
-        for name in ("lr", "lr_alpha_lambda"):
-            value = getattr(self, name)
-            if not _finite(value) or value < 0:
-                errors.append(f"{name} must be a finite number ≥ 0, got {value!r}")
+        if not _finite(self.lr) or self.lr < 0:
+            errors.append(f"lr must be a finite number ≥ 0, got {self.lr!r}")
         if self.lr_batch_norm is not None and (
             not _finite(self.lr_batch_norm) or self.lr_batch_norm <= 0
         ):
@@ -92,15 +99,6 @@ class RealmConfig:
             )
         if not _finite(self.momentum) or not 0 <= self.momentum < 1:
             errors.append(f"momentum must be in [0, 1), got {self.momentum!r}")
-        if not _finite(self.alpha0) or not 0 < self.alpha0 < 2:
-            errors.append(f"alpha0 must be in (0, 2), got {self.alpha0!r}")
-        elif not ALPHA_MIN <= self.alpha0 <= ALPHA_MAX:
-            errors.append(
-                f"alpha0 must lie in the projection range [{ALPHA_MIN}, {ALPHA_MAX}], "
-                f"got {self.alpha0!r}"
-            )
-        if not _finite(self.lambda0) or self.lambda0 < LAMBDA_MIN:
-            errors.append(f"lambda0 must be a finite number ≥ {LAMBDA_MIN}, got {self.lambda0!r}")
         if not _finite(self.diversity_margin) or not 0 < self.diversity_margin <= 1:
             errors.append(f"diversity_margin (d) must be in (0, 1], got {self.diversity_margin!r}")
         if not _finite(self.ema_beta) or not 0 <= self.ema_beta < 1:
@@ -109,16 +107,6 @@ class RealmConfig:
             not _finite(self.entropy_margin) or self.entropy_margin <= 0
         ):
             errors.append(f"entropy_margin must be > 0 or None, got {self.entropy_margin!r}")
-        if not _finite(self.sam_rho) or self.sam_rho <= 0:
-            errors.append(f"sam_rho must be a finite number > 0, got {self.sam_rho!r}")
-        if not _finite(self.recovery_loss) or self.recovery_loss < 0:
-            errors.append(f"recovery_loss must be a finite number ≥ 0, got {self.recovery_loss!r}")
-        if not _finite(self.plpd_threshold) or not -1 <= self.plpd_threshold < 1:
-            errors.append(f"plpd_threshold must be in [-1, 1), got {self.plpd_threshold!r}")
-        if not _integer(self.patch_grid) or self.patch_grid < 2:
-            errors.append(f"patch_grid must be an integer ≥ 2, got {self.patch_grid!r}")
-        if not _integer(self.shuffle_seed) or self.shuffle_seed < 0:
-            errors.append(f"shuffle_seed must be an integer ≥ 0, got {self.shuffle_seed!r}")
         if self.guardrails is not None and not isinstance(self.guardrails, Guardrails):
             errors.append(f"guardrails must be a Guardrails, got {self.guardrails!r}")
         if self.adapt_stages is not None and (
@@ -187,16 +175,7 @@ class RealmConfig:
         if name == "cifar":
             lr = 0.005
             base: dict[str, Any] = dict(
-                lr=lr,
-                # App. D's smaller α/λ rate, chosen on the validation split (docs/fmnist.md);
-                # at the main text's 2·lr, λ grows until the updates fade away.
-                lr_alpha_lambda=5e-7,
-                momentum=0.0,
-                alpha0=0.15,
-                lambda0=0.1,
-                loss_scale="one",
-                diversity_margin=0.4,
-                freeze_last_block=False,
+                lr=lr, momentum=0.0, diversity_margin=0.4, freeze_last_block=False
             )
             rules = BY_NAME.get(method)
             if rules is not None and rules.batch_norm_rate:
@@ -207,40 +186,76 @@ class RealmConfig:
             if not isinstance(num_classes, int) or num_classes < 2:
                 raise ValueError(f"num_classes must be an integer ≥ 2, got {num_classes!r}")
             lr = 0.00025 / 16  # SAR's batch-size-1 scaling of the ImageNet learning rate
-            base = dict(
-                lr=lr,
-                lr_alpha_lambda=lr,
-                momentum=0.9,
-                alpha0=0.15,
-                lambda0=0.4 * math.log(num_classes),
-                loss_scale="lambda",
-                diversity_margin=0.05,
-                freeze_last_block=True,
-            )
+            base = dict(lr=lr, momentum=0.9, diversity_margin=0.05, freeze_last_block=True)
         else:
             raise ValueError(f"unknown preset {name!r}: choose one of {PRESETS}")
-        base.update(overrides)
-        return cls(num_classes=num_classes, method=method, preset_name=name, **base)
+        if method not in BY_NAME:  # the constructor names the problem
+            return cls(num_classes=num_classes, method=method, preset_name=name, **base)
+        shared, own, settings = _split(overrides, method_named(method))
+        if settings is None:  # the method's own, as this preset gives them
+            settings = method_named(method).settings.for_preset(
+                name, num_classes=num_classes, lr=lr
+            )
+        settings = settings.replaced(own, method_named(method).label)
+        base.update(shared)
+        return cls(
+            num_classes=num_classes, method=method, preset_name=name, settings=settings, **base
+        )
 
     def with_overrides(self, **overrides: Any) -> RealmConfig:
-        """A copy with some fields replaced (validated again)."""
-        return dataclasses.replace(self, **overrides)
+        """A copy with some fields replaced, validated again.
+
+        Args:
+            **overrides: fields of the configuration; settings of its method, by name
+                (``sam_rho=0.1``) or under the method's name (``sar={"sam_rho": 0.1}``).
+                A new ``method`` starts from its own settings' defaults.
+
+        Raises:
+            ValueError: an unknown field, another method's setting, or a bad value.
+        """
+        rules = method_named(overrides.get("method", self.method))
+        shared, own, settings = _split(overrides, rules)
+        if settings is None:
+            settings = (
+                self.settings
+                if rules.name == self.method and self.settings is not None
+                else rules.settings.for_preset(
+                    self.preset_name, num_classes=self.num_classes, lr=self.lr
+                )
+            )
+        return dataclasses.replace(self, **shared, settings=settings.replaced(own, rules.label))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dictionary of every field (tuples become lists)."""
-        out = dataclasses.asdict(self)
+        """JSON-ready dictionary of every field, the method's settings under its name."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "settings":
+                continue
+            out[f.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+            if f.name == "method":
+                assert self.settings is not None  # resolved on construction
+                out[self.method] = self.settings.to_dict()
         out["frozen"] = list(self.frozen)
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RealmConfig:
         """Inverse of :meth:`to_dict`; unknown keys are an error, not silently dropped."""
-        known = {f.name for f in dataclasses.fields(cls)}
+        data = dict(data)
+        method = data.get("method", REALM.name)
+        own = data.pop(method, None) if method in BY_NAME else None
+        known = {f.name for f in dataclasses.fields(cls)} - {"settings"}
         unknown = sorted(set(data) - known)
+        strays = [k for k in unknown if k in BY_NAME]
+        if strays:
+            raise ValueError(f"settings of {strays} in a configuration of method {method!r}")
         if unknown:
             raise ValueError(f"unknown RealmConfig fields: {unknown}")
-        data = dict(data)
         try:
+            if own is not None:
+                rules = method_named(method)
+                data["settings"] = rules.settings.from_dict(own, rules.label)
             if "frozen" in data:
                 data["frozen"] = tuple(data["frozen"])
             if isinstance(data.get("guardrails"), dict):
@@ -248,3 +263,39 @@ class RealmConfig:
             return cls(**data)
         except TypeError as exc:  # a missing field, or a value of a type no check expected
             raise ValueError(f"not a RealmConfig: {exc}") from exc
+
+
+_SHARED = frozenset(f.name for f in dataclasses.fields(RealmConfig)) - {"settings"}
+
+
+def _split(
+    overrides: dict[str, Any], rules: Method
+) -> tuple[dict[str, Any], dict[str, Any], MethodSettings | None]:
+    """Overrides as shared fields, settings of ``rules``' method, and a whole settings object.
+
+    Raises:
+        ValueError: a name that is neither, naming the method it belongs to where it does.
+    """
+    shared: dict[str, Any] = {}
+    own: dict[str, Any] = {}
+    whole = overrides.get("settings")
+    errors = []
+    for key, value in overrides.items():
+        if key == "settings":
+            continue
+        if key in _SHARED:
+            shared[key] = value
+        elif key == rules.name and isinstance(value, Mapping):
+            own.update(value)
+        elif key in BY_NAME:
+            errors.append(f"{key}'s settings cannot change a {rules.label} configuration")
+        elif key in rules.settings.names():
+            own[key] = value
+        elif setting_owners(key):
+            owners = " and ".join(m.label for m in setting_owners(key))
+            errors.append(f"{key} is a setting of {owners}, not of {rules.label}")
+        else:
+            errors.append(f"unknown RealmConfig field or {rules.label} setting {key!r}")
+    if errors:
+        raise ValueError("invalid RealmConfig: " + "; ".join(errors))
+    return shared, own, whole

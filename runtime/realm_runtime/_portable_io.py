@@ -45,18 +45,27 @@ def next_name(state: str) -> str:
 def step_settings(config: RealmConfig) -> dict[str, float]:
     """What the step graph's hyper-parameter inputs are fed from ``config``, by input name."""
     guard = config.guard
-    return {
+    values = {
         LR_NAME: config.lr,
-        LR_ALPHA_LAMBDA_NAME: config.lr_alpha_lambda,
         # 0: at lr (no BatchNorm tensor, or no rate of BatchNorm's own)
         LR_BATCH_NORM_NAME: 0.0 if config.batch_norm_lr == config.lr else config.batch_norm_lr,
         MOMENTUM_NAME: config.momentum,
         ENTROPY_MARGIN_NAME: config.e0,
-        SAM_RHO_NAME: config.sam_rho,
         ANCHOR_NAME: guard.anchor or 0.0,
         RELAX_NAME: (guard.relax or 0.0) if config.rules.learns_alpha_lambda else 0.0,
-        PLPD_THRESHOLD_NAME: config.plpd_threshold,
+        **dict.fromkeys(_METHOD_STEP_SLOTS, 0.0),  # another method's: fed, never read
     }
+    values.update((k, v) for k, v in _method_slots(config).items() if k in _METHOD_STEP_SLOTS)
+    return values
+
+
+# The step graph's inputs that are a method's own setting (its settings' slots()).
+_METHOD_STEP_SLOTS = (LR_ALPHA_LAMBDA_NAME, SAM_RHO_NAME, PLPD_THRESHOLD_NAME)
+
+
+def _method_slots(config: RealmConfig) -> dict[str, float]:
+    assert config.settings is not None  # resolved on construction
+    return config.settings.slots()
 
 
 def method_input(config: RealmConfig) -> float:
@@ -80,9 +89,10 @@ def adapt_settings(config: RealmConfig) -> np.ndarray:
         EMA_NEW_NAME: 1 - config.ema_beta,
         MAX_DRIFT_NAME: guard.max_drift or 0.0,
         COLLAPSE_LIMIT_NAME: 0.0 if limit is None else limit,
-        RECOVERY_LOSS_NAME: config.recovery_loss,
+        RECOVERY_LOSS_NAME: 0.0,  # SAR's: its settings' slots below
         EPISODIC_NAME: 1.0 if config.episodic else 0.0,
         FULL_RATE_NAME: guard.full_rate or 0.0,
+        **_method_slots(config),
     }
     return np.array([values[name] for name in ADAPT_SETTINGS], np.float32)
 

@@ -47,22 +47,25 @@ from ._step import F32, Selection, ema_update, select, softmax
 from ._untrusted import ArtifactError
 
 Schedule = Literal["infer-first", "train"]
-# Fields baked into the exported graph or its trainable set: not overridable at run time.
+# Fields baked into the exported graph or its trainable set: not overridable at run time
+# (besides them, the fields a method's settings declare BAKED).
 _GRAPH_FIELDS = frozenset(
-    {
-        "num_classes",
-        "method",
-        "alpha0",
-        "lambda0",
-        "loss_scale",
-        "frozen",
-        "freeze_last_block",
-        "adapt_stages",
-        "preset_name",
-        "patch_grid",  # DeYO's patch order is a constant of the step graph
-        "shuffle_seed",
-    }
+    {"num_classes", "method", "frozen", "freeze_last_block", "adapt_stages", "preset_name"}
 )
+
+
+def _exported_part(config: RealmConfig) -> dict[str, Any]:
+    """What of ``config`` the export fixes: the graph's fields, its method's baked settings.
+
+    Two configurations with the same exported part run on one export, their other fields
+    given to :class:`RealmRuntime` as ``overrides``.
+    """
+    assert config.settings is not None  # resolved on construction
+    own = config.settings.to_dict()
+    return {
+        **{name: getattr(config, name) for name in sorted(_GRAPH_FIELDS)},
+        **{f"{config.method}.{name}": own[name] for name in sorted(config.settings.BAKED)},
+    }
 
 
 @dataclass(frozen=True)
@@ -103,9 +106,10 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
             ``"train"`` (the step graph at once, its logits as the prediction). The adapt
             graph has one order of its own, and refuses this argument.
         overrides: configuration fields to change on the device without re-exporting: those
-            the twins apply (``lr``, ``lr_alpha_lambda``, ``momentum``,
-            ``diversity_margin``, ``ema_beta``, ``entropy_margin``, ``episodic``, the
-            guardrails), on every backend (the adapt graph's ``realm.settings``).
+            the twins apply (``lr``, ``momentum``, ``diversity_margin``, ``ema_beta``,
+            ``entropy_margin``, ``episodic``, the guardrails, and the method's settings that
+            are not baked, such as ``lr_alpha_lambda`` or ``sam_rho``, by name or under the
+            method's), on every backend (the adapt graph's ``realm.settings``).
         backend: ``"auto"``, ``"onnx"``, ``"onnx-steps"`` or ``"ort-training"``.
         session_config: ONNX Runtime session configuration entries for the backend's
             sessions, on top of :attr:`DEFAULT_SESSION_CONFIG` (an entry named in both takes
@@ -133,8 +137,8 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
     # every session's entries unless session_config says otherwise: ORT's workers stop
     # spinning when a Run returns, so the next graph (or the app) gets the cores at once
     DEFAULT_SESSION_CONFIG: ClassVar[Mapping[str, str]] = MappingProxyType(DEFAULT_SESSION_CONFIG)
+    exported_part = staticmethod(_exported_part)
     # the configuration fields an export bakes in: ``overrides`` may change every other one
-    EXPORTED_FIELDS: ClassVar[frozenset[str]] = _GRAPH_FIELDS
     _state_dtype = F32  # restored states are cast to the graphs' float32
 
     def __init__(
@@ -160,17 +164,20 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
         parse_device(device)  # a ValueError naming the accepted values, before any loading
         self.directory = Path(artifact_dir)
         self.manifest: Manifest = load_manifest(self.directory, trusted_keys=trusted_keys)
+        try:  # the export's own config first: its fault is the manifest's, not the overrides'
+            exported = RealmConfig.from_dict(self.manifest.config)
+        except ValueError as exc:
+            raise ArtifactError(f"{self.directory / MANIFEST_NAME}: its config: {exc}") from exc
         baked = sorted(set(overrides or {}) & _GRAPH_FIELDS)
+        if not baked:
+            self.config = exported.with_overrides(**(overrides or {}))
+            was, now = _exported_part(exported), _exported_part(self.config)
+            baked = [name for name in was if was[name] != now[name]]
         if baked:
             raise ValueError(
                 f"{baked} are part of the exported graph or parameter selection; "
                 "re-export to change them"
             )
-        try:  # the export's own config first: its fault is the manifest's, not the overrides'
-            RealmConfig.from_dict(self.manifest.config)
-        except ValueError as exc:
-            raise ArtifactError(f"{self.directory / MANIFEST_NAME}: its config: {exc}") from exc
-        self.config = RealmConfig.from_dict({**self.manifest.config, **(overrides or {})})
         self.device = device
         backend = choose_backend(backend, self.manifest, schedule, self.directory)
         # The one adapt graph runs the whole step, its own episodic reset included.
@@ -372,8 +379,8 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
         return StateArrays(
             params={n: values[n] for n in self._names},
             momentum={n: momentum[n] for n in self._names},
-            alpha=values.get(ALPHA_NAME, np.array(self.config.alpha0, F32)),
-            lam=values.get(LAMBDA_NAME, np.array(self.config.lambda0, F32)),
+            alpha=values.get(ALPHA_NAME, np.zeros((), F32)),
+            lam=values.get(LAMBDA_NAME, np.zeros((), F32)),
             alpha_momentum=momentum.get(ALPHA_NAME, np.zeros((), F32)),
             lam_momentum=momentum.get(LAMBDA_NAME, np.zeros((), F32)),
             ema=self._ema,

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._config import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN, RealmConfig
+from ._config import RealmConfig
 from ._names import ALPHA_NAME, LAMBDA_NAME
+from .methods.realm import ALPHA_MAX, ALPHA_MIN, LAMBDA_MIN
 
 F32 = np.float32
 

@@ -20,7 +20,6 @@ from typing import Any
 
 from . import _names
 from ._adaptation import (
-    SAR_LOSS_BETA,
     WATCH_BETA,
     WATCH_WINDOW,
     AdaptationState,
@@ -303,7 +302,6 @@ __all__ = [
     "RELAX_NAME",
     "SAMPLE_WEIGHT_NAME",
     "SAM_RHO_NAME",
-    "SAR_LOSS_BETA",
     "SEEN_NAME",
     "SETTINGS_NAME",
     "SHARED_WEIGHTS",

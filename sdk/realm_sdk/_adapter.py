@@ -14,6 +14,7 @@ from torch.func import functional_call
 
 from realm_runtime import RealmConfig
 from realm_runtime.contract import OnlineAdaptation, StateArrays, method_input
+from realm_runtime.methods.realm import RealmSettings, alpha_lambda_start
 
 from ._batch_norm import contiguous_batch_norms
 from ._inputs import check_input, infer_sample_shape
@@ -242,8 +243,9 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
                 p.copy_(self._source[n])
         like = dict(dtype=self._dtype, device=self._device)
         self._momentum = {n: torch.zeros_like(p) for n, p in self._params.items()}
-        self._alpha = torch.tensor(cfg.alpha0, **like)
-        self._lam = torch.tensor(cfg.lambda0, **like)
+        start = alpha_lambda_start(cfg)
+        self._alpha = torch.tensor(start[0], **like)
+        self._lam = torch.tensor(start[1], **like)
         self._alpha_momentum = torch.zeros((), **like)
         self._lam_momentum = torch.zeros((), **like)
         self._ema: Tensor | None = None
@@ -339,14 +341,15 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
             def setting(value: float | None) -> Tensor:  # None (off) gives back nothing: 0
                 return torch.tensor(0.0 if value is None else value, **self._like)
 
-            learned = (setting(cfg.alpha0), setting(cfg.lambda0)) if realm else ()
+            learned = tuple(setting(v) for v in alpha_lambda_start(cfg)) if realm else ()
+            own = RealmSettings.of(cfg).lr_alpha_lambda if realm else None
             batch_norm = [n in self._batch_norm for n in self._params] + [False] * len(learned)
             update = FlatUpdate(
                 [*self._source.values(), *learned], batch_norm, learns_alpha_lambda=realm
             )
             settings = {
                 "lr": setting(cfg.lr),
-                "lr_alpha_lambda": setting(cfg.lr_alpha_lambda),
+                "lr_alpha_lambda": setting(own),
                 "lr_batch_norm": setting(cfg.lr_batch_norm),  # None: 0, which steps at lr
                 "momentum": setting(cfg.momentum),
                 "anchor": setting(cfg.guard.anchor),

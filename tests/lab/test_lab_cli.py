@@ -10,7 +10,9 @@ import pytest
     [
         ("guardrails.nope=1", "--set 'guardrails.nope=1': "),
         ("guardrails.max_drift=-1", "max_drift must be a finite number > 0 or None"),
-        ("model.depth=3", "--set: only guardrails.<field> is nested, got 'model.depth'"),
+        ("model.depth=3", "only guardrails.<field> and <method>.<setting> are nested"),
+        ("sar.nope=3", "SAR has no setting ['nope']"),
+        ("sam_rho=-1", "sam_rho must be a finite number > 0"),
         ("lr_batch_norm=0", "freeze BatchNorm layers with `frozen` instead"),
     ],
 )

@@ -391,7 +391,7 @@ def test_a_run_log_runs_again_only_the_rows_whose_configuration_changed(
     adapting = [f"episodic/{c}/s1/{m}" for m in ("eata", "realm") for c in DOMAINS[:2]]
     assert sorted(ran) == sorted(adapting)  # no-adapt's runs did not change: kept
     assert RunLog(path, mark).configs[adapting[-1]]["lr"] == 0.001  # the later run replaces
-    with pytest.raises(TypeError, match="alpha_zero"):
+    with pytest.raises(ValueError, match="alpha_zero"):
         bench_streams(
             shift,
             digits_model,

@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import pytest
 
+from realm_runtime.methods import (
+    BY_NAME,
+    DEYO,
+    REALM,
+    SAR,
+    RealmSettings,
+    SarSettings,
+    setting_owners,
+)
 from realm_sdk import RealmConfig
 
 
 def test_cifar_preset_matches_paper_table():
     cfg = RealmConfig.preset("cifar", num_classes=10)
-    assert (cfg.method, cfg.lr, cfg.momentum, cfg.alpha0, cfg.lambda0) == (
+    assert (cfg.method, cfg.lr, cfg.momentum, cfg.settings.alpha0, cfg.settings.lambda0) == (
         "realm",
         0.005,
         0.0,
@@ -20,8 +30,8 @@ def test_cifar_preset_matches_paper_table():
         0.1,
     )
     # App. D's smaller α/λ rate, chosen on the validation split (SPEC §4), not App. B's 2·lr.
-    assert cfg.lr_alpha_lambda == 5e-7
-    assert cfg.loss_scale == "one"
+    assert cfg.settings.lr_alpha_lambda == 5e-7
+    assert cfg.settings.loss_scale == "one"
     assert cfg.diversity_margin == 0.4
     assert not cfg.freeze_last_block and cfg.frozen == ()
     assert cfg.ema_beta == 0.9
@@ -46,11 +56,11 @@ def test_batch_norm_rate_follows_lr_when_unset():
 def test_imagenet_preset_matches_paper_table():
     cfg = RealmConfig.preset("imagenet", num_classes=1000)
     assert cfg.lr == pytest.approx(0.00025 / 16)
-    assert cfg.lr_alpha_lambda == pytest.approx(cfg.lr)
+    assert cfg.settings.lr_alpha_lambda == pytest.approx(cfg.lr)
     assert cfg.momentum == 0.9
-    assert cfg.alpha0 == 0.15
-    assert cfg.lambda0 == pytest.approx(0.4 * math.log(1000))
-    assert cfg.loss_scale == "lambda"
+    assert cfg.settings.alpha0 == 0.15
+    assert cfg.settings.lambda0 == pytest.approx(0.4 * math.log(1000))
+    assert cfg.settings.loss_scale == "lambda"
     assert cfg.diversity_margin == 0.05
     assert cfg.freeze_last_block
 
@@ -98,9 +108,51 @@ def test_overrides_apply_after_the_preset():
     ],
 )
 def test_invalid_values_are_named(field, value, message):
-    base = RealmConfig.preset("cifar", num_classes=10)
+    owners = setting_owners(field)  # a method's own setting is tried on that method
+    base = RealmConfig.preset(
+        "cifar", num_classes=10, method=owners[0].name if owners else REALM.name
+    )
     with pytest.raises(ValueError, match=message):
-        dataclasses.replace(base, **{field: value})
+        base.with_overrides(**{field: value})
+
+
+def test_each_method_holds_its_own_settings_under_its_name():
+    for rules in BY_NAME.values():
+        cfg = RealmConfig.preset("imagenet", num_classes=100, method=rules.name)
+        assert type(cfg.settings) is rules.settings
+        written = cfg.to_dict()
+        assert written[rules.name] == cfg.settings.to_dict()
+        others = set(BY_NAME) - {rules.name}
+        assert not others & set(written), "another method's settings were written"
+        assert not {n for m in BY_NAME.values() for n in m.settings.names()} & set(written)
+        assert RealmConfig.from_dict(json.loads(json.dumps(written))) == cfg
+
+
+def test_a_setting_of_another_method_is_named_with_its_owner():
+    sar = RealmConfig.preset("cifar", num_classes=10, method=SAR.name)
+    with pytest.raises(ValueError, match="plpd_threshold is a setting of DeYO, not of SAR"):
+        sar.with_overrides(plpd_threshold=0.3)
+    with pytest.raises(ValueError, match="deyo's settings cannot change a SAR configuration"):
+        sar.with_overrides(deyo={"plpd_threshold": 0.3})
+    with pytest.raises(ValueError, match=r"settings of \['deyo'\]"):
+        RealmConfig.from_dict({**sar.to_dict(), "deyo": {}})
+    with pytest.raises(ValueError, match="SAR has no setting"):
+        RealmConfig.from_dict({**sar.to_dict(), "sar": {"sam_rho": 0.1, "e_m": 0.2}})
+    with pytest.raises(ValueError, match="DeyoSettings"):
+        dataclasses.replace(sar, method=DEYO.name)  # a stale settings object is refused
+
+
+def test_settings_change_by_name_or_under_the_method():
+    sar = RealmConfig.preset("cifar", num_classes=10, method=SAR.name)
+    assert sar.with_overrides(sam_rho=0.1).settings == SarSettings(sam_rho=0.1)
+    assert sar.with_overrides(sar={"recovery_loss": 0.5}).settings == SarSettings(recovery_loss=0.5)
+    # A new method starts from its own defaults, as the preset gives them.
+    realm = sar.with_overrides(method=REALM.name)
+    assert realm.settings == RealmConfig.preset("cifar", num_classes=10).settings
+    imagenet = RealmConfig.preset("imagenet", num_classes=100, method=SAR.name)
+    assert imagenet.with_overrides(method=REALM.name).settings == RealmSettings.for_preset(
+        "imagenet", num_classes=100, lr=imagenet.lr
+    )
 
 
 def test_unknown_preset():

@@ -35,8 +35,8 @@ def test_relax_and_anchor_give_back_a_share_of_each_update():
         expected = p - kappa_theta * (p - source[name])
         torch.testing.assert_close(guarded.trainable_parameters()[name], expected)
     a, g = plain.state, guarded.state
-    assert g.alpha == pytest.approx(a.alpha - kappa_al * (a.alpha - cfg.alpha0), rel=1e-12)
-    assert g.lam == pytest.approx(a.lam - kappa_al * (a.lam - cfg.lambda0), rel=1e-12)
+    assert g.alpha == pytest.approx(a.alpha - kappa_al * (a.alpha - cfg.settings.alpha0), rel=1e-12)
+    assert g.lam == pytest.approx(a.lam - kappa_al * (a.lam - cfg.settings.lambda0), rel=1e-12)
 
 
 def test_relax_keeps_lambda_from_running_away():

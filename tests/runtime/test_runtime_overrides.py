@@ -21,6 +21,12 @@ def test_runtime_side_settings_can_be_overridden(digits_artifacts, digits_stream
         RealmRuntime(directory, overrides={"method": "tent"})
     with pytest.raises(ValueError, match="diversity_margin"):
         RealmRuntime(directory, overrides={"diversity_margin": 2.0})
+    with pytest.raises(ValueError, match=r"realm\.alpha0.*re-export"):  # a baked setting
+        RealmRuntime(directory, overrides={"realm": {"alpha0": 0.3}})
+    with pytest.raises(ValueError, match="sam_rho is a setting of SAR, not of REALM"):
+        RealmRuntime(directory, overrides={"sam_rho": 0.1})
+    frozen = RealmRuntime(directory, threads=1, overrides={"realm": {"lr_alpha_lambda": 0.0}})
+    assert frozen.config.settings.lr_alpha_lambda == 0.0  # REALM's own, by its name
     rt = RealmRuntime(directory, threads=1, overrides={"diversity_margin": 1.0, "lr": 0.0})
     assert rt.backend == "onnx"  # the adapt graph is fed the changed settings
     source = rt.trainable_parameters()

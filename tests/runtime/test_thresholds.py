@@ -74,7 +74,7 @@ class Probing:
 
     def runtime(self, **fields) -> RealmRuntime:
         """A fresh twin on the probe's configuration with ``fields`` changed."""
-        config = dataclasses.replace(self.config, **fields)
+        config = self.config.with_overrides(**fields)
         overrides = _changed(self.exported, config)
         return RealmRuntime(self.directory, threads=1, backend="onnx-steps", overrides=overrides)
 
@@ -274,7 +274,7 @@ def _probe_config(name: str, config: RealmConfig) -> RealmConfig:
         "collapse": _guard(config, collapse=None),
         "sar-recovery": {"recovery_loss": 0.0},
     }
-    return dataclasses.replace(config, **off.get(name, {}))
+    return config.with_overrides(**off.get(name, {}))
 
 
 # ---------------------------------------------------------------------------- the sides
@@ -340,7 +340,7 @@ def test_each_side_of_each_threshold_is_decided_alike(name, digits_model, digits
     node_missing = node_app_missing()
     for above in (True, False):
         value = probe.figure * (1 + EPS if above else 1 - EPS)
-        placed = dataclasses.replace(probe_config, **threshold.place(probe_config, value))
+        placed = probe_config.with_overrides(**threshold.place(probe_config, value))
         overrides, samples = _changed(config, placed), probe.samples
         outcomes = {
             "sdk": _sdk(digits_model, placed, xs, samples),

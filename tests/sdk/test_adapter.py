@@ -45,7 +45,7 @@ def _hand_step(model: Tiny, x: np.ndarray, cfg: RealmConfig, alpha: float, lam: 
     drho_dalpha = -2 / alpha**2 * (b ** (alpha / 2) - 1) + eps / alpha * (
         0.5 * b ** (alpha / 2) * np.log(b) + alpha / 2 * b ** (alpha / 2 - 1) * h / (lam * eps**2)
     )
-    if cfg.loss_scale == "lambda":
+    if cfg.settings.loss_scale == "lambda":
         drho_dh, drho_dalpha, drho_dlam = lam * drho_dh, lam * drho_dalpha, rho1 + lam * drho_dlam
     g_gamma = drho_dh * g_a * xhat
     g_beta = drho_dh * g_a
@@ -54,8 +54,8 @@ def _hand_step(model: Tiny, x: np.ndarray, cfg: RealmConfig, alpha: float, lam: 
         p=p,
         gamma=gamma - cfg.lr * g_gamma,
         beta=beta - cfg.lr * g_beta,
-        alpha=min(max(alpha - cfg.lr_alpha_lambda * drho_dalpha, ALPHA_MIN), ALPHA_MAX),
-        lam=max(lam - cfg.lr_alpha_lambda * drho_dlam, LAMBDA_MIN),
+        alpha=min(max(alpha - cfg.settings.lr_alpha_lambda * drho_dalpha, ALPHA_MIN), ALPHA_MAX),
+        lam=max(lam - cfg.settings.lr_alpha_lambda * drho_dlam, LAMBDA_MIN),
         g_gamma=g_gamma,
     )
 

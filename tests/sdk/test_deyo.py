@@ -74,11 +74,13 @@ class _DeyoReference:
         if not first.any():
             return False
         with torch.no_grad():
-            shuffled = self.model(_shuffled(x[first], cfg.patch_grid, cfg.shuffle_seed))
+            shuffled = self.model(
+                _shuffled(x[first], cfg.settings.patch_grid, cfg.settings.shuffle_seed)
+            )
         p, q = logits[first].softmax(1), shuffled.softmax(1)
         top = p.argmax(1, keepdim=True)
         plpd = (p.gather(1, top) - q.gather(1, top)).reshape(-1)
-        second = plpd > cfg.plpd_threshold
+        second = plpd > cfg.settings.plpd_threshold
         if not second.any():
             return False
         hk, plpd = h[first][second], plpd[second]
@@ -90,8 +92,8 @@ class _DeyoReference:
 
 
 def _config(**kw) -> RealmConfig:
-    base = dict(num_classes=CLASSES, method="deyo", lr=0.02, guardrails=Guardrails.off())
-    return RealmConfig(**{**base, **kw})  # type: ignore[arg-type]
+    base = RealmConfig(num_classes=CLASSES, method="deyo")
+    return base.with_overrides(**{"lr": 0.02, "guardrails": Guardrails.off(), **kw})
 
 
 @pytest.mark.parametrize("momentum", [0.0, 0.9])

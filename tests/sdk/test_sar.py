@@ -47,7 +47,7 @@ class _SarReference:
         old = [p.detach().clone() for p in self.params]
         with torch.no_grad():
             for p, g in zip(self.params, grads, strict=True):
-                p.add_(g * (cfg.sam_rho / (norm + 1e-12)))
+                p.add_(g * (cfg.settings.sam_rho / (norm + 1e-12)))
         self.sgd.zero_grad()
         h2 = _entropy(self.model(x))[keep]
         keep2 = h2 < margin
@@ -64,7 +64,7 @@ class _SarReference:
         self.sgd.step()
         value = float(loss.detach())
         self.ema = value if self.ema is None else 0.9 * self.ema + 0.1 * value
-        if self.ema < cfg.recovery_loss:
+        if self.ema < cfg.settings.recovery_loss:
             with torch.no_grad():
                 for p, s in zip(self.params, self.source, strict=True):
                     p.copy_(s)

@@ -7,6 +7,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from realm_runtime.contract import ALPHA_NAME, LAMBDA_NAME, LOSS_NAME, SAMPLE_WEIGHT_NAME
+from realm_runtime.methods.realm import alpha_lambda_start
 from realm_sdk import RealmConfig
 
 from .._onnx_builder import GraphBuilder
@@ -34,8 +35,9 @@ def append_loss(proto: onnx.ModelProto, config: RealmConfig) -> onnx.ModelProto:
     b = GraphBuilder(const_prefix="realm.const.")
     realm = config.rules.learns_alpha_lambda
     if realm:  # first, so that α and λ come before the loss's constants among the initializers
-        b.initializer(ALPHA_NAME, config.alpha0)
-        b.initializer(LAMBDA_NAME, config.lambda0)
+        alpha0, lambda0 = alpha_lambda_start(config)
+        b.initializer(ALPHA_NAME, alpha0)
+        b.initializer(LAMBDA_NAME, lambda0)
     axis, one = b.const("axis1", [1], np.int64), b.const("one", 1.0)
     h = entropy_nodes(b, graph.output[0].name, axis, prefix="realm.").entropy
     # Without an ONNX form, L is the entropy itself (EATA's weight arrives through w).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from realm_runtime.contract import ALPHA_NAME, LAMBDA_NAME
+from realm_runtime.methods.realm import RealmSettings
 from realm_sdk import RealmConfig
 
 from .._onnx_builder import GraphBuilder
@@ -26,6 +27,6 @@ def per_sample_nodes(b: GraphBuilder, h: str, one: str, config: RealmConfig) -> 
     eps_over_alpha = b.op("Div", [eps, ALPHA_NAME], "realm.eps_over_alpha")
     power_m1 = b.op("Sub", [power, one], "realm.power_m1")
     rho = b.op("Mul", [eps_over_alpha, power_m1], "realm.rho")
-    if config.loss_scale == "lambda":
+    if RealmSettings.of(config).loss_scale == "lambda":
         rho = b.op("Mul", [rho, LAMBDA_NAME], "realm.rho_scaled")
     return rho

@@ -39,9 +39,9 @@ from realm_runtime.contract import (
     REASON_NONFINITE,
     REASON_UPDATED,
     RECOVERY_LOSS_NAME,
-    SAR_LOSS_BETA,
     VELOCITY_NAME,
 )
+from realm_runtime.methods.sar import LOSS_EMA_BETA
 
 from .._onnx_builder import GraphBuilder
 from ._adapt_builder import AdaptBuilder, DriftNorm, ema_of, read_figure, read_flag, renamed
@@ -106,7 +106,7 @@ def step_branch(
             "known_loss": known_loss,
         }
         if recovers:  # SAR's recovery: the EMA of its second-pass loss
-            moved = ema_of(b, loss_ema, LOSS_NAME, known_loss, SAR_LOSS_BETA)
+            moved = ema_of(b, loss_ema, LOSS_NAME, known_loss, LOSS_EMA_BETA)
             out["loss_ema"] = op("Where", [u, moved, loss_ema], "loss_ema")
             out["known_loss"] = op("Or", [known_loss, u], "known_loss")
             low = op("Less", [moved, RECOVERY_LOSS_NAME], "low")

@@ -71,6 +71,7 @@ from realm_runtime.contract import (
     TensorSlot,
     method_input,
 )
+from realm_runtime.methods.realm import alpha_lambda_start
 from realm_sdk import FlatUpdate, RealmConfig, batch_norm_names, entropy
 from realm_sdk.methods import StepInputs, torch_form
 
@@ -137,10 +138,7 @@ def build_portable_graphs(
     named = dict(model.named_parameters())
     values = [named[n].detach().clone() for n in norm_names]
     if realm:
-        values += [
-            torch.tensor(config.alpha0, dtype=torch.float32),
-            torch.tensor(config.lambda0, dtype=torch.float32),
-        ]
+        values += [torch.tensor(v, dtype=torch.float32) for v in alpha_lambda_start(config)]
 
     # The update, the projection of α and λ and the shares given back: the SDK's own code.
     batch_norm = set(batch_norm_names(model, norm_names))

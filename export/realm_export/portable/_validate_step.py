@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from realm_runtime.contract import LOSS_NAME, SAMPLE_WEIGHT_NAME
+from realm_runtime.contract import LOSS_NAME, SAMPLE_WEIGHT_NAME, step_settings
 from realm_sdk import RealmConfig
 from realm_sdk.methods import torch_form
 
@@ -83,6 +83,7 @@ def validate_portable(
         weights = sample_weights(1)  # an entropy weight is the graph's, as the reference's
         reference = torch_reference(model, config, torch.from_numpy(x), weights)
         logits_t, grads_t = reference[0], reference[2]
+        hyper = step_settings(config)  # the method's own cut, as the runtime feeds it
         feeds = {
             INPUT_NAME: x,
             SAMPLE_WEIGHT_NAME: sample_weights(1),
@@ -93,10 +94,10 @@ def validate_portable(
             ENTROPY_MARGIN_NAME: np.array(config.e0, np.float32),
             PARAMS_NAME: source,
             VELOCITY_NAME: np.zeros_like(source),
-            SAM_RHO_NAME: np.array(config.sam_rho, np.float32),
+            SAM_RHO_NAME: np.array(hyper[SAM_RHO_NAME], np.float32),
             ANCHOR_NAME: np.array(0.0, np.float32),  # the gradient is read from the momentum
             RELAX_NAME: np.array(0.0, np.float32),
-            PLPD_THRESHOLD_NAME: np.array(config.plpd_threshold, np.float32),
+            PLPD_THRESHOLD_NAME: np.array(hyper[PLPD_THRESHOLD_NAME], np.float32),
         }
         out = dict(
             zip(

@@ -9,7 +9,6 @@ windowed accuracy, α, λ, the drift from the source and the update rate, for th
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -18,14 +17,22 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from realm_runtime import RealmConfig
 from realm_tools.data import JUNK, ShiftDataset, StreamSettings
 from realm_tools.models import weights_digest
 
-from ..rows import REALM_GUARDED, row_named
+from ..rows import row_named
 from ._runlog import RunLog
 from ._stream_pool import Cell, Job, progress_of, run_pool
-from ._stream_run import DEFAULT_STREAM_METHODS, EVENTS, STREAM_METHODS, StreamRun, method_config
+from ._stream_run import (
+    DEFAULT_STREAM_METHODS,
+    EVENTS,
+    STREAM_METHODS,
+    StreamRun,
+    check_overrides,
+    comparable_config,
+    config_defaults,
+    method_config,
+)
 
 # An episodic part's traces are kept in the run log at this resolution: no plot draws them,
 # and their course (α, λ, the update rate) is all a per-corruption look needs.
@@ -83,7 +90,7 @@ def bench_streams(
         )
     shape = stream_settings or StreamSettings()
     # The overrides are the same fields for every row: a bad one fails here, before any run.
-    method_config(REALM_GUARDED.key, preset, dataset.num_classes, overrides)
+    check_overrides(preset, dataset.num_classes, overrides)
     job = Job(dataset, source, clean, tuple(corruptions), preset, shape, dict(overrides or {}))
     cells = [
         Cell(setting, seed, method, part)
@@ -99,8 +106,12 @@ def bench_streams(
         for m in methods
     }
     kept = log.done if log is not None else {}
-    defaults = {f.name: f.default for f in dataclasses.fields(RealmConfig)}
-    todo = [c for c in cells if log is None or not log.holds(c.label, configs[c.method], defaults)]
+    defaults = config_defaults()
+    todo = [
+        c
+        for c in cells
+        if log is None or not log.holds(c.label, configs[c.method], defaults, comparable_config)
+    ]
 
     def keep(cell: Cell, run: StreamRun) -> StreamRun:
         if log is not None:
@@ -173,7 +184,7 @@ def streams_fingerprint(
     settings reuses the cells it shares, and a row whose configuration changed runs again.
     ``overrides`` are checked here (a bad field fails before anything runs).
     """
-    method_config(REALM_GUARDED.key, preset, dataset.num_classes, overrides)
+    check_overrides(preset, dataset.num_classes, overrides)
     return {
         "dataset": dataset.name,
         "corruptions": list(corruptions),

@@ -193,7 +193,7 @@ def bench_endless(
         exported = sorted({REALM_GUARDED.key, *(_exported(r) for r in chosen)})
         try:
             configs = _configs(exported, dataset.num_classes, dict(overrides or {}))
-        except TypeError as exc:  # a field RealmConfig does not have
+        except (TypeError, ValueError) as exc:  # a field RealmConfig does not have, a bad value
             raise ValueError(f"the overrides {overrides} do not fit RealmConfig: {exc}") from exc
         shape = dataset.input_shape
         for name in exported:

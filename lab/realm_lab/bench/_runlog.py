@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -93,17 +93,24 @@ class RunLog:
         self.configs[label] = config
 
     def holds(
-        self, label: str, config: Any = None, defaults: Mapping[str, Any] | None = None
+        self,
+        label: str,
+        config: Any = None,
+        defaults: Mapping[str, Any] | None = None,
+        normal: Callable[[Any], Any] | None = None,
     ) -> bool:
         """Whether a run of ``label`` with this configuration (JSON-ready) is kept.
 
         ``defaults``: field → default of the configuration's type. A field the stored run
         does not name (it was added since) matches when it holds its default: the run ran
-        as the default does.
+        as the default does. ``normal``: what both configurations are compared as (a
+        layout that changed since reads as the new one).
         """
         if label not in self.done:
             return False
         stored, now = self.configs.get(label), json.loads(json.dumps(config))
+        if normal is not None:
+            stored, now = normal(stored), normal(now)
         if stored == now:
             return True
         if not (isinstance(stored, dict) and isinstance(now, dict) and defaults is not None):

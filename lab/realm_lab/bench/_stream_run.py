@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from torch import nn
 
 from realm_runtime import Guardrails, RealmConfig
 from realm_runtime.contract import INTERVENTIONS
+from realm_runtime.methods import BY_NAME, Method, method_named, setting_owners
 from realm_sdk import RealmAdapter
 from realm_tools.bench import run_online
 from realm_tools.data import NO_LABEL, Stream
@@ -55,7 +57,8 @@ def method_config(
     """The configuration of one row: its paper's, with its method's guardrails where guarded.
 
     ``overrides`` (fields of :class:`RealmConfig`) apply to every row alike: a variant of
-    the preset, such as another reading of the paper's settings.
+    the preset, such as another reading of the paper's settings. A method's own setting
+    (``sam_rho``, or ``{"sar": {...}}``) applies to that method's rows only.
 
     Raises:
         ValueError: a row that does not adapt (it has no configuration), or an unknown one.
@@ -63,7 +66,8 @@ def method_config(
     row = row_named(method)
     if row.method is None:
         raise ValueError(f"the row {row.label!r} does not adapt: it has no configuration")
-    extra = dict(overrides or {})
+    rules = method_named(row.method)
+    extra = {k: v for k, v in (overrides or {}).items() if _concerns(k, rules)}
     if not row.guarded:
         extra.setdefault("guardrails", Guardrails.off())
     return RealmConfig.preset(
@@ -72,6 +76,51 @@ def method_config(
         method=row.method,  # type: ignore[arg-type]
         **extra,
     )
+
+
+def check_overrides(preset: str, num_classes: int, overrides: dict[str, Any] | None) -> None:
+    """Raise ``ValueError`` where ``overrides`` do not fit a row of every adapting kind.
+
+    Run before anything else, so that a bad field, or a bad setting of one method's rows
+    only, fails before any run.
+    """
+    for row in ROWS.values():
+        if row.adapts:
+            method_config(row.key, preset, num_classes, overrides)
+
+
+def _concerns(key: str, rules: Method) -> bool:
+    """Whether an override named ``key`` reaches a row of ``rules``' method."""
+    if key in BY_NAME:
+        return key == rules.name
+    owners = setting_owners(key)
+    return not owners or rules in owners
+
+
+def comparable_config(config: Any) -> Any:
+    """A kept run's configuration as it is compared: its method's settings among the fields.
+
+    Reads both the current layout (settings under the method's name) and the flat one of
+    runs kept before it, which named every method's settings.
+    """
+    if not isinstance(config, dict) or config.get("method") not in BY_NAME:
+        return config
+    rules = method_named(config["method"])
+    out = {
+        k: v
+        for k, v in config.items()
+        if k not in BY_NAME and (not setting_owners(k) or rules in setting_owners(k))
+    }
+    own = config.get(rules.name)
+    return {**out, **own} if isinstance(own, dict) else out
+
+
+def config_defaults() -> dict[str, Any]:
+    """Every field's default, shared and each method's settings', for :meth:`RunLog.holds`."""
+    out: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(RealmConfig)}
+    for rules in BY_NAME.values():
+        out.update(rules.settings().to_dict())
+    return out
 
 
 def run_stream(

@@ -8,13 +8,15 @@ import os
 from pathlib import Path
 
 from realm_runtime import Guardrails
+from realm_runtime.methods import BY_NAME
 
 
 def parse_overrides(items: list[str]) -> dict[str, object] | str:
     """``FIELD=VALUE`` items as configuration fields (numbers, true/false, none, text), or an error.
 
     ``guardrails.FIELD=VALUE`` changes one field of REALM's default :class:`Guardrails`
-    (``none`` for off), e.g. ``guardrails.max_drift=0.01``.
+    (``none`` for off), e.g. ``guardrails.max_drift=0.01``; ``METHOD.SETTING=VALUE`` one
+    setting of a method, e.g. ``sar.sam_rho=0.1`` (``sam_rho=0.1`` says the same).
     """
     out: dict[str, object] = {}
     for item in items:
@@ -37,8 +39,14 @@ def parse_overrides(items: list[str]) -> dict[str, object] | str:
         if not dot:
             out[field] = value
             continue
+        if owner in BY_NAME:  # a method's own setting: reaches that method's rows only
+            out.setdefault(owner, {})[inner] = value  # type: ignore[index]
+            continue
         if owner != "guardrails":
-            return f"--set: only guardrails.<field> is nested, got {field!r}"
+            return (
+                f"--set: only guardrails.<field> and <method>.<setting> are nested "
+                f"(methods: {', '.join(BY_NAME)}), got {field!r}"
+            )
         try:
             base = out.get("guardrails", Guardrails())
             off = None if text.lower() == "none" else value

@@ -8,10 +8,11 @@ there.
 from __future__ import annotations
 
 from ._method import Method
-from .deyo import DEYO
+from ._settings import MethodSettings
+from .deyo import DEYO, DeyoSettings
 from .eata import EATA
-from .realm import REALM
-from .sar import SAR
+from .realm import REALM, RealmSettings
+from .sar import SAR, SarSettings
 from .tent import TENT
 
 BY_NAME: dict[str, Method] = {m.name: m for m in (REALM, TENT, EATA, SAR, DEYO)}
@@ -27,6 +28,11 @@ def method_named(name: str) -> Method:
         return BY_NAME[name]
     except (KeyError, TypeError):
         raise ValueError(f"method must be one of {tuple(BY_NAME)}, got {name!r}") from None
+
+
+def setting_owners(name: str) -> tuple[Method, ...]:
+    """The methods that have a setting called ``name`` (empty: none has)."""
+    return tuple(m for m in BY_NAME.values() if name in m.settings.names())
 
 
 def methods_costing(at_most: float) -> tuple[str, ...]:
@@ -46,7 +52,12 @@ __all__ = [
     "REALM",
     "SAR",
     "TENT",
+    "DeyoSettings",
     "Method",
+    "MethodSettings",
+    "RealmSettings",
+    "SarSettings",
     "method_named",
     "methods_costing",
+    "setting_owners",
 ]

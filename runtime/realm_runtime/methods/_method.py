@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._guardrails import Guardrails
+from ._settings import MethodSettings
 
 
 @dataclass(frozen=True)
@@ -25,8 +26,10 @@ class Method:
     entropy_cut: bool  # refuse samples with H ≥ e0 (the reliable-sample cut)
     entropy_weight: bool  # weigh the loss by exp(−(H − e0)), a constant of the step
     learns_alpha_lambda: bool  # the loss's shape α and scale λ are learned beside θ
-    recovery: bool  # reset to the source when the EMA of the loss falls below recovery_loss
+    recovery: bool  # reset to the source when its settings' recover() says so
     guardrails: Guardrails  # the bounds and resets in force when the configuration says None
+    # Its own settings, declared in its file (MethodSettings itself: none besides the shared).
+    settings: type[MethodSettings] = MethodSettings
     # What its step computes besides the loss at θ, as a clause (None: nothing more).
     second_forward: str | None = None
     # Its step refuses samples of its own and counts those it keeps (realm.kept); a step that

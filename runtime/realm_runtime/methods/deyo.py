@@ -10,11 +10,42 @@ permutation (``shuffle_seed``), not a fresh one per sample (SPEC §4).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .._guardrails import Guardrails
 from .._names import PLPD_THRESHOLD_NAME
+from .._numbers import finite, integer
 from ._method import Method
+from ._settings import MethodSettings
+
+
+@dataclass(frozen=True)
+class DeyoSettings(MethodSettings):
+    """DeYO's own settings: the PLPD cut and the patch shuffle behind it."""
+
+    BAKED = frozenset({"patch_grid", "shuffle_seed"})  # the patch order is in the step graph
+
+    plpd_threshold: float = 0.2  # update only if PLPD > this (DeYO's τ_PLPD)
+    patch_grid: int = 4  # patches per side of the shuffle (DeYO's patch_len)
+    shuffle_seed: int = 0  # seed of the one patch order every implementation applies
+
+    def problems(self) -> list[str]:
+        """What is wrong with these values, one sentence each."""
+        errors = []
+        if not finite(self.plpd_threshold) or not -1 <= self.plpd_threshold < 1:
+            errors.append(f"plpd_threshold must be in [-1, 1), got {self.plpd_threshold!r}")
+        if not integer(self.patch_grid) or self.patch_grid < 2:
+            errors.append(f"patch_grid must be an integer ≥ 2, got {self.patch_grid!r}")
+        if not integer(self.shuffle_seed) or self.shuffle_seed < 0:
+            errors.append(f"shuffle_seed must be an integer ≥ 0, got {self.shuffle_seed!r}")
+        return errors
+
+    def slots(self) -> dict[str, float]:
+        """The PLPD cut."""
+        return {PLPD_THRESHOLD_NAME: self.plpd_threshold}
+
 
 DEYO = Method(
     name="deyo",
@@ -25,6 +56,7 @@ DEYO = Method(
     entropy_weight=False,  # its weight reads the shuffled copy's prediction: the step's
     learns_alpha_lambda=False,
     recovery=False,
+    settings=DeyoSettings,
     guardrails=Guardrails.off(),  # a baseline runs as its paper does
     second_forward="a forward of a patch-shuffled copy, whose prediction decides and weighs",
     step_cut=True,
@@ -43,7 +75,7 @@ def patch_permutation(grid: int, seed: int) -> np.ndarray:
 
     Args:
         grid: patches per side.
-        seed: ``RealmConfig.shuffle_seed``.
+        seed: ``DeyoSettings.shuffle_seed``.
 
     Returns:
         ``(grid², )`` int64: the patch now at position k is the one that was at ``perm[k]``.

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from realm_runtime import RealmConfig
-from realm_runtime.methods.deyo import WEIGHT_MARGIN_SHARE, patch_permutation
+from realm_runtime.methods.deyo import WEIGHT_MARGIN_SHARE, DeyoSettings, patch_permutation
 
 from ._form import StepInputs, StepLoss, TorchForm
 
@@ -67,7 +67,8 @@ def plpd_loss(s: StepInputs) -> StepLoss:
     The shuffled copy's forward is at θ with no gradient to it.
     """
     frozen = [p.detach() for p in s.theta]
-    grid, seed = s.config.patch_grid, s.config.shuffle_seed
+    own = DeyoSettings.of(s.config)
+    grid, seed = own.patch_grid, own.shuffle_seed
     shuffled = s.logits_at(patch_shuffle(s.x, grid, seed), frozen).detach()
     drop = plpd(s.logits.detach(), shuffled)
     h = s.entropy
@@ -81,13 +82,14 @@ def plpd_margin(
     x: Tensor, logits: np.ndarray, predict: Callable[[Tensor], np.ndarray], config: RealmConfig
 ) -> float:
     """The smallest distance of a sample's PLPD from ``plpd_threshold``, in float64."""
-    shuffled = predict(patch_shuffle(x, config.patch_grid, config.shuffle_seed))
+    own = DeyoSettings.of(config)
+    shuffled = predict(patch_shuffle(x, own.patch_grid, own.shuffle_seed))
     drop = plpd(torch.from_numpy(logits).double(), torch.from_numpy(shuffled).double())
-    return float((drop - config.plpd_threshold).abs().min())
+    return float((drop - own.plpd_threshold).abs().min())
 
 
 def _check(x: Tensor, config: RealmConfig) -> None:
-    check_image(x, config.patch_grid)
+    check_image(x, DeyoSettings.of(config).patch_grid)
 
 
 FORM = TorchForm(

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from realm_runtime import RealmConfig
+from realm_runtime.methods.realm import RealmSettings
 
 from ._form import TorchForm
 
@@ -41,7 +42,9 @@ def per_sample_loss(
 ) -> Tensor:
     """ρ(H; α, λ) with ``learned = (α, λ)``; e0 is not REALM's."""
     alpha, lam = learned
-    return robust_loss(h, alpha, lam, scale_by_lambda=config.loss_scale == "lambda")
+    return robust_loss(
+        h, alpha, lam, scale_by_lambda=RealmSettings.of(config).loss_scale == "lambda"
+    )
 
 
 FORM = TorchForm.weighted(per_sample_loss)

@@ -16,7 +16,7 @@ class ExportCache:
     """One export per model and baked configuration, reused by every case that fits it.
 
     A case whose configuration differs from an earlier export's only outside
-    ``RealmRuntime.EXPORTED_FIELDS`` runs on that export, its differences given to the runtime
+    ``RealmRuntime.exported_part`` runs on that export, its differences given to the runtime
     as ``overrides``: the way a device changes a setting without re-exporting (SPEC §11).
 
     Args:
@@ -52,8 +52,7 @@ class ExportCache:
         """
         from realm_export import ExportOptions, export_realm_artifacts
 
-        baked = sorted(RealmRuntime.EXPORTED_FIELDS)
-        key = (name, *(repr(getattr(config, field)) for field in baked))
+        key = (name, *(f"{k}={v!r}" for k, v in RealmRuntime.exported_part(config).items()))
         made = self._made.get(key)
         if made is None or (training and not made[2]):
             target = self.folder / f"export-{self._count}"
