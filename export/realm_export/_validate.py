@@ -20,7 +20,7 @@ from torch.func import functional_call
 
 from realm_runtime import RealmRuntime, onnxruntime_module
 from realm_runtime.contract import ALPHA_NAME, LAMBDA_NAME, method_input
-from realm_runtime.methods.realm import RealmSettings, alpha_lambda_start
+from realm_runtime.methods.realm import alpha_lambda_start, scales_by_lambda
 from realm_sdk import RealmAdapter, RealmConfig, entropy
 from realm_sdk.methods import StepInputs, torch_form
 
@@ -302,13 +302,13 @@ def new_report(
     :class:`ValidationReport`).
     """
     realm = config.rules.learns_alpha_lambda
-    own = RealmSettings.of(config) if realm else None
+    alpha0, lambda0 = alpha_lambda_start(config)
     return ValidationReport(
         atol=atol,
         grad_rtol=grad_rtol,
         inputs=inputs,
-        alpha=own.alpha0 if own else None,
-        lam=own.lambda0 if own and own.loss_scale == "lambda" else None,
+        alpha=alpha0 if realm else None,
+        lam=lambda0 if scales_by_lambda(config) else None,
     )
 
 

@@ -13,11 +13,17 @@ import numpy as np
 
 from ._backend import BackendRequest, Candidate, StepBackend, parse_device
 from ._manifest import Manifest
-from ._names import ALPHA_NAME, CHECKPOINT, EVAL_MODEL, LAMBDA_NAME, TRAINING_MODEL
+from ._names import (
+    ALPHA_NAME,
+    CHECKPOINT,
+    EVAL_MODEL,
+    LAMBDA_NAME,
+    LR_ALPHA_LAMBDA_NAME,
+    TRAINING_MODEL,
+)
 from ._ort import onnxruntime_module, session_options, training_api
 from ._step import F32, entropy, project_alpha, project_lambda, relax_and_anchor, sgd_momentum
 from ._untrusted import ArtifactError
-from .methods.realm import RealmSettings
 
 
 class TrainingBackend(StepBackend):
@@ -75,7 +81,8 @@ class TrainingBackend(StepBackend):
         self.max_batch = None
         self._config = config
         # α and λ step at lr_alpha_lambda; the norm tensors at lr, or BatchNorm's at its own
-        rate = RealmSettings.of(config).lr_alpha_lambda if config.rules.learns_alpha_lambda else 0.0
+        assert config.settings is not None  # resolved on construction
+        rate = config.settings.slots().get(LR_ALPHA_LAMBDA_NAME, 0.0)
         self._rates = {ALPHA_NAME: rate, LAMBDA_NAME: rate}
         self._rates |= config.learning_rates(
             [n for n in self.names if n not in self._rates], frozenset(manifest.batch_norm)

@@ -13,8 +13,8 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from realm_runtime import RealmConfig
-from realm_runtime.contract import OnlineAdaptation, StateArrays, method_input
-from realm_runtime.methods.realm import RealmSettings, alpha_lambda_start
+from realm_runtime.contract import LR_ALPHA_LAMBDA_NAME, OnlineAdaptation, StateArrays, method_input
+from realm_runtime.methods.realm import alpha_lambda_start
 
 from ._batch_norm import contiguous_batch_norms
 from ._inputs import check_input, infer_sample_shape
@@ -342,7 +342,7 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
                 return torch.tensor(0.0 if value is None else value, **self._like)
 
             learned = tuple(setting(v) for v in alpha_lambda_start(cfg)) if realm else ()
-            own = RealmSettings.of(cfg).lr_alpha_lambda if realm else None
+            own = cfg.settings.slots().get(LR_ALPHA_LAMBDA_NAME) if cfg.settings else None
             batch_norm = [n in self._batch_norm for n in self._params] + [False] * len(learned)
             update = FlatUpdate(
                 [*self._source.values(), *learned], batch_norm, learns_alpha_lambda=realm

@@ -28,11 +28,12 @@ class Tiny(nn.Module):
 
 def tiny_config(**kw):
     """A REALM configuration for :class:`Tiny` (no momentum, C = 1, no guardrails), overridable."""
+    from realm_runtime.methods import method_named
     from realm_sdk import Guardrails, RealmConfig
 
     method = kw.pop("method", "realm")
     base = dict(lr=0.05, momentum=0.0, diversity_margin=0.4, guardrails=Guardrails.off())
-    if method == "realm":  # REALM's own settings
+    if method_named(method).learns_alpha_lambda:  # REALM's own settings
         base.update(lr_alpha_lambda=0.1, alpha0=0.15, lambda0=0.1, loss_scale="one")
     return RealmConfig(num_classes=CLASSES, method=method).with_overrides(**{**base, **kw})
 

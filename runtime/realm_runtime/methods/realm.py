@@ -80,6 +80,12 @@ def alpha_lambda_start(config: Configured) -> tuple[float, float]:
     return (own.alpha0, own.lambda0) if isinstance(own, RealmSettings) else (0.0, 0.0)
 
 
+def scales_by_lambda(config: Configured) -> bool:
+    """Whether ρ is scaled by the live λ (``loss_scale="lambda"``; False where none is learned)."""
+    own = config.settings
+    return isinstance(own, RealmSettings) and own.loss_scale == "lambda"
+
+
 REALM = Method(
     name="realm",
     label="REALM",
