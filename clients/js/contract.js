@@ -32,6 +32,7 @@ export const ADAPT_KEY = "adapt";
 export const MEMORY_KEY = "memory";
 export const BATCH_NORM_KEY = "batch_norm";
 export const DRIFT_CHECK_KEY = "drift_check";
+export const FIT_KEY = "fit";
 export const ERROR_KEY = "error";
 export const FILE_KEY = "file";
 export const STEP_MODEL_KEY = "step_model";

@@ -116,6 +116,7 @@ def _manifest(plan: Plan, traced: Traced, built: Built) -> Manifest:
         adapt=built.adapt,
         memory=built.memory,
         drift_check=plan.drift_check,
+        fit=dict(plan.options.fit or {}),
         batch_norm=batch_norm_names(traced.source, traced.requires_grad),
     )
 

@@ -1,30 +1,22 @@
 """``max_drift`` fitted to the worst case inside it (``ExportOptions.drift_check``).
 
-Each candidate bound, from the smallest up, is searched for the θ of lowest clean accuracy
-on the app's labelled images (:func:`realm_export.bound.worst_case`); each larger bound
-starts one restart from the smaller one's worst point, so the lowest found can only fall
-as the bound grows. The search stops at the first bound that loses more than allowed; the
-largest before it is written into the config's guardrails, every figure into the manifest.
+The bounds are climbed on the app's labelled images (:func:`realm_export.bound.climb_bounds`);
+the largest allowed is written into the config's guardrails, every figure into the manifest.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import logging
 import math
-from typing import Any
 
-import numpy as np
 from torch import nn
 
 from realm_sdk import select_trainable
 
 from ._errors import DriftBoundError
 from ._plan import Plan
-from .bound import NormBall, worst_case
-
-log = logging.getLogger(__name__)
+from .bound import NormBall, climb_bounds
 
 
 def fit_drift(model: nn.Module, plan: Plan) -> Plan:
@@ -71,26 +63,18 @@ def fit_drift(model: nn.Module, plan: Plan) -> Plan:
         adapt_stages=config.adapt_stages,
     )
     ball = NormBall(copy.deepcopy(model).cpu().float(), names)
-    images = np.ascontiguousarray(check.images, dtype=np.float32)
-    labels = np.asarray(check.labels, dtype=np.int64)
-    tried: list[dict[str, Any]] = []
-    chosen, start = None, None
-    for bound in ladder:
-        plan.notify(f"drift check: the worst case inside max_drift {bound:g}")
-        found = worst_case(ball, images, labels, bound, check.search, seed=check.seed, start=start)
-        tried.append({**found.to_dict(), "drop": found.drop})
-        log.info(
-            "drift check: max_drift %g: source %.2f %%, worst found %.2f %% (−%.2f points, "
-            "allowed %g)",
-            bound,
-            found.source_accuracy,
-            found.worst_accuracy,
-            found.drop,
-            check.allowed_drop,
-        )
-        if found.drop > check.allowed_drop:
-            break
-        chosen, start = bound, found.delta
+    ladder_found = climb_bounds(
+        ball,
+        check.images,
+        check.labels,
+        ladder,
+        allowed_drop=check.allowed_drop,
+        search=check.search,
+        seed=check.seed,
+        notify=plan.notify,
+    )
+    chosen, tried = ladder_found.chosen, ladder_found.tried
+    labels = check.labels
     if chosen is None:
         first = tried[0]
         raise DriftBoundError(

@@ -145,6 +145,7 @@ class ExportOptions:
     signing_key: object | None = None  # Ed25519 key (PEM path, PEM bytes, key): signs realm.json
     memory: MemoryCheck | None = None  # measure the updating peak (and fit a budget); None: not
     drift_check: DriftCheck | None = None  # fit max_drift to a worst case on labelled images
+    fit: Mapping[str, Any] | None = None  # what `realm fit` chose this config by: kept as given
     # The directory.
     overwrite: bool = False  # replace an existing non-empty output directory
 
@@ -176,7 +177,7 @@ class ExportOptions:
                 f"drift_check must be a DriftCheck (e.g. DriftCheck(images=x, labels=y)) or "
                 f"None, got {type(self.drift_check).__name__}"
             )
-        for name in ("preprocessing", "model_info"):
+        for name in ("preprocessing", "model_info", "fit"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, Mapping):
                 errors.append(f"{name} must be a dict or None, got {type(value).__name__}")

@@ -35,6 +35,7 @@ from ._names import (
     DIGEST_KEY,
     DRIFT_CHECK_KEY,
     FILE_KEY,
+    FIT_KEY,
     FORWARD_MODEL_KEY,
     LAYOUT_KEY,
     MANIFEST_NAME,
@@ -85,6 +86,7 @@ class Manifest:
     adapt: dict[str, Any] = field(default_factory=dict)  # the one adapt graph and its state
     memory: dict[str, Any] = field(default_factory=dict)  # measured updating peak; {}: none
     drift_check: dict[str, Any] = field(default_factory=dict)  # max_drift fitted; {}: not asked
+    fit: dict[str, Any] = field(default_factory=dict)  # what `realm fit` chose by; {}: no fit
     batch_norm: list[str] = field(default_factory=list)  # BatchNorm's trainable tensors
     digest: str = ""  # manifest_sha256 of the file it was read from ("" before it is written)
 
@@ -108,6 +110,7 @@ class Manifest:
             ADAPT_KEY: self.adapt,
             MEMORY_KEY: self.memory,
             DRIFT_CHECK_KEY: self.drift_check,
+            FIT_KEY: self.fit,
             BATCH_NORM_KEY: self.batch_norm,
             DIGEST_KEY: _UNSEALED,
         }
@@ -144,6 +147,7 @@ class Manifest:
             ADAPT_KEY: dict,
             MEMORY_KEY: dict,
             DRIFT_CHECK_KEY: dict,
+            FIT_KEY: dict,
         }
         for key, kind in kinds.items():
             if key in data and (not isinstance(data[key], kind) or isinstance(data[key], bool)):
@@ -206,6 +210,7 @@ class Manifest:
             adapt=dict(data.get(ADAPT_KEY, {})),
             memory=dict(data.get(MEMORY_KEY, {})),
             drift_check=dict(data.get(DRIFT_CHECK_KEY, {})),
+            fit=dict(data.get(FIT_KEY, {})),
             batch_norm=list(batch_norm),
             digest=str(data.get(DIGEST_KEY, "")),
         )

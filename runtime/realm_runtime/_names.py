@@ -69,6 +69,7 @@ ADAPT_KEY = "adapt"  # the one adapt graph's section (or its "error")
 MEMORY_KEY = "memory"  # the measured updating peak, and the budget it was chosen for
 BATCH_NORM_KEY = "batch_norm"  # the trainable tensors of BatchNorm layers (lr_batch_norm's)
 DRIFT_CHECK_KEY = "drift_check"  # the worst case inside each max_drift tried, and the one chosen
+FIT_KEY = "fit"  # what `realm fit` measured to choose this configuration: data, rule, table
 ERROR_KEY = "error"  # a section's only key where its graphs were not written: why
 FILE_KEY = "file"  # the adapt section's graph; the weights section's file
 # The portable section (and its "ort_format" subsection, which names the .ort files).

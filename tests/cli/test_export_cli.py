@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from realm_tools.cli import main
+from realm_tools.models import ResNet26GN, build_model
 
 USER_MODEL = textwrap.dedent("""
     import torch
@@ -88,6 +89,7 @@ def test_export_user_model_with_weights(user_model, tmp_path, capsys):
         (["--model", "{user}:build", "--input-shape", "1,3,x"], "expected B,C,H,W"),
         (["--model", "{user}:build", "--weights", "missing.pt"], "missing.pt does not exist"),
         (["--model", "something"], "expected timm:<name>"),
+        (["--model", "fmnist_resnet26_gn"], "fmnist_resnet26_gn has 10 classes, not 5"),
     ],
 )
 def test_bad_arguments_are_named(args, message, user_model, tmp_path, capsys):
@@ -200,3 +202,21 @@ def test_every_method_and_preset_of_the_sdk_can_be_exported():
             flags = ["--model", "digits", "--out", "o", "--method", method, "--preset", preset]
             args = build_parser().parse_args(["export", *flags])
             assert (args.method, args.preset) == (method, preset)
+
+
+def test_a_shipped_model_is_named_as_the_registry_names_it():
+    from realm_tools.models import model_from_spec
+
+    model, info = model_from_spec("fmnist_resnet26_gn", 10, ".cache")
+    assert info == {"name": "fmnist_resnet26_gn"}
+    shipped, _, _ = build_model("fmnist_resnet26_gn")
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(model.state_dict().values(), shipped.state_dict().values(), strict=True)
+    )
+    assert not all(
+        torch.equal(a, b)
+        for a, b in zip(
+            model.state_dict().values(), ResNet26GN().state_dict().values(), strict=True
+        )
+    )  # the shipped weights, not an init

@@ -31,8 +31,11 @@ def test_the_export_writes_the_largest_bound_whose_worst_case_is_allowed(
 ):
     config = RealmConfig.preset("cifar", num_classes=10)
     check = DriftCheck(images=clean[0], labels=clean[1], bounds=(0.001, 0.005, 0.02), search=QUICK)
-    info = export_realm_artifacts(digits_model, tmp_path / "a", _options(config, check))
-    section = json.loads((tmp_path / "a" / "realm.json").read_text())["drift_check"]
+    fit = {"rule": "the best mean online accuracy", "data": {"sha256": "ab" * 32}}
+    info = export_realm_artifacts(digits_model, tmp_path / "a", _options(config, check, fit=fit))
+    written = json.loads((tmp_path / "a" / "realm.json").read_text())
+    section = written["drift_check"]
+    assert written["fit"] == fit  # realm fit's record rides in the sealed manifest, as given
     tried = section["tried"]
     assert [t["bound"] for t in tried] == [0.001, 0.005, 0.02][: len(tried)]
     assert len({t["source_accuracy"] for t in tried}) == 1
@@ -45,6 +48,7 @@ def test_the_export_writes_the_largest_bound_whose_worst_case_is_allowed(
     rt = RealmRuntime(tmp_path / "a")
     assert rt.config.guard.max_drift == section["max_drift"] <= config.guard.max_drift
     assert info.manifest.drift_check == section
+    assert rt.manifest.fit == fit
 
 
 def test_a_bound_nothing_fits_is_refused_in_one_sentence(digits_model, clean, tmp_path):

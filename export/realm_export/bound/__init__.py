@@ -10,6 +10,7 @@ the θ of lowest clean accuracy on labelled images; ``ExportOptions(drift_check=
     >>> worst_case(ball, images, labels, 0.02).worst_accuracy
 """
 
+from ._ladder import BoundLadder, climb_bounds
 from ._search import (
     LOSSES,
     SHAPES,
@@ -23,9 +24,11 @@ from ._search import (
 __all__ = [
     "LOSSES",
     "SHAPES",
+    "BoundLadder",
     "NormBall",
     "SearchSettings",
     "WorstCase",
+    "climb_bounds",
     "top1_accuracy",
     "worst_case",
 ]

@@ -256,8 +256,10 @@ def model_from_spec(
 ) -> tuple[nn.Module, dict[str, Any]]:
     """The model a ``realm export --model`` spec names, and its description for the manifest.
 
-    ``digits`` is the demo's model, trained (and cached in ``cache_dir``); ``timm:<name>`` any
-    timm architecture; ``path/to/file.py:factory`` a function returning an ``nn.Module``.
+    ``digits`` is the demo's model, trained (and cached in ``cache_dir``); a key of
+    :data:`MODELS` that model (``fmnist_resnet26_gn``: the shipped Fashion-MNIST weights);
+    ``timm:<name>`` any timm architecture; ``path/to/file.py:factory`` a function returning
+    an ``nn.Module``.
 
     Raises:
         ValueError: an unknown spec, a missing file or factory, or a factory that does not
@@ -267,6 +269,11 @@ def model_from_spec(
         if num_classes != 10:
             raise ValueError(f"the digits model has 10 classes, not {num_classes}")
         return train_digits_model(load_digits(), cache_dir=cache_dir), {"name": "digits"}
+    if spec in MODELS:
+        model, _, classes = build_model(spec)
+        if classes != num_classes:
+            raise ValueError(f"--model {spec} has {classes} classes, not {num_classes}")
+        return model, {"name": spec}
     if spec.startswith(TIMM_PREFIX):
         return timm_model(spec[len(TIMM_PREFIX) :], num_classes), {"name": spec}
     return _factory_model(spec), {"name": spec}
@@ -276,7 +283,8 @@ def _factory_model(spec: str) -> nn.Module:
     path_text, sep, factory = spec.rpartition(":")
     if not sep or not path_text.endswith(".py"):
         raise ValueError(
-            f"--model {spec!r}: expected timm:<name>, digits, or path/to/file.py:factory"
+            f"--model {spec!r}: expected timm:<name>, digits, a built-in model "
+            f"({', '.join(sorted(MODELS))}) or path/to/file.py:factory"
         )
     path = Path(path_text)
     if not path.is_file():
