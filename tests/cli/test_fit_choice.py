@@ -1,0 +1,83 @@
+"""``realm fit``'s schedule and choice: successive halving sized to the budget, the stated rule."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from realm_tools.fit import (
+    NO_ADAPT_CANDIDATE,
+    FitRule,
+    Measured,
+    Round,
+    candidates,
+    choose,
+    halving,
+    schedule_cost,
+)
+from realm_tools.fit._schedule import FINALISTS, MIN_LENGTH
+
+COST = dict(streams=30, seconds_per_sample=0.01, workers=2)
+
+
+def test_halving_keeps_a_third_on_streams_three_times_as_long_within_the_budget() -> None:
+    plan = halving(35, max_length=6000, budget_s=600, **COST)
+    assert plan is not None
+    assert [r.candidates for r in plan] == [35, 12, 4, 3]
+    assert all(b.length == min(6000, a.length * 3) for a, b in itertools.pairwise(plan))
+    spent = schedule_cost(plan, **COST)
+    assert spent <= 600
+    longer = [Round(r.candidates, min(6000, r.length + 1)) for r in plan]
+    assert schedule_cost(longer, **COST) > 600  # the first length is the largest that fits
+
+
+def test_a_stream_too_short_or_a_budget_too_small_gives_no_schedule() -> None:
+    assert halving(5, max_length=MIN_LENGTH - 1, budget_s=1e9, **COST) is None
+    least = schedule_cost([Round(5, MIN_LENGTH), Round(FINALISTS, MIN_LENGTH * 3)], **COST)
+    assert halving(5, max_length=5000, budget_s=least * 0.99, **COST) is None
+    assert halving(5, max_length=5000, budget_s=least, **COST) is not None
+
+
+def test_lengths_stop_at_what_a_stream_holds() -> None:
+    plan = halving(35, max_length=100, budget_s=1e9, **COST)
+    assert plan[-1].length == 100 and plan[-1].candidates == FINALISTS
+
+
+@pytest.fixture(scope="module")
+def three():
+    return candidates("cifar", 10, bound=0.01, batch_norm=False, adapt_stages=None, tiers=1)[:3]
+
+
+def test_the_best_eligible_mean_wins(three) -> None:
+    a, b, c = three
+    finalists = [
+        Measured(a, mean=80.0, clean_after=89.5, worst=88.5),
+        Measured(b, mean=82.0, clean_after=88.0, worst=89.0),  # forgets too much
+        Measured(c, mean=79.0, clean_after=90.0, worst=89.0),
+    ]
+    choice = choose(finalists, no_adapt=75.0, source_clean=90.0, rule=FitRule())
+    assert choice.candidate is a and choice.adapts
+    why = {v.measured.candidate.label: v.why_not for v in choice.verdicts}
+    assert why[a.label] is None and why[c.label] is None
+    assert "clean after the long stream 88.00, below the source's 90.00 − 1" in why[b.label]
+
+
+def test_not_adapting_is_chosen_where_nothing_beats_it_safely(three) -> None:
+    a, b, c = three
+    finalists = [
+        Measured(a, mean=74.0, clean_after=90.0, worst=89.0),  # below not adapting
+        Measured(b, mean=80.0, clean_after=90.0, worst=87.0),  # worst case too low
+    ]
+    choice = choose(finalists, no_adapt=75.0, source_clean=90.0, rule=FitRule())
+    assert choice.candidate is NO_ADAPT_CANDIDATE and not choice.adapts
+    reasons = [v.why_not for v in choice.verdicts]
+    assert "below not adapting's 75.00" in reasons[0]
+    assert "worst case 87.00, below the source's 90.00 − 2" in reasons[1]
+    margin = choose(
+        [Measured(c, mean=75.5, clean_after=90.0, worst=89.0)],
+        no_adapt=75.0,
+        source_clean=90.0,
+        rule=FitRule(no_adapt_margin=1.0),
+    )
+    assert not margin.adapts  # half a point above not adapting is not the point asked for
