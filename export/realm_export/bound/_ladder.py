@@ -38,6 +38,7 @@ def climb_bounds(
     search: SearchSettings,
     seed: int,
     notify: Callable[[str], None] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> BoundLadder:
     """Search each bound from the smallest up; stop at the first that loses more than allowed.
 
@@ -50,12 +51,16 @@ def climb_bounds(
         search: how hard each bound is searched.
         seed: of the random starts and minibatches.
         notify: told the bound being searched, before each search.
+        stop: asked before each bound after the first; True ends the climb there (out of
+            time), keeping the largest allowed so far.
     """
     images = np.ascontiguousarray(images, dtype=np.float32)
     labels = np.asarray(labels, dtype=np.int64)
     tried: list[dict[str, Any]] = []
     chosen, start = None, None
     for bound in bounds:
+        if tried and stop is not None and stop():
+            break
         if notify is not None:
             notify(f"drift check: the worst case inside max_drift {bound:g}")
         found = worst_case(ball, images, labels, bound, search, seed=seed, start=start)

@@ -13,6 +13,7 @@ from ._common import command_parser, run_command
 from ._coverage import add_coverage_parser
 from ._demo import add_demo_parser
 from ._export import add_export_parser
+from ._fit import add_fit_parser
 from ._keygen import add_keygen_parser
 from ._parity import add_parity_parser
 
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_export_time_parser(bench)
     add_parity_parser(sub)
     add_export_parser(sub)
+    add_fit_parser(sub)
     add_coverage_parser(sub)
     return parser
 

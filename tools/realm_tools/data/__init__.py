@@ -6,7 +6,8 @@ nothing here imports torch.
 - the built-in digits task (:func:`load_digits`, :class:`DigitsShift`) and the
   ImageNet-C-style :data:`CORRUPTIONS` that shift it;
 - Fashion-MNIST from its IDX files (:func:`load_fashion_mnist`) and Fashion-MNIST-C built
-  from it with CIFAR-10-C's corruption tables (:func:`load_fmnistc`);
+  from it with CIFAR-10-C's corruption tables (:func:`load_fmnistc`), and those corruptions
+  for grey or colour images of any size from 8 to 512 px (:func:`corrupt_images`);
 - CIFAR-10-C and ImageNet-C from disk (:func:`load_cifar10c`, :func:`load_imagenetc`), read
   as online streams through the :class:`ShiftDataset` interface the benchmarks run on;
 - long-running test streams (:func:`build_stream`, :data:`SETTINGS`): continual, mixed,
@@ -17,6 +18,7 @@ nothing here imports torch.
     >>> images, labels = load_digits().stream("fog", 5, seed=0)
 """
 
+from ._any_size import corrupt_images
 from ._cifar_c import CIFAR_C_CORRUPTIONS, CIFAR_C_EXTRAS, corrupt_gray32
 from ._corruptions import CORRUPTIONS, corrupt, resize_bilinear
 from ._digits import (
@@ -62,6 +64,7 @@ __all__ = [
     "build_stream",
     "corrupt",
     "corrupt_gray32",
+    "corrupt_images",
     "digits_preprocessing",
     "fashion_normalise",
     "fashion_preprocessing",

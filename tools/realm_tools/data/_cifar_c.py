@@ -113,24 +113,24 @@ def _line_blur(x: np.ndarray, radius: int, sigma: float, angle: np.ndarray) -> n
     hyp = np.hypot(px, py)
     off_c = np.ceil(taps[:, None] * py / hyp - 0.5).astype(np.int64)  # (width, N)
     off_r = np.ceil(taps[:, None] * px / hyp - 0.5).astype(np.int64)
-    n, pos = np.arange(len(x))[:, None, None], np.arange(SIZE)
+    n, (h, w) = np.arange(len(x))[:, None, None], x.shape[1:]
     out = np.zeros(x.shape)
     for k in range(width):
-        rows = np.clip(pos + off_r[k][:, None], 0, SIZE - 1)[:, :, None]
-        cols = np.clip(pos + off_c[k][:, None], 0, SIZE - 1)[:, None, :]
+        rows = np.clip(np.arange(h) + off_r[k][:, None], 0, h - 1)[:, :, None]
+        cols = np.clip(np.arange(w) + off_c[k][:, None], 0, w - 1)[:, None, :]
         out += kernel[k] * x[n, rows, cols]
     return np.floor(out * 257 + 0.5) // 257  # Q16 result, written as an 8-bit PNG
 
 
 @cache
-def _zoom_matrix(zoom: float) -> np.ndarray:
-    """The 32×32 matrix ``B`` with ``clipped_zoom(x, zoom) == B @ x @ B.T`` (order-1 zoom)."""
-    ch = int(np.ceil(SIZE / zoom))
-    top = (SIZE - ch) // 2
+def _zoom_matrix(zoom: float, size: int = SIZE) -> np.ndarray:
+    """The matrix ``B`` with ``clipped_zoom(x, zoom) == B @ x @ B.T`` (order-1 zoom)."""
+    ch = int(np.ceil(size / zoom))
+    top = (size - ch) // 2
     grown = _ndimage().zoom(np.eye(ch), (zoom, 1), order=1)  # column j: the zoomed unit vector
-    trim = (grown.shape[0] - SIZE) // 2
-    matrix = np.zeros((SIZE, SIZE))
-    matrix[:, top : top + ch] = grown[trim : trim + SIZE]
+    trim = (grown.shape[0] - size) // 2
+    matrix = np.zeros((size, size))
+    matrix[:, top : top + ch] = grown[trim : trim + size]
     return matrix
 
 
@@ -145,9 +145,9 @@ def _zoom_blur_operator(severity: int) -> np.ndarray:
     return op.T / (len(zooms) + 1)
 
 
-def _plasma(n: int, rng: np.random.Generator, decay: float) -> np.ndarray:
-    """Diamond-square height maps in [0, 1], one per image, ``(n, 32, 32)``."""
-    maps, step, wibble = np.zeros((n, SIZE, SIZE)), SIZE, 100.0
+def _plasma(n: int, rng: np.random.Generator, decay: float, size: int = SIZE) -> np.ndarray:
+    """Diamond-square height maps in [0, 1], one per image, ``(n, size, size)``."""
+    maps, step, wibble = np.zeros((n, size, size)), size, 100.0
 
     def wibbled(total: np.ndarray) -> np.ndarray:
         return total / 4 + wibble * rng.uniform(-wibble, wibble, total.shape)
@@ -186,9 +186,10 @@ def _canny(img: np.ndarray, low: int, high: int) -> np.ndarray:
     gy -= p[:, :-2, :-2] + 2 * p[:, :-2, 1:-1] + p[:, :-2, 2:]
     ax, ay = np.abs(gx), np.abs(gy)
     mag = np.pad(ax + ay, ((0, 0), (1, 1), (1, 1)))  # zero border, as cv2's buffer
+    h, w = img.shape[1:]
 
     def at(dr: int, dc: int) -> np.ndarray:
-        return mag[:, 1 + dr : SIZE + 1 + dr, 1 + dc : SIZE + 1 + dc]
+        return mag[:, 1 + dr : h + 1 + dr, 1 + dc : w + 1 + dc]
 
     m = at(0, 0)
     tg22x = ax * int(0.4142135623730950488 * (1 << 15) + 0.5)
@@ -210,11 +211,12 @@ def _chamfer5(edges: np.ndarray, cap: float) -> np.ndarray:
     weight = {1: 1.0, 2: 1.4, 5: 2.1969}  # orthogonal, diagonal and knight's-move steps
     steps = [(dr, dc) for dr in range(-2, 3) for dc in range(-2, 3) if dr * dr + dc * dc in weight]
     dist = np.where(edges, 0, cap).astype(np.float32)
+    h, w = edges.shape[1:]
     while True:  # relax until stable: within cap steps, since every step is >= 1
         p = np.pad(dist, ((0, 0), (2, 2), (2, 2)), constant_values=np.inf)
         new = dist.copy()
         for dr, dc in steps:
-            shifted = p[:, 2 + dr : SIZE + 2 + dr, 2 + dc : SIZE + 2 + dc]
+            shifted = p[:, 2 + dr : h + 2 + dr, 2 + dc : w + 2 + dc]
             np.minimum(new, shifted + np.float32(weight[dr * dr + dc * dc]), out=new)
         if np.array_equal(new, dist):
             return dist

@@ -1,6 +1,9 @@
-"""``realm fit``: what adaptation buys on the developer's own model and images (in progress).
+"""``realm fit``: what adaptation buys on the developer's own model and images.
 
-The parts built so far: the app's images read and checked against the model
+:func:`fit_realm_artifacts` measures every method of the registry around its paper's settings
+on shifted streams built from the app's images, chooses by :class:`FitRule`, proves the choice
+on held-out images and exports it (docs/fit.md). Its parts: the app's images read and checked
+against the model
 (:func:`read_images`, :func:`app_images`), the options and the rule a fit chooses by
 (:class:`FitOptions`, :class:`FitRule`), and the configurations it measures
 (:func:`candidates`), the search's schedule (:func:`halving`) and the choice
@@ -12,6 +15,7 @@ The parts built so far: the app's images read and checked against the model
 
 from ._candidates import NO_ADAPT_CANDIDATE, Candidate, candidates, default_config
 from ._data import AppImages, FitInputError, app_images, read_images
+from ._fit import FitBudgetError, FitResult, fit_realm_artifacts
 from ._options import MIN_IMAGES, SEVERITIES, FitOptions, FitRule
 from ._rule import Choice, Measured, Verdict, choose
 from ._schedule import Round, halving, schedule_cost
@@ -23,8 +27,10 @@ __all__ = [
     "AppImages",
     "Candidate",
     "Choice",
+    "FitBudgetError",
     "FitInputError",
     "FitOptions",
+    "FitResult",
     "FitRule",
     "Measured",
     "Round",
@@ -33,6 +39,7 @@ __all__ = [
     "candidates",
     "choose",
     "default_config",
+    "fit_realm_artifacts",
     "halving",
     "read_images",
     "schedule_cost",

@@ -1,0 +1,103 @@
+"""``realm fit``'s measurements: forked workers agree with one process, and a journal resumes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from realm_tools.fit import NO_ADAPT_CANDIDATE, candidates
+from realm_tools.fit._pool import Bench, Job, Journal, clean_accuracy, run_jobs
+from realm_tools.fit._streams import StreamImages, normalise
+
+MEAN, STD = (0.5,), (0.5,)
+
+
+@pytest.fixture(scope="module")
+def bench(digits, digits_model):
+    x, y = digits.stream("gaussian_noise", 5, seed=0)
+    clean_x, clean_y = digits.stream("clean", 1, seed=0)
+    as_uint8 = np.rint(np.clip(x[:120] * STD[0] + MEAN[0], 0, 1) * 255).astype(np.uint8)
+    streams = {
+        "a": StreamImages(as_uint8[:60], y[:60].astype(np.int64)),
+        "b": StreamImages(as_uint8[60:], y[60:120].astype(np.int64)),
+    }
+    return Bench(
+        model=digits_model,
+        streams=streams,
+        mean=MEAN,
+        std=STD,
+        clean=np.ascontiguousarray(clean_x[:200], dtype=np.float32),
+        clean_labels=clean_y[:200].astype(np.int64),
+    )
+
+
+@pytest.fixture(scope="module")
+def configs():
+    found = candidates("cifar", 10, bound=0.02, batch_norm=False, adapt_stages=None, tiers=1)
+    return (NO_ADAPT_CANDIDATE, found[0], found[1])  # not adapting, REALM, Tent
+
+
+def _jobs(configs):
+    return [
+        Job(("a",), 40, configs),
+        Job(("b",), 40, configs),
+        Job(("a", "b"), 30, configs[1:], long=True),
+    ]
+
+
+def test_forked_workers_measure_what_one_process_does(bench, configs, tmp_path):
+    one = Journal(tmp_path / "one.jsonl", "x")
+    two = Journal(tmp_path / "two.jsonl", "x")
+    list(run_jobs(bench, _jobs(configs), one, workers=1))
+    list(run_jobs(bench, _jobs(configs), two, workers=2))
+    assert one.results.keys() == two.results.keys() and len(one.results) == 8
+    for key, figures in one.results.items():
+        other = two.results[key]
+        assert figures["accuracy"] == other["accuracy"], key
+        assert figures["updates"] == other["updates"], key
+    realm_long = one.results[f"long|30|{configs[1].key}"]
+    assert len(realm_long["per_stream"]) == 2 and realm_long["samples"] == 60
+    assert realm_long["updates"] > 0
+    source = clean_accuracy(bench)
+    assert 0 < source <= 100
+    assert one.results[f"a|40|{NO_ADAPT_CANDIDATE.key}"]["updates"] == 0
+
+
+def test_the_journal_resumes_and_refuses_another_fit(bench, configs, tmp_path):
+    path = tmp_path / "journal.jsonl"
+    first = Journal(path, "fit-1")
+    list(run_jobs(bench, _jobs(configs)[:1], first, workers=1))
+    with path.open("a") as f:
+        f.write('{"key": "cut sho')  # an interruption mid-line
+    again = Journal(path, "fit-1")
+    assert again.resumed == 3 and again.results == first.results
+    assert list(run_jobs(bench, _jobs(configs)[:1], again, workers=1)) == []  # nothing left
+    other = Journal(path, "fit-2")
+    assert other.resumed == 0 and other.results == {}
+    assert json.loads(path.read_text().splitlines()[0]) == {"fit": "fit-2"}
+
+
+def test_normalise_is_the_models_own_input():
+    x = np.array([[[[0, 255]]]], np.uint8)
+    out = normalise(x, (0.5,), (0.25,))
+    assert out.dtype == np.float32 and np.allclose(out, [[[[-2.0, 2.0]]]])
+
+
+def test_each_round_keeps_the_best_on_longer_streams(bench, tmp_path):
+    from realm_tools.fit._schedule import Round
+    from realm_tools.fit._search import run_rounds
+
+    pool = candidates("cifar", 10, bound=0.02, batch_norm=False, adapt_stages=None, tiers=1)
+    plan = [Round(len(pool), 20), Round(2, 50)]
+    journal = Journal(tmp_path / "j.jsonl", "x")
+    rounds = run_rounds(bench, ["a", "b"], pool, plan, journal, workers=2)
+    first, last = rounds
+    assert len(first) == len(pool) + 1 and len(last) == 3  # not adapting runs beside each
+    assert [s.mean for s in first] == sorted((s.mean for s in first), reverse=True)
+    kept = [s.candidate for s in first if s.candidate.config is not None][:2]
+    assert {s.candidate.key for s in last} == {c.key for c in kept} | {"no-adapt"}
+    assert all(s.length == 50 and len(s.per_stream) == 2 for s in last)
+    for s in last:
+        assert s.mean == pytest.approx(sum(s.per_stream) / 2)

@@ -1,0 +1,428 @@
+"""``fit_realm_artifacts``: measure, choose by the rule, prove on held-out images, export."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from realm_export import (
+    DriftCheck,
+    ExportOptions,
+    MemoryCheck,
+    UnsupportedModelError,
+    ValidationError,
+    export_realm_artifacts,
+)
+from realm_export.bound import NormBall, climb_bounds
+from realm_runtime import METHODS
+from realm_runtime.measure import cpu_name
+from realm_sdk import RealmAdapter, RealmConfig, batch_norm_names, select_trainable
+
+from ..bench import run_online
+from ._candidates import NO_ADAPT_CANDIDATE, Candidate, candidates, default_config
+from ._data import FitInputError
+from ._options import SEVERITIES, FitOptions
+from ._pool import Bench, Job, Journal, clean_accuracy, default_workers, run_jobs
+from ._proof import prove
+from ._report import write_report
+from ._rule import Measured, choose
+from ._schedule import halving
+from ._search import run_rounds
+from ._streams import FIELD, StreamKey, build_stream, normalise, shifted_keys
+
+SHARES = {"search": 0.6, "long": 0.15, "proof": 0.25}  # of the time left after the exports
+CALIBRATION_SAMPLES = 12  # samples each method steps to price one sample
+CLEAN_IMAGES = 256  # the most clean images the drift search and the clean check read
+DRIFT_SHARE = 0.2  # of the budget, the most the drift search may take before stopping
+PROOF_SEEDS = 3  # draws of the held-out streams, where the budget allows
+SAFETY = 1.2  # a sample priced this much dearer than measured: later rounds hold dearer methods
+
+Progress = Callable[[str, int], Callable[[int], None]]
+
+
+class FitBudgetError(FitInputError):
+    """The time given cannot measure even one configuration; says how much would."""
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """What :func:`fit_realm_artifacts` chose and wrote."""
+
+    directory: Path  # the exported artifacts, with fit.md, fit.json and fit.png
+    chosen: Candidate  # NO_ADAPT_CANDIDATE where not adapting won
+    report: dict[str, Any]  # fit.json's content
+    seconds: float  # the whole fit's wall time
+
+
+def fit_realm_artifacts(
+    model: nn.Module,
+    out_dir: str | Path,
+    options: FitOptions,
+    *,
+    progress: Progress | None = None,
+    notify: Callable[[str], None] | None = None,
+) -> FitResult:
+    """Measure what adapting buys on the app's images, choose by the rule, prove and export.
+
+    Args:
+        model: the app's classifier (never modified; copies adapt).
+        out_dir: the artifact directory to create (with fit.md / fit.json / fit.png).
+        options: the images, the model's input, the budget and the rule.
+        progress: ``(label, total) -> update(done)`` for each long phase.
+        notify: told each stage as it starts.
+
+    Raises:
+        FitInputError: bad input, or a budget too small (``FitBudgetError``), before
+            anything is written.
+    """
+    began = time.perf_counter()
+    budget = options.minutes * 60
+    say = notify or (lambda _: None)
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()) and not options.overwrite:
+        raise FitInputError(f"{out} exists and is not empty: pass --overwrite to replace it")
+    model = copy.deepcopy(model).cpu().float().eval()
+    config0 = default_config(options.preset, options.num_classes, None)
+    _check_model(model, options, config0)
+    workers = options.workers or default_workers()
+    work = out.with_name(f".{out.name}.fit-work")
+
+    say("splitting the images and building the shifted streams")
+    data = options.data
+    assert data.labels is not None
+    order = np.random.default_rng([options.seed, 1]).permutation(len(data.images))
+    held = len(order) // 3
+    proof_idx, search_idx = order[:held], order[held:]
+    search_x, search_y = data.images[search_idx], data.labels[search_idx]
+    proof_x, proof_y = data.images[proof_idx], data.labels[proof_idx]
+    clean_n = min(CLEAN_IMAGES, len(search_idx))
+    clean = normalise(search_x[:clean_n], options.mean, options.std)
+    clean_y = search_y[:clean_n]
+    keys = shifted_keys("search", SEVERITIES, options.seed)
+    streams = {k.name: build_stream(k, search_x, search_y, len(search_x)) for k in keys}
+    if options.field_data is not None:
+        key = StreamKey("field", FIELD, 0, options.seed)
+        images = options.field_data.images
+        streams[key.name] = build_stream(key, images, None, len(images))
+    bench = Bench(model, streams, options.mean, options.std, clean, clean_y)
+
+    say("pricing one sample of each method")
+    per_sample = _price(bench, keys[-1].name, options)
+    if budget < 3 * per_sample * CALIBRATION_SAMPLES * len(keys):
+        raise _too_small(time.perf_counter() - began, per_sample, len(keys), workers, 0.0)
+
+    say("exporting the defaults once (how long an export takes, whether the model exports)")
+    export_began = time.perf_counter()
+    preflight = _export(model, work / "preflight", options, config0, fit=None)
+    export_s = time.perf_counter() - export_began
+    stages = preflight.manifest.config.get("adapt_stages")
+    config0 = dataclasses.replace(config0, adapt_stages=stages)
+
+    say("finding the drift bound: the worst case inside each max_drift")
+    drift_began = time.perf_counter()
+    names = select_trainable(
+        model, config0.frozen, freeze_last_block=config0.freeze_last_block, adapt_stages=stages
+    )
+    check = DriftCheck(images=clean, labels=clean_y, allowed_drop=options.rule.worst_drop)
+    ladder = climb_bounds(
+        NormBall(copy.deepcopy(model), names),
+        clean,
+        clean_y,
+        check.bounds,
+        allowed_drop=check.allowed_drop,
+        search=check.search,
+        seed=options.seed,
+        notify=say,
+        stop=lambda: time.perf_counter() - drift_began > budget * DRIFT_SHARE,
+    )
+    source_clean = clean_accuracy(bench)
+    worst = {t["bound"]: t["worst_accuracy"] for t in ladder.tried}
+
+    left = budget - (time.perf_counter() - began) - export_s
+    fingerprint = _fingerprint(model, options, stages, ladder.chosen)
+    journal = Journal(work / "journal.jsonl", fingerprint)
+    rounds, finalists, long_runs, plan, long_length = [], [], {}, [], 0
+    search_streams = [k.name for k in keys]
+    if ladder.chosen is not None:
+        batch_norm = bool(batch_norm_names(model, names))
+        severity5 = [k.name for k in keys if k.severity == max(SEVERITIES)]
+        for tiers, names in [
+            (3, search_streams),
+            (2, search_streams),
+            (1, search_streams),
+            (1, severity5),
+        ]:
+            pool = candidates(
+                options.preset,
+                options.num_classes,
+                bound=ladder.chosen,
+                batch_norm=batch_norm,
+                adapt_stages=stages,
+                tiers=tiers,
+            )
+            plan = halving(
+                len(pool),
+                streams=len(names),
+                max_length=len(search_x),
+                seconds_per_sample=per_sample * SAFETY,
+                workers=workers,
+                budget_s=left * SHARES["search"],
+            )
+            if plan is not None:
+                search_streams = names
+                break
+        if plan is None:
+            raise _too_small(
+                time.perf_counter() - began, per_sample, len(severity5), workers, export_s
+            )
+        say(f"searching {len(pool)} configurations in {len(plan)} rounds on {workers} workers")
+        rounds = run_rounds(
+            bench, search_streams, pool, plan, journal, workers=workers, progress=progress
+        )
+        finalists = [s for s in rounds[-1] if s.candidate.config is not None]
+        long_streams = ([k for k in streams if k.startswith("field/")] + search_streams)[:]
+        long_length = _long_length(
+            budget, began, export_s, per_sample, finalists, long_streams, len(search_x), workers
+        )
+        say("the long stream: every shifted stream in turn, then the clean accuracy")
+        jobs = [Job(tuple(long_streams), long_length, (s.candidate,), long=True) for s in finalists]
+        for results in run_jobs(bench, jobs, journal, workers=workers):
+            long_runs.update(results)
+    no_adapt = (
+        next((s.mean for s in rounds[-1] if s.candidate.config is None), 0.0) if rounds else 0.0
+    )
+    measured = [
+        Measured(
+            s.candidate,
+            s.mean,
+            long_runs[f"long|{long_length}|{s.candidate.key}"]["clean_after"],
+            worst[ladder.chosen],
+        )
+        for s in finalists
+    ]
+    choice = choose(measured, no_adapt=no_adapt, source_clean=source_clean, rule=options.rule)
+
+    say("proving the choice on the held-out images")
+    default = Candidate("defaults (REALM, preset)", config0, 0)
+    left = budget - (time.perf_counter() - began) - export_s
+    proof = prove(
+        model,
+        options,
+        proof_x,
+        proof_y,
+        [choice.candidate, default, NO_ADAPT_CANDIDATE],
+        seconds=max(left * 0.95, 0.0),
+        per_sample=per_sample * SAFETY,
+        workers=workers,
+        journal_path=work / "proof.jsonl",
+        fingerprint=fingerprint,
+        progress=progress,
+    )
+    report = {
+        "model": dict(options.model_info or {}),
+        "data": {
+            "sha256": data.digest(),
+            "images": len(data.images),
+            "search": len(search_x),
+            "held_out": len(proof_x),
+            "field": 0 if options.field_data is None else len(options.field_data.images),
+            "source": data.source,
+        },
+        "input": {
+            "shape": list(options.input_shape),
+            "mean": list(options.mean),
+            "std": list(options.std),
+        },
+        "preset": options.preset,
+        "rule": {"text": options.rule.text(), **dataclasses.asdict(options.rule)},
+        "budget": {
+            "minutes": options.minutes,
+            "export_s": export_s,
+            "workers": workers,
+            "memory_budget_mb": options.memory_budget_mb,
+            "adapt_stages": stages,
+        },
+        "machine": cpu_name(),
+        "source_clean": source_clean,
+        "drift": {"max_drift": ladder.chosen, "tried": ladder.tried},
+        "search": {
+            "streams": len(search_streams),
+            "rounds": [
+                {
+                    "length": r[0].length,
+                    "standings": [
+                        {"label": s.candidate.label, "key": s.candidate.key, "mean": s.mean}
+                        for s in r
+                    ],
+                }
+                for r in rounds
+            ],
+            "no_adapt": no_adapt,
+        },
+        "finalists": [
+            {
+                **v.measured.candidate.describe(),
+                "mean": v.measured.mean,
+                "clean_after": v.measured.clean_after,
+                "worst": v.measured.worst,
+                "why_not": v.why_not,
+            }
+            for v in choice.verdicts
+        ],
+        "choice": {**choice.candidate.describe(), "adapts": choice.adapts},
+        "proof": proof,
+    }
+    config = choice.candidate.config or config0
+    say("exporting the choice")
+    report["seconds"] = time.perf_counter() - began
+    _export(model, out, options, config, fit=report)
+    report["seconds"] = time.perf_counter() - began
+    write_report(out, report)
+    shutil.rmtree(work, ignore_errors=True)
+    return FitResult(out, choice.candidate, report, report["seconds"])
+
+
+def _check_model(model: nn.Module, options: FitOptions, config: RealmConfig) -> None:
+    """The model takes the input and gives the classes, and has norm layers to adapt."""
+    x = torch.from_numpy(normalise(options.data.images[:1], options.mean, options.std))
+    try:
+        with torch.no_grad():
+            logits = model(x)
+    except Exception as exc:  # any error of the user's forward, named in one sentence
+        raise FitInputError(
+            f"the model does not run on one image of shape {tuple(x.shape)}: "
+            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} "
+            "(check --input-shape and the images)"
+        ) from None
+    if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (1, options.num_classes):
+        shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise FitInputError(
+            f"the model gives {shape} for one image, not (1, {options.num_classes}) logits: "
+            "check --num-classes"
+        )
+    try:
+        RealmAdapter(copy.deepcopy(model), config)
+    except ValueError as exc:
+        raise FitInputError(f"the model cannot adapt: {exc}") from None
+
+
+def _price(bench: Bench, stream: str, options: FitOptions) -> float:
+    """Seconds one adapting sample costs one worker: the mean over the methods at the preset."""
+    x = normalise(bench.streams[stream].images[:CALIBRATION_SAMPLES], bench.mean, bench.std)
+    y = bench.streams[stream].labels[:CALIBRATION_SAMPLES]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        costs = []
+        for c in candidates(
+            options.preset,
+            options.num_classes,
+            bound=1.0,
+            batch_norm=False,
+            adapt_stages=None,
+            tiers=1,
+        ):
+            assert c.config is not None
+            adapter = RealmAdapter(copy.deepcopy(bench.model), c.config)
+            run_online(adapter, x[:2], y[:2], alpha_lambda=False)  # first calls warm up
+            began = time.perf_counter()
+            run_online(adapter, x, y, alpha_lambda=False)
+            costs.append((time.perf_counter() - began) / len(x))
+    finally:
+        torch.set_num_threads(threads)
+    return float(np.mean(costs))
+
+
+def _too_small(
+    spent: float, per_sample: float, streams: int, workers: int, export_s: float
+) -> FitBudgetError:
+    """The sentence for a budget that cannot measure each method once, with what would."""
+    from ._schedule import FINALISTS, MIN_LENGTH
+
+    samples = (len(METHODS) * MIN_LENGTH + FINALISTS * MIN_LENGTH * 3) * streams
+    search = samples * per_sample * SAFETY / workers
+    least = spent + export_s + search / SHARES["search"]
+    return FitBudgetError(
+        f"the time given cannot measure each method once here: one sample costs "
+        f"{per_sample * 1e3:.1f} ms, an export {export_s:.0f} s, the set-up took {spent:.0f} s; "
+        f"give at least --minutes {least / 60:.1f}"
+    )
+
+
+def _export(
+    model: nn.Module,
+    directory: Path,
+    options: FitOptions,
+    config: RealmConfig,
+    fit: dict[str, Any] | None,
+) -> Any:
+    """Export ``config``; a model the exporter refuses is bad input, in its sentence."""
+    memory = (
+        None
+        if options.memory_budget_mb is None
+        else MemoryCheck(budget_mb=options.memory_budget_mb)
+    )
+    export_options = ExportOptions(
+        config=config,
+        input_shape=options.input_shape,
+        preprocessing={
+            "input_size": list(options.input_shape[1:]),
+            "mean": list(options.mean),
+            "std": list(options.std),
+        },
+        model_info=options.model_info,
+        signing_key=options.signing_key if fit is not None else None,
+        memory=memory,
+        fit=fit,
+        overwrite=True if fit is None else options.overwrite,
+    )
+    try:
+        return export_realm_artifacts(model, directory, export_options)
+    except (UnsupportedModelError, ValidationError) as exc:
+        raise FitInputError(f"the model cannot be exported: {str(exc).splitlines()[0]}") from None
+
+
+def _fingerprint(
+    model: nn.Module, options: FitOptions, stages: int | None, bound: float | None
+) -> str:
+    """What the journal's results were measured on: the model, the data, the settings."""
+    h = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().numpy().tobytes())
+    h.update(options.data.digest().encode())
+    if options.field_data is not None:
+        h.update(options.field_data.digest().encode())
+    settings = [options.mean, options.std, options.preset, options.seed, stages, bound]
+    h.update(json.dumps(settings, default=str).encode())
+    return h.hexdigest()
+
+
+def _long_length(
+    budget: float,
+    began: float,
+    export_s: float,
+    per_sample: float,
+    finalists: list[Any],
+    streams: list[str],
+    most: int,
+    workers: int,
+) -> int:
+    """Samples of each stream in the long stream: what its share of the time left allows."""
+    left = budget - (time.perf_counter() - began) - export_s
+    share = left * SHARES["long"] / (SHARES["long"] + SHARES["proof"])
+    parallel = min(workers, max(len(finalists), 1))
+    per_stream = share * parallel / (per_sample * SAFETY * len(streams) * max(len(finalists), 1))
+    return int(max(8, min(most, per_stream)))

@@ -1,0 +1,121 @@
+"""fit.md, fit.json and fit.png: what the fit measured, what it chose and the proof."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def write_report(directory: Path, report: dict[str, Any]) -> None:
+    """Write the three files into ``directory``, each whole or not at all."""
+    _atomic(directory / "fit.json", (json.dumps(report, indent=2, default=str) + "\n").encode())
+    _atomic(directory / "fit.md", markdown(report).encode())
+    png = plot(report)
+    if png is not None:
+        _atomic(directory / "fit.png", png)
+
+
+def _atomic(path: Path, data: bytes) -> None:
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_bytes(data)
+    os.replace(partial, path)
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """fit.md: the choice first, then the proof per corruption, the search and the rule."""
+    choice, proof, data = report["choice"], report["proof"], report["data"]
+    labels = list(proof["mean"])
+    lines = [
+        "# realm fit",
+        "",
+        f"**Choice: {'adapt with ' + choice['label'] if choice['adapts'] else 'do not adapt'}.**",
+        "",
+    ]
+    if not choice["adapts"]:
+        lines += [
+            "No configuration met the rule: run the model without adapting "
+            "(`inference_model.onnx`, or `RealmRuntime.predict`). The artifacts here hold the "
+            "defaults, for a later fit.",
+            "",
+        ]
+    lines += [
+        f"Machine: {report['machine']}, {report['budget']['workers']} workers; budget "
+        f"{report['budget']['minutes']:g} min, took {report['seconds'] / 60:.1f} min. Data: "
+        f"{data['images']} labelled images (sha256 {data['sha256'][:16]}…), {data['search']} "
+        f"searched, {data['held_out']} held out"
+        + (f", {data['field']} field images" if data["field"] else "")
+        + f". Source clean accuracy {report['source_clean']:.2f} %; drift bound "
+        f"{report['drift']['max_drift']}.",
+        "",
+        f"## Proof on the held-out images ({proof['length']} samples per stream, "
+        f"{proof['seeds']} seed{'s' * (proof['seeds'] != 1)}, severities 3 and 5)",
+        "",
+        "| corruption | " + " | ".join(labels) + " |",
+        "|---|" + "---:|" * len(labels),
+    ]
+    for corruption, row in proof["by_corruption"].items():
+        lines.append(f"| {corruption} | " + " | ".join(f"{row[k]:.1f}" for k in labels) + " |")
+    lines.append(
+        "| **mean ± spread over seeds** | "
+        + " | ".join(f"**{proof['mean'][k]:.2f}** ± {proof['spread'][k]:.2f}" for k in labels)
+        + " |"
+    )
+    lines += ["", "![proof per corruption](fit.png)", "", "## Finalists against the rule", ""]
+    lines += [
+        "| configuration | mean online | clean after long stream | worst case | verdict |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for f in report["finalists"]:
+        verdict = "eligible" if f["why_not"] is None else f["why_not"]
+        lines.append(
+            f"| {f['label']} | {f['mean']:.2f} | {f['clean_after']:.2f} | {f['worst']:.2f} | "
+            f"{verdict} |"
+        )
+    lines += ["", f"Not adapting: {report['search']['no_adapt']:.2f}.", "", "## The search", ""]
+    for number, r in enumerate(report["search"]["rounds"], start=1):
+        best = ", ".join(f"{s['label']} {s['mean']:.1f}" for s in r["standings"][:5])
+        lines.append(
+            f"- round {number}: {len(r['standings'])} configurations (not adapting included) on "
+            f"{report['search']['streams']} streams × {r['length']} samples; best: {best}"
+        )
+    lines += [
+        "",
+        "## The rule",
+        "",
+        report["rule"]["text"][0].upper() + report["rule"]["text"][1:] + " (docs/fit.md).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot(report: dict[str, Any]) -> bytes | None:
+    """Grouped bars of the proof per corruption, as PNG bytes (None without matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import io
+
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    proof = report["proof"]
+    labels = list(proof["mean"])
+    corruptions = list(proof["by_corruption"])
+    fig, ax = plt.subplots(figsize=(12, 4))
+    width = 0.8 / len(labels)
+    for i, label in enumerate(labels):
+        values = [proof["by_corruption"][c][label] for c in corruptions]
+        ax.bar([j + i * width for j in range(len(corruptions))], values, width, label=label)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(corruptions))])
+    ax.set_xticklabels(corruptions, rotation=45, ha="right")
+    ax.set_ylabel("online accuracy (%)")
+    ax.set_title("held-out streams: the choice, the defaults, not adapting")
+    ax.legend()
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    plt.close(fig)
+    return buffer.getvalue()
