@@ -7,6 +7,8 @@ import itertools
 import pytest
 
 from realm_tools.fit import (
+    FINALISTS,
+    MIN_LENGTH,
     NO_ADAPT_CANDIDATE,
     FitRule,
     Measured,
@@ -16,7 +18,6 @@ from realm_tools.fit import (
     halving,
     schedule_cost,
 )
-from realm_tools.fit._schedule import FINALISTS, MIN_LENGTH
 
 COST = dict(streams=30, seconds_per_sample=0.01, workers=2)
 

@@ -7,9 +7,19 @@ import json
 import numpy as np
 import pytest
 
-from realm_tools.fit import NO_ADAPT_CANDIDATE, candidates
-from realm_tools.fit._pool import Bench, Job, Journal, clean_accuracy, run_jobs
-from realm_tools.fit._streams import StreamImages, normalise
+from realm_tools.fit import (
+    NO_ADAPT_CANDIDATE,
+    Bench,
+    Job,
+    Journal,
+    Round,
+    StreamImages,
+    candidates,
+    clean_accuracy,
+    normalise,
+    run_jobs,
+    run_rounds,
+)
 
 MEAN, STD = (0.5,), (0.5,)
 
@@ -86,9 +96,6 @@ def test_normalise_is_the_models_own_input():
 
 
 def test_each_round_keeps_the_best_on_longer_streams(bench, tmp_path):
-    from realm_tools.fit._schedule import Round
-    from realm_tools.fit._search import run_rounds
-
     pool = candidates("cifar", 10, bound=0.02, batch_norm=False, adapt_stages=None, tiers=1)
     plan = [Round(len(pool), 20), Round(2, 50)]
     journal = Journal(tmp_path / "j.jsonl", "x")

@@ -17,14 +17,20 @@ from ._candidates import NO_ADAPT_CANDIDATE, Candidate, candidates, default_conf
 from ._data import AppImages, FitInputError, app_images, read_images
 from ._fit import FitBudgetError, FitResult, fit_realm_artifacts
 from ._options import MIN_IMAGES, SEVERITIES, FitOptions, FitRule
+from ._pool import Bench, Job, Journal, clean_accuracy, run_jobs
 from ._rule import Choice, Measured, Verdict, choose
-from ._schedule import Round, halving, schedule_cost
+from ._schedule import FINALISTS, MIN_LENGTH, Round, halving, schedule_cost
+from ._search import Standing, run_rounds
+from ._streams import StreamImages, StreamKey, build_stream, normalise
 
 __all__ = [
+    "FINALISTS",
     "MIN_IMAGES",
+    "MIN_LENGTH",
     "NO_ADAPT_CANDIDATE",
     "SEVERITIES",
     "AppImages",
+    "Bench",
     "Candidate",
     "Choice",
     "FitBudgetError",
@@ -32,15 +38,25 @@ __all__ = [
     "FitOptions",
     "FitResult",
     "FitRule",
+    "Job",
+    "Journal",
     "Measured",
     "Round",
+    "Standing",
+    "StreamImages",
+    "StreamKey",
     "Verdict",
     "app_images",
+    "build_stream",
     "candidates",
     "choose",
+    "clean_accuracy",
     "default_config",
     "fit_realm_artifacts",
     "halving",
+    "normalise",
     "read_images",
+    "run_jobs",
+    "run_rounds",
     "schedule_cost",
 ]
