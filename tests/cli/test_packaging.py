@@ -51,7 +51,7 @@ def test_the_wheel_runs_only_the_product_command(wheel):
 def test_realm_help_lists_what_a_user_runs_on_their_own_model():
     parser = build_parser()
     commands = set(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
-    assert commands == {"demo", "keygen", "bench", "parity", "export", "coverage"}
+    assert commands == {"demo", "keygen", "bench", "parity", "export", "fit", "coverage"}
     bench = parser._subparsers._group_actions[0].choices["bench"]  # type: ignore[union-attr]
     assert set(bench._subparsers._group_actions[0].choices) == {  # type: ignore[union-attr]
         "speed", "adapt", "memory", "export"
