@@ -86,11 +86,11 @@ def _gauss(x: np.ndarray, sigma: float, mode: str = "nearest", truncate: float =
 
 
 def _gaussian_blur(x: np.ndarray, sev: int, s: float, rng: np.random.Generator) -> np.ndarray:
-    return g._unit(_gauss(x / 255, (0.4, 0.6, 0.7, 0.8, 1.0)[sev - 1] * s))
+    return g._unit(_gauss(x / 255, g._GAUSSIAN_BLUR[sev - 1] * s))
 
 
 def _glass_blur(x: np.ndarray, sev: int, s: float, rng: np.random.Generator) -> np.ndarray:
-    sigma, passes = ((0.05, 1), (0.25, 1), (0.4, 1), (0.25, 2), (0.4, 2))[sev - 1]
+    sigma, passes = g._GLASS_BLUR[sev - 1]
     sigma, delta = sigma * s, _radius(1, s)  # CIFAR's max_delta is 1 px at 32 px
     y = (_gauss(x / 255, sigma) * 255).astype(np.uint8)
     (h, w), n = x.shape[2:], np.arange(len(x))[:, None, None, None]
@@ -105,7 +105,7 @@ def _glass_blur(x: np.ndarray, sev: int, s: float, rng: np.random.Generator) -> 
 
 
 def _defocus_blur(x: np.ndarray, sev: int, s: float, rng: np.random.Generator) -> np.ndarray:
-    radius, alias = ((0.3, 0.4), (0.4, 0.5), (0.5, 0.6), (1, 0.2), (1.5, 0.1))[sev - 1]
+    radius, alias = g._DEFOCUS_BLUR[sev - 1]
     radius, alias = radius * s, alias * s
     half, ksize = (8, 3) if radius <= 8 else (int(np.ceil(radius)), 5)  # make_cifar_c's disk()
     grid = np.arange(-half, half + 1)
@@ -122,7 +122,7 @@ def _defocus_blur(x: np.ndarray, sev: int, s: float, rng: np.random.Generator) -
 
 
 def _motion_blur(x: np.ndarray, sev: int, s: float, rng: np.random.Generator) -> np.ndarray:
-    radius, sigma = ((6, 1), (6, 1.5), (6, 2), (8, 2), (9, 2.5))[sev - 1]
+    radius, sigma = g._MOTION_BLUR[sev - 1]
     angle = _per_channel(rng.uniform(-45, 45, size=len(x)), x.shape[1])
     return g._line_blur(_planes(x), _radius(radius, s), sigma * s, angle).reshape(x.shape)
 
@@ -137,11 +137,7 @@ def _zoom_blur(x: np.ndarray, sev: int, s: float, rng: np.random.Generator) -> n
 
 
 def _snow(x: np.ndarray, sev: int, s: float, rng: np.random.Generator) -> np.ndarray:
-    loc, scale, zoom, cut, radius, sigma, keep = (
-        (0.1, 0.2, 1, 0.6, 8, 3, 0.95), (0.1, 0.2, 1, 0.5, 10, 4, 0.9),
-        (0.15, 0.3, 1.75, 0.55, 10, 4, 0.9), (0.25, 0.3, 2.25, 0.6, 12, 6, 0.85),
-        (0.3, 0.3, 1.25, 0.65, 14, 12, 0.8),
-    )[sev - 1]  # fmt: skip
+    loc, scale, zoom, cut, radius, sigma, keep = g._SNOW[sev - 1]
     (h, w), x = x.shape[2:], x.astype(np.float32) / 255
     noise = rng.normal(size=(len(x), h, w), loc=loc, scale=scale)
     flakes = g._zoom_matrix(float(zoom), h) @ noise @ g._zoom_matrix(float(zoom), w).T
@@ -167,7 +163,7 @@ def _frost_texture(k: int, h: int, w: int) -> np.ndarray:
 
 
 def _frost(x: np.ndarray, sev: int, s: float, rng: np.random.Generator) -> np.ndarray:
-    keep, amount = ((1, 0.2), (1, 0.3), (0.9, 0.4), (0.85, 0.4), (0.75, 0.45))[sev - 1]
+    keep, amount = g._FROST_BLEND[sev - 1]
     h, w = x.shape[2:]
     textures = [_frost_texture(k, h, w) for k in range(1, 6)]  # randint(5): never frost6
     pick = rng.integers(5, size=len(x))
@@ -181,7 +177,7 @@ def _frost(x: np.ndarray, sev: int, s: float, rng: np.random.Generator) -> np.nd
 
 
 def _fog(x: np.ndarray, sev: int, s: float, rng: np.random.Generator) -> np.ndarray:
-    amount, decay = ((0.2, 3), (0.5, 3), (0.75, 2.5), (1, 2), (1.5, 1.75))[sev - 1]
+    amount, decay = g._FOG[sev - 1]
     (h, w), x = x.shape[2:], x / 255
     size = 1 << (max(h, w) - 1).bit_length()  # the next power of two >= max(h, w)
     peak = x.max(axis=(1, 2, 3), keepdims=True)
@@ -190,7 +186,7 @@ def _fog(x: np.ndarray, sev: int, s: float, rng: np.random.Generator) -> np.ndar
 
 
 def _brightness(x: np.ndarray, sev: int, s: float, rng: np.random.Generator) -> np.ndarray:
-    c, x = (0.05, 0.1, 0.15, 0.2, 0.3)[sev - 1], x / 255
+    c, x = g._BRIGHTNESS[sev - 1], x / 255
     if x.shape[1] == 1:  # the HSV value of a grey pixel is its grey level
         return g._unit(x + c)
     value = x.max(axis=1, keepdims=True)  # HSV value; hue and saturation are kept
@@ -200,16 +196,14 @@ def _brightness(x: np.ndarray, sev: int, s: float, rng: np.random.Generator) -> 
 
 
 def _contrast(x: np.ndarray, sev: int, s: float, rng: np.random.Generator) -> np.ndarray:
-    c, x = (0.75, 0.5, 0.4, 0.3, 0.15)[sev - 1], x / 255
+    c, x = g._CONTRAST[sev - 1], x / 255
     means = x.mean(axis=(2, 3), keepdims=True)
     return g._unit((x - means) * c + means)
 
 
 def _elastic_transform(x: np.ndarray, sev: int, s: float, rng: np.random.Generator) -> np.ndarray:
-    table = ((0, 0, 0.08), (0.05, 0.2, 0.07), (0.08, 0.06, 0.06), (0.1, 0.04, 0.05),
-             (0.1, 0.03, 0.03))  # fmt: skip
     h, w = x.shape[2:]
-    alpha, sigma, affine = (min(h, w) * v for v in table[sev - 1])
+    alpha, sigma, affine = (min(h, w) * v for v in g._ELASTIC[sev - 1])
     cx, cy, sq = w // 2, h // 2, min(h, w) // 3
     src = np.array([[cx + sq, cy + sq, 1], [cx + sq, cy - sq, 1], [cx - sq, cy - sq, 1.0]])
     jitter = rng.uniform(-affine, affine, size=(len(x), 3, 2)).astype(np.float32)
@@ -243,7 +237,7 @@ def _array(image: Image.Image, channels: int) -> np.ndarray:
 
 
 def _pixelate(x: np.ndarray, sev: int, s: float, rng: np.random.Generator) -> np.ndarray:
-    c, (h, w) = (0.95, 0.9, 0.85, 0.75, 0.65)[sev - 1], x.shape[2:]
+    c, (h, w) = g._PIXELATE[sev - 1], x.shape[2:]
     small, out = (max(1, int(w * c)), max(1, int(h * c))), np.empty(x.shape)
     for i, img in enumerate(x.astype(np.uint8)):
         image = _pil(img).resize(small, Image.Resampling.BOX)
@@ -252,7 +246,7 @@ def _pixelate(x: np.ndarray, sev: int, s: float, rng: np.random.Generator) -> np
 
 
 def _jpeg_compression(x: np.ndarray, sev: int, s: float, rng: np.random.Generator) -> np.ndarray:
-    quality, out = (80, 65, 58, 50, 40)[sev - 1], np.empty(x.shape)
+    quality, out = g._JPEG[sev - 1], np.empty(x.shape)
     for i, img in enumerate(x.astype(np.uint8)):
         buffer = io.BytesIO()
         _pil(img).save(buffer, "JPEG", quality=quality)
@@ -276,11 +270,7 @@ def _blur_gain(sigma: float, s: float) -> float:
 
 
 def _spatter(x: np.ndarray, sev: int, s: float, rng: np.random.Generator) -> np.ndarray:
-    loc, scale, sigma, cut, strength, mud = (
-        (0.62, 0.1, 0.7, 0.7, 0.5, False), (0.65, 0.1, 0.8, 0.7, 0.5, False),
-        (0.65, 0.3, 1.0, 0.69, 0.5, False), (0.65, 0.1, 0.7, 0.69, 0.6, True),
-        (0.65, 0.1, 0.5, 0.68, 0.6, True),
-    )[sev - 1]  # fmt: skip
+    loc, scale, sigma, cut, strength, mud = g._SPATTER[sev - 1]
     x = x / 255
     noise = rng.normal(size=(len(x), 1, *x.shape[2:]), loc=loc, scale=scale)
     liquid = loc + (_gauss(noise, sigma * s)[:, 0] - loc) * _blur_gain(sigma, s)

@@ -54,6 +54,31 @@ _FROST: dict[int, np.ndarray] = {}
 
 Corruption = Callable[[np.ndarray, int, np.random.Generator], np.ndarray]
 
+# CIFAR-10-C's severity tables (make_cifar_c.py), one row per severity 1–5; the any-size
+# corruptions read the same rows.
+_GAUSSIAN_BLUR = (0.4, 0.6, 0.7, 0.8, 1.0)
+_GLASS_BLUR = ((0.05, 1), (0.25, 1), (0.4, 1), (0.25, 2), (0.4, 2))
+_DEFOCUS_BLUR = ((0.3, 0.4), (0.4, 0.5), (0.5, 0.6), (1, 0.2), (1.5, 0.1))
+_MOTION_BLUR = ((6, 1), (6, 1.5), (6, 2), (8, 2), (9, 2.5))
+_FROST_BLEND = ((1, 0.2), (1, 0.3), (0.9, 0.4), (0.85, 0.4), (0.75, 0.45))
+_FOG = ((0.2, 3), (0.5, 3), (0.75, 2.5), (1, 2), (1.5, 1.75))
+_BRIGHTNESS = (0.05, 0.1, 0.15, 0.2, 0.3)
+_CONTRAST = (0.75, 0.5, 0.4, 0.3, 0.15)
+_PIXELATE = (0.95, 0.9, 0.85, 0.75, 0.65)
+_JPEG = (80, 65, 58, 50, 40)
+_SNOW = (
+    (0.1, 0.2, 1, 0.6, 8, 3, 0.95), (0.1, 0.2, 1, 0.5, 10, 4, 0.9),
+    (0.15, 0.3, 1.75, 0.55, 10, 4, 0.9), (0.25, 0.3, 2.25, 0.6, 12, 6, 0.85),
+    (0.3, 0.3, 1.25, 0.65, 14, 12, 0.8),
+)  # fmt: skip
+_SPATTER = (
+    (0.62, 0.1, 0.7, 0.7, 0.5, False), (0.65, 0.1, 0.8, 0.7, 0.5, False),
+    (0.65, 0.3, 1.0, 0.69, 0.5, False), (0.65, 0.1, 0.7, 0.69, 0.6, True),
+    (0.65, 0.1, 0.5, 0.68, 0.6, True),
+)  # fmt: skip
+_ELASTIC = ((0, 0, 0.08), (0.05, 0.2, 0.07), (0.08, 0.06, 0.06), (0.1, 0.04, 0.05),
+    (0.1, 0.03, 0.03))  # fmt: skip
+
 
 def _ndimage() -> Any:
     """scipy.ndimage, imported when a corruption first runs: not by ``realm --help``."""
@@ -267,12 +292,12 @@ def _speckle_noise(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarra
 
 
 def _gaussian_blur(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
-    c = (0.4, 0.6, 0.7, 0.8, 1.0)[s - 1]
+    c = _GAUSSIAN_BLUR[s - 1]
     return _unit(_gauss(x / 255, c))
 
 
 def _glass_blur(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
-    sigma, passes = ((0.05, 1), (0.25, 1), (0.4, 1), (0.25, 2), (0.4, 2))[s - 1]  # max_delta 1
+    sigma, passes = _GLASS_BLUR[s - 1]  # max_delta 1
     y = (_gauss(x / 255, sigma) * 255).astype(np.uint8)
     n, pos = np.arange(len(x))[:, None, None], np.arange(2, SIZE)  # range(31, 1, -1)
     for _ in range(passes):
@@ -282,7 +307,7 @@ def _glass_blur(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def _defocus_blur(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
-    radius, alias = ((0.3, 0.4), (0.4, 0.5), (0.5, 0.6), (1, 0.2), (1.5, 0.1))[s - 1]
+    radius, alias = _DEFOCUS_BLUR[s - 1]
     grid = np.arange(-8, 9)  # disk(): 17×17 for radius <= 8
     disk = ((grid[:, None] ** 2 + grid[None, :] ** 2) <= radius**2).astype(np.float32)
     disk /= disk.sum()
@@ -295,7 +320,7 @@ def _defocus_blur(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray
 
 
 def _motion_blur(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
-    radius, sigma = ((6, 1), (6, 1.5), (6, 2), (8, 2), (9, 2.5))[s - 1]
+    radius, sigma = _MOTION_BLUR[s - 1]
     return _line_blur(x, radius, sigma, rng.uniform(-45, 45, size=len(x)))
 
 
@@ -305,11 +330,7 @@ def _zoom_blur(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def _snow(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
-    loc, scale, zoom, cut, radius, sigma, keep = (
-        (0.1, 0.2, 1, 0.6, 8, 3, 0.95), (0.1, 0.2, 1, 0.5, 10, 4, 0.9),
-        (0.15, 0.3, 1.75, 0.55, 10, 4, 0.9), (0.25, 0.3, 2.25, 0.6, 12, 6, 0.85),
-        (0.3, 0.3, 1.25, 0.65, 14, 12, 0.8),
-    )[s - 1]  # fmt: skip
+    loc, scale, zoom, cut, radius, sigma, keep = _SNOW[s - 1]
     x = x.astype(np.float32) / 255  # float32, as the reference
     zm = _zoom_matrix(float(zoom))
     flakes = zm @ rng.normal(size=x.shape, loc=loc, scale=scale) @ zm.T
@@ -321,7 +342,7 @@ def _snow(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def _frost(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
-    keep, amount = ((1, 0.2), (1, 0.3), (0.9, 0.4), (0.85, 0.4), (0.75, 0.45))[s - 1]
+    keep, amount = _FROST_BLEND[s - 1]
     textures = [_frost_texture(k) for k in range(1, 6)]  # randint(5): frost6 is never drawn
     pick = rng.integers(5, size=len(x))
     shapes = np.array([t.shape for t in textures])[pick]
@@ -335,7 +356,7 @@ def _frost(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def _fog(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
-    amount, decay = ((0.2, 3), (0.5, 3), (0.75, 2.5), (1, 2), (1.5, 1.75))[s - 1]
+    amount, decay = _FOG[s - 1]
     x = x / 255
     peak = x.max(axis=(1, 2), keepdims=True)
     x = x + amount * _plasma(len(x), rng, decay)
@@ -343,21 +364,19 @@ def _fog(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def _brightness(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
-    c = (0.05, 0.1, 0.15, 0.2, 0.3)[s - 1]
+    c = _BRIGHTNESS[s - 1]
     return _unit(np.clip(x / 255 + c, 0, 1))  # HSV value of a gray pixel is the gray level
 
 
 def _contrast(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
-    c = (0.75, 0.5, 0.4, 0.3, 0.15)[s - 1]
+    c = _CONTRAST[s - 1]
     x = x / 255
     means = x.mean(axis=(1, 2), keepdims=True)
     return _unit((x - means) * c + means)
 
 
 def _elastic_transform(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
-    table = ((0, 0, 0.08), (0.05, 0.2, 0.07), (0.08, 0.06, 0.06), (0.1, 0.04, 0.05),
-             (0.1, 0.03, 0.03))  # fmt: skip
-    alpha, sigma, affine = (SIZE * v for v in table[s - 1])
+    alpha, sigma, affine = (SIZE * v for v in _ELASTIC[s - 1])
     src = np.array([[26.0, 26.0, 1], [26, 6, 1], [6, 6, 1]])  # (x, y, 1): centre ± 32 // 3
     jitter = rng.uniform(-affine, affine, size=(len(x), 3, 2)).astype(np.float32)
     dst = (src[:, :2].astype(np.float32) + jitter).astype(np.float64)  # float32 points
@@ -378,7 +397,7 @@ def _elastic_transform(x: np.ndarray, s: int, rng: np.random.Generator) -> np.nd
 
 
 def _pixelate(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
-    side = int(SIZE * (0.95, 0.9, 0.85, 0.75, 0.65)[s - 1])
+    side = int(SIZE * _PIXELATE[s - 1])
     out = np.empty(x.shape)
     for i, img in enumerate(x.astype(np.uint8)):
         small = Image.fromarray(img).resize((side, side), Image.Resampling.BOX)
@@ -387,7 +406,7 @@ def _pixelate(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def _jpeg_compression(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
-    quality = (80, 65, 58, 50, 40)[s - 1]
+    quality = _JPEG[s - 1]
     out = np.empty(x.shape)
     for i, img in enumerate(x.astype(np.uint8)):
         buffer = io.BytesIO()
@@ -397,11 +416,7 @@ def _jpeg_compression(x: np.ndarray, s: int, rng: np.random.Generator) -> np.nda
 
 
 def _spatter(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
-    loc, scale, sigma, cut, strength, mud = (
-        (0.62, 0.1, 0.7, 0.7, 0.5, False), (0.65, 0.1, 0.8, 0.7, 0.5, False),
-        (0.65, 0.3, 1.0, 0.69, 0.5, False), (0.65, 0.1, 0.7, 0.69, 0.6, True),
-        (0.65, 0.1, 0.5, 0.68, 0.6, True),
-    )[s - 1]  # fmt: skip
+    loc, scale, sigma, cut, strength, mud = _SPATTER[s - 1]
     x = x / 255
     liquid = _gauss(rng.normal(size=x.shape, loc=loc, scale=scale), sigma)
     liquid[liquid < cut] = 0
