@@ -38,7 +38,7 @@ from ._pool import Bench, Job, Journal, clean_accuracy, default_workers, run_job
 from ._proof import prove
 from ._report import write_report
 from ._rule import Measured, choose
-from ._schedule import halving
+from ._schedule import halving, least_cost
 from ._search import run_rounds
 from ._streams import FIELD, StreamKey, build_stream, normalise, shifted_keys
 
@@ -46,7 +46,6 @@ SHARES = {"search": 0.6, "long": 0.15, "proof": 0.25}  # of the time left after 
 CALIBRATION_SAMPLES = 12  # samples each method steps to price one sample
 CLEAN_IMAGES = 256  # the most clean images the drift search and the clean check read
 DRIFT_SHARE = 0.2  # of the budget, the most the drift search may take before stopping
-PROOF_SEEDS = 3  # draws of the held-out streams, where the budget allows
 SAFETY = 1.2  # a sample priced this much dearer than measured: later rounds hold dearer methods
 
 Progress = Callable[[str, int], Callable[[int], None]]
@@ -121,7 +120,9 @@ def fit_realm_artifacts(
     say("pricing one sample of each method")
     per_sample = _price(bench, keys[-1].name, options)
     if budget < 3 * per_sample * CALIBRATION_SAMPLES * len(keys):
-        raise _too_small(time.perf_counter() - began, per_sample, len(keys), workers, 0.0)
+        raise _too_small(
+            time.perf_counter() - began, per_sample, len(keys), len(search_x), workers, 0.0
+        )
 
     say("exporting the defaults once (how long an export takes, whether the model exports)")
     export_began = time.perf_counter()
@@ -158,7 +159,7 @@ def fit_realm_artifacts(
     if ladder.chosen is not None:
         batch_norm = bool(batch_norm_names(model, names))
         severity5 = [k.name for k in keys if k.severity == max(SEVERITIES)]
-        for tiers, names in [
+        for tiers, tried in [
             (3, search_streams),
             (2, search_streams),
             (1, search_streams),
@@ -174,25 +175,30 @@ def fit_realm_artifacts(
             )
             plan = halving(
                 len(pool),
-                streams=len(names),
+                streams=len(tried),
                 max_length=len(search_x),
                 seconds_per_sample=per_sample * SAFETY,
                 workers=workers,
                 budget_s=left * SHARES["search"],
             )
             if plan is not None:
-                search_streams = names
+                search_streams = tried
                 break
         if plan is None:
             raise _too_small(
-                time.perf_counter() - began, per_sample, len(severity5), workers, export_s
+                time.perf_counter() - began,
+                per_sample,
+                len(severity5),
+                len(search_x),
+                workers,
+                export_s,
             )
         say(f"searching {len(pool)} configurations in {len(plan)} rounds on {workers} workers")
         rounds = run_rounds(
             bench, search_streams, pool, plan, journal, workers=workers, progress=progress
         )
         finalists = [s for s in rounds[-1] if s.candidate.config is not None]
-        long_streams = ([k for k in streams if k.startswith("field/")] + search_streams)[:]
+        long_streams = [k for k in streams if k.startswith("field/")] + search_streams
         long_length = _long_length(
             budget, began, export_s, per_sample, finalists, long_streams, len(search_x), workers
         )
@@ -346,13 +352,16 @@ def _price(bench: Bench, stream: str, options: FitOptions) -> float:
 
 
 def _too_small(
-    spent: float, per_sample: float, streams: int, workers: int, export_s: float
+    spent: float, per_sample: float, streams: int, length: int, workers: int, export_s: float
 ) -> FitBudgetError:
     """The sentence for a budget that cannot measure each method once, with what would."""
-    from ._schedule import FINALISTS, MIN_LENGTH
-
-    samples = (len(METHODS) * MIN_LENGTH + FINALISTS * MIN_LENGTH * 3) * streams
-    search = samples * per_sample * SAFETY / workers
+    search = least_cost(
+        len(METHODS),
+        streams=streams,
+        max_length=length,
+        seconds_per_sample=per_sample * SAFETY,
+        workers=workers,
+    )
     least = spent + export_s + search / SHARES["search"]
     return FitBudgetError(
         f"the time given cannot measure each method once here: one sample costs "

@@ -77,16 +77,20 @@ def measure(job: Job) -> dict[str, dict[str, Any]]:
 
 def _run(bench: Bench, job: Job, candidate: Candidate) -> dict[str, Any]:
     began = time.perf_counter()
-    model = copy.deepcopy(bench.model)
-    subject: Any = model if candidate.config is None else RealmAdapter(model, candidate.config)
+
+    def from_source() -> Any:
+        model = copy.deepcopy(bench.model)
+        return model if candidate.config is None else RealmAdapter(model, candidate.config)
+
+    subject: Any = None
     correct, labelled, updates = 0, 0, 0
     per_stream = []
     for name in job.streams:
         part = bench.streams[name]
         x = normalise(part.images[: job.length], bench.mean, bench.std)
         y = part.labels[: job.length]
-        if not job.long and candidate.config is not None:  # each stream from the source
-            subject = RealmAdapter(copy.deepcopy(bench.model), candidate.config)
+        if subject is None or (not job.long and candidate.config is not None):
+            subject = from_source()  # each episode from the source; the long stream goes on
         result = run_online(subject, x, y, alpha_lambda=False)
         known = y >= 0
         hits = int((result.predictions[known] == y[known]).sum())
@@ -185,19 +189,24 @@ def run_jobs(
         if left:
             todo.append(Job(job.streams, job.length, left, job.long))
     todo.sort(key=lambda j: -j.weight)
-    done = 0
     _BENCH = bench
+    done = 0
+    for job, results in _measured(todo, workers):
+        journal.add(results)
+        done += int(job.weight)
+        if progress is not None:
+            progress(done)
+        yield results
+
+
+def _measured(todo: list[Job], workers: int) -> Iterator[tuple[Job, dict[str, dict[str, Any]]]]:
+    """Each job with its results as it finishes: here (one worker, or one job) or forked."""
     if workers <= 1 or len(todo) <= 1:
         threads = torch.get_num_threads()
         try:
             torch.set_num_threads(max(1, workers))
             for job in todo:
-                results = measure(job)
-                journal.add(results)
-                done += int(job.weight)
-                if progress is not None:
-                    progress(done)
-                yield results
+                yield job, measure(job)
         finally:
             torch.set_num_threads(threads)
         return
@@ -209,13 +218,7 @@ def run_jobs(
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in finished:
-                job = pending.pop(future)
-                results = future.result()
-                journal.add(results)
-                done += int(job.weight)
-                if progress is not None:
-                    progress(done)
-                yield results
+                yield pending.pop(future), future.result()
 
 
 def default_workers() -> int:

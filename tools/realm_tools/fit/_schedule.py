@@ -42,12 +42,9 @@ def halving(
         workers: processes measuring at once.
         budget_s: the search's share of the time.
     """
-    sizes = [count]
-    while sizes[-1] > FINALISTS:
-        sizes.append(max(FINALISTS, math.ceil(sizes[-1] / ETA)))
 
     def rounds(first: int) -> list[Round]:
-        return [Round(n, min(max_length, first * ETA**r)) for r, n in enumerate(sizes)]
+        return _rounds(count, first, max_length)
 
     def cost(plan: list[Round]) -> float:
         return schedule_cost(
@@ -61,6 +58,24 @@ def halving(
         middle = (low + high + 1) // 2
         low, high = (middle, high) if cost(rounds(middle)) <= budget_s else (low, middle - 1)
     return rounds(low)
+
+
+def _rounds(count: int, first: int, max_length: int) -> list[Round]:
+    """Halving from ``count`` configurations on ``first`` samples down to the finalists."""
+    sizes = [count]
+    while sizes[-1] > FINALISTS:
+        sizes.append(max(FINALISTS, math.ceil(sizes[-1] / ETA)))
+    return [Round(n, min(max_length, first * ETA**r)) for r, n in enumerate(sizes)]
+
+
+def least_cost(
+    count: int, *, streams: int, max_length: int, seconds_per_sample: float, workers: int
+) -> float:
+    """Seconds the cheapest schedule :func:`halving` accepts takes: its first round's shortest."""
+    plan = _rounds(count, MIN_LENGTH, max_length)
+    return schedule_cost(
+        plan, streams=streams, seconds_per_sample=seconds_per_sample, workers=workers
+    )
 
 
 def schedule_cost(
