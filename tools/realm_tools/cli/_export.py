@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from realm_runtime import METHODS, PRESETS
@@ -177,14 +176,11 @@ def run_export(args: argparse.Namespace) -> int:
     )
     from realm_runtime import RealmConfig
 
-    from ..models import load_weights, model_from_spec
+    from ..models import model_from_spec
 
     num_classes = args.num_classes or (10 if args.model == "digits" else 1000)
     try:
-        model, info = model_from_spec(args.model, num_classes, args.cache_dir)
-        if args.weights:
-            load_weights(model, args.weights)
-            info["weights"] = str(Path(args.weights).resolve())
+        model, info = model_from_spec(args.model, num_classes, args.cache_dir, args.weights or None)
         if args.input_shape:
             try:
                 shape = tuple(int(v) for v in args.input_shape.split(","))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from realm_runtime import PRESETS
@@ -54,7 +53,7 @@ def run_fit(args: argparse.Namespace) -> int:
         print(missing, file=sys.stderr)
         return 2
     from ..fit import FitInputError, FitOptions, fit_realm_artifacts, read_images
-    from ..models import load_weights, model_from_spec
+    from ..models import model_from_spec
 
     try:
         try:
@@ -63,10 +62,9 @@ def run_fit(args: argparse.Namespace) -> int:
             raise FitInputError(f"--input-shape {args.input_shape!r}: expected 1,C,H,W") from None
         if len(shape) != 4:
             raise FitInputError(f"--input-shape {args.input_shape!r}: expected 1,C,H,W")
-        model, info = model_from_spec(args.model, args.num_classes, args.cache_dir)
-        if args.weights:
-            load_weights(model, args.weights)
-            info["weights"] = str(Path(args.weights).resolve())
+        model, info = model_from_spec(
+            args.model, args.num_classes, args.cache_dir, args.weights or None
+        )
         mean, std = _normalisation(model, args)
         data = read_images(args.data, input_shape=shape, num_classes=args.num_classes)
         field = None

@@ -252,19 +252,34 @@ def source_model(
 
 
 def model_from_spec(
-    spec: str, num_classes: int, cache_dir: str | os.PathLike[str]
+    spec: str,
+    num_classes: int,
+    cache_dir: str | os.PathLike[str],
+    weights: str | os.PathLike[str] | None = None,
 ) -> tuple[nn.Module, dict[str, Any]]:
-    """The model a ``realm export --model`` spec names, and its description for the manifest.
+    """The model a ``--model`` spec names (with ``--weights``), and its manifest description.
 
     ``digits`` is the demo's model, trained (and cached in ``cache_dir``); a key of
     :data:`MODELS` that model (``fmnist_resnet26_gn``: the shipped Fashion-MNIST weights);
     ``timm:<name>`` any timm architecture; ``path/to/file.py:factory`` a function returning
-    an ``nn.Module``.
+    an ``nn.Module``. ``weights``, a file for :func:`load_weights`, replaces its parameters
+    and is named in the description.
 
     Raises:
-        ValueError: an unknown spec, a missing file or factory, or a factory that does not
-            return an ``nn.Module``.
+        ValueError: an unknown spec, a missing file or factory, a factory that does not
+            return an ``nn.Module``, or weights that do not fit.
+        FileNotFoundError: the weights file is missing.
     """
+    model, info = _spec_model(spec, num_classes, cache_dir)
+    if weights is not None:
+        load_weights(model, weights)
+        info["weights"] = str(Path(weights).resolve())
+    return model, info
+
+
+def _spec_model(
+    spec: str, num_classes: int, cache_dir: str | os.PathLike[str]
+) -> tuple[nn.Module, dict[str, Any]]:
     if spec == "digits":
         if num_classes != 10:
             raise ValueError(f"the digits model has 10 classes, not {num_classes}")
