@@ -91,6 +91,15 @@ def test_an_existing_directory_is_kept(resnet, tmp_path):
     assert (tmp_path / "out" / "mine.txt").read_text() == "keep"
 
 
+def _fit_args(out, *, minutes: float) -> list[str]:
+    """``realm fit`` on the shipped ResNet-26-GN with Fashion-MNIST's normalisation."""
+    return [
+        "fit", "--model", "fmnist_resnet26_gn", "--num-classes", "10", "--input-shape",
+        "1,1,32,32", "--mean", "0.2186", "--std", "0.3315", "--minutes", str(minutes),
+        "--out", str(out),
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "extra,needle",
     [
@@ -103,23 +112,7 @@ def test_the_command_refuses_bad_input_in_one_line(extra, needle, tmp_path, caps
     np.savez(
         tmp_path / "few.npz", images=np.zeros((10, 32, 32), np.uint8), labels=np.zeros(10, int)
     )
-    args = [
-        "fit",
-        "--model",
-        "fmnist_resnet26_gn",
-        "--num-classes",
-        "10",
-        "--input-shape",
-        "1,1,32,32",
-        "--mean",
-        "0.2",
-        "--std",
-        "0.3",
-        "--minutes",
-        "1",
-        "--out",
-        str(tmp_path / "o"),
-    ]
+    args = _fit_args(tmp_path / "o", minutes=1)
     args += [a.replace("{tmp}", str(tmp_path)) for a in extra]
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
@@ -135,27 +128,7 @@ def test_a_fit_chooses_proves_and_exports_what_the_runtime_loads(tmp_path, capsy
     x, y = load_fashion_mnist().split("val")
     np.savez(tmp_path / "val.npz", images=x[:300], labels=y[:300])
     out = tmp_path / "fitted"
-    code = main(
-        [
-            "fit",
-            "--model",
-            "fmnist_resnet26_gn",
-            "--num-classes",
-            "10",
-            "--input-shape",
-            "1,1,32,32",
-            "--data",
-            str(tmp_path / "val.npz"),
-            "--mean",
-            "0.2186",
-            "--std",
-            "0.3315",
-            "--out",
-            str(out),
-            "--minutes",
-            "2.5",
-        ]
-    )
+    code = main([*_fit_args(out, minutes=2.5), "--data", str(tmp_path / "val.npz")])
     assert code == 0
     report = json.loads((out / "fit.json").read_text())
     assert report["seconds"] <= 2.5 * 60 * 1.1  # the budget, kept to within a tenth
