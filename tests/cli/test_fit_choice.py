@@ -10,6 +10,7 @@ from realm_tools.fit import (
     FINALISTS,
     MIN_LENGTH,
     NO_ADAPT_CANDIDATE,
+    FitInputError,
     FitRule,
     Measured,
     Round,
@@ -82,3 +83,60 @@ def test_not_adapting_is_chosen_where_nothing_beats_it_safely(three) -> None:
         rule=FitRule(no_adapt_margin=1.0),
     )
     assert not margin.adapts  # half a point above not adapting is not the point asked for
+
+
+def _tiers() -> dict[tuple[str, int], object]:
+    pool = candidates("cifar", 10, bound=0.01, batch_norm=False, adapt_stages=None, tiers=2)
+    return {(c.method, c.tier): c for c in pool}
+
+
+def test_a_lead_within_the_streams_noise_goes_to_the_simpler_configuration() -> None:
+    pool = _tiers()
+    tuned, paper = pool[("eata", 1)], pool[("realm", 0)]
+    noisy = (80.0, 84.0, 78.0, 86.0, 79.0, 83.0)  # the gap swings by ±4 points stream to stream
+    gap = (1.0, -1.0, 1.5, -0.5, 0.5, 0.1)
+    finalists = [
+        Measured(tuned, mean=81.85, clean_after=90.0, worst=89.0, per_stream=noisy),
+        Measured(
+            paper,
+            mean=81.6,
+            clean_after=90.0,
+            worst=89.0,
+            per_stream=tuple(a - b for a, b in zip(noisy, gap, strict=True)),
+        ),
+    ]
+    choice = choose(finalists, no_adapt=75.0, source_clean=90.0, rule=FitRule())
+    assert choice.candidate is paper
+    assert "a tie" in choice.reason and tuned.label in choice.reason
+    strict = choose(finalists, no_adapt=75.0, source_clean=90.0, rule=FitRule(tie_z=0.0))
+    assert strict.candidate is tuned  # no allowance for noise: the highest mean
+
+
+def test_a_lead_the_streams_agree_on_is_kept() -> None:
+    pool = _tiers()
+    tuned, paper = pool[("eata", 1)], pool[("realm", 0)]
+    base = (80.0, 84.0, 78.0, 86.0, 79.0, 83.0)
+    finalists = [
+        Measured(tuned, 81.85, 90.0, 89.0, per_stream=tuple(a + 0.5 for a in base)),
+        Measured(paper, 81.35, 90.0, 89.0, per_stream=base),  # 0.5 behind on every stream
+    ]
+    choice = choose(finalists, no_adapt=75.0, source_clean=90.0, rule=FitRule())
+    assert choice.candidate is tuned
+    assert choice.reason.startswith("the highest mean")
+
+
+def test_a_tie_never_reaches_an_ineligible_configuration() -> None:
+    pool = _tiers()
+    tuned, paper = pool[("eata", 1)], pool[("realm", 0)]
+    same = (80.0, 84.0, 78.0)
+    finalists = [
+        Measured(tuned, 80.67, 90.0, 89.0, per_stream=same),
+        Measured(paper, 80.67, 88.0, 89.0, per_stream=same),  # forgets: not eligible
+    ]
+    choice = choose(finalists, no_adapt=75.0, source_clean=90.0, rule=FitRule())
+    assert choice.candidate is tuned
+
+
+def test_the_rule_refuses_a_negative_noise_allowance() -> None:
+    with pytest.raises(FitInputError, match="tie_z"):
+        FitRule(tie_z=-1.0)

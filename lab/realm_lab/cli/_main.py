@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from realm_tools.cli import command_parser, run_command
 
 from ._bench_attack import add_attack_parser
+from ._bench_fit import add_fit_parser
 from ._bench_quality import add_quality_parser
 from ._train import add_train_parser
 
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     benches = bench.add_subparsers(dest="bench", required=True)
     add_quality_parser(benches)
     add_attack_parser(benches)
+    add_fit_parser(benches)
     add_train_parser(sub)
     return parser
 

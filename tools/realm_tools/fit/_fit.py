@@ -215,6 +215,7 @@ def fit_realm_artifacts(
             s.mean,
             long_runs[f"long|{long_length}|{s.candidate.key}"]["clean_after"],
             worst[ladder.chosen],
+            s.per_stream,
         )
         for s in finalists
     ]
@@ -287,7 +288,11 @@ def fit_realm_artifacts(
             }
             for v in choice.verdicts
         ],
-        "choice": {**choice.candidate.describe(), "adapts": choice.adapts},
+        "choice": {
+            **choice.candidate.describe(),
+            "adapts": choice.adapts,
+            "reason": choice.reason,
+        },
         "proof": proof,
     }
     config = choice.candidate.config or config0

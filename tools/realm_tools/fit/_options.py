@@ -24,11 +24,15 @@ class FitRule:
     least not adapting's, its clean accuracy after the long stream at least the source's minus
     ``clean_drop``, and the worst case found inside its drift bound at least the source's minus
     ``worst_drop``; the eligible one of highest mean wins, or, where none is, not adapting.
+    Eligible finalists whose mean is within ``tie_z`` standard errors of the best (the error
+    of the per-stream gap, paired over the same streams) tie with it, and the simplest of them
+    wins: the lowest tier, REALM before the other methods, as the defaults run it.
     """
 
     clean_drop: float = 1.0  # points of clean accuracy the long stream may cost
     worst_drop: float = 2.0  # points the worst θ inside the drift bound may cost (DriftCheck's)
     no_adapt_margin: float = 0.0  # points above not adapting a configuration must reach
+    tie_z: float = 2.0  # standard errors of the paired per-stream gap within which two tie
 
     def __post_init__(self) -> None:
         for name in ("clean_drop", "worst_drop"):
@@ -39,6 +43,10 @@ class FitRule:
             raise FitInputError(
                 f"FitRule.no_adapt_margin must be points in [0, 100), got {self.no_adapt_margin!r}"
             )
+        if not _finite(self.tie_z) or not 0 <= self.tie_z <= 10:
+            raise FitInputError(
+                f"FitRule.tie_z must be standard errors in [0, 10], got {self.tie_z!r}"
+            )
 
     def text(self) -> str:
         """The rule in one sentence, as fit.md and the manifest state it."""
@@ -48,7 +56,10 @@ class FitRule:
             f"whose mean is at least not adapting's{margin}, whose clean accuracy after the long "
             f"stream is at least the source's − {self.clean_drop:g}, and whose worst case found "
             f"inside their drift bound is at least the source's − {self.worst_drop:g}; where "
-            "none is, do not adapt"
+            "none is, do not adapt; eligible configurations within "
+            f"{self.tie_z:g} standard errors of the best (paired over the streams) tie with "
+            "it, and the simplest of them wins (the paper's settings before a tuned rate, REALM "
+            "before another method)"
         )
 
 

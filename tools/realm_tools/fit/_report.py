@@ -33,6 +33,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"**Choice: {'adapt with ' + choice['label'] if choice['adapts'] else 'do not adapt'}.**",
         "",
     ]
+    if choice.get("reason"):
+        lines += [f"Why: {choice['reason']}.", ""]
     if not choice["adapts"]:
         lines += [
             "No configuration met the rule: run the model without adapting "

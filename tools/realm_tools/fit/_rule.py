@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
+from realm_runtime.methods import REALM
+
 from ._candidates import NO_ADAPT_CANDIDATE, Candidate
 from ._options import FitRule
 
@@ -16,6 +20,7 @@ class Measured:
     mean: float  # mean online accuracy over the shifted streams
     clean_after: float  # clean accuracy after the long stream
     worst: float  # the worst case found inside its drift bound (clean accuracy)
+    per_stream: tuple[float, ...] = ()  # each stream's online accuracy, the streams in one order
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,7 @@ class Choice:
 
     candidate: Candidate
     verdicts: tuple[Verdict, ...]
+    reason: str = ""  # why this one, in a sentence fit.md prints
 
     @property
     def adapts(self) -> bool:
@@ -67,6 +73,38 @@ def choose(
             )
         verdicts.append(Verdict(m, why))
     eligible = [v.measured for v in verdicts if v.why_not is None]
-    best = max(eligible, key=lambda m: m.mean, default=None)  # the first listed wins a tie
-    chosen = NO_ADAPT_CANDIDATE if best is None else best.candidate
-    return Choice(candidate=chosen, verdicts=tuple(verdicts))
+    if not eligible:
+        return Choice(NO_ADAPT_CANDIDATE, tuple(verdicts), "no finalist met the rule")
+    best = max(eligible, key=lambda m: m.mean)  # the first listed wins an exact tie
+    tied = [m for m in eligible if m is best or _within(best, m, rule.tie_z)]
+    chosen = min(tied, key=_simplicity)
+    if chosen is best:
+        reason = f"the highest mean of the eligible finalists, {best.mean:.2f}"
+        if len(tied) > 1:
+            reason += " (and the simplest of those within noise of it)"
+    else:
+        reason = (
+            f"{best.candidate.label}'s mean {best.mean:.2f} is {best.mean - chosen.mean:.2f} "
+            f"points higher, within {rule.tie_z:g} standard errors of the paired per-stream gap "
+            f"({_gap_error(best, chosen):.2f}): a tie, and {chosen.candidate.label} is the simpler"
+        )
+    return Choice(chosen.candidate, tuple(verdicts), reason)
+
+
+def _simplicity(m: Measured) -> tuple[int, bool, float]:
+    """The order ties are broken in: the paper's settings first, REALM first, then the mean."""
+    return (m.candidate.tier, m.candidate.method != REALM.name, -m.mean)
+
+
+def _gap_error(a: Measured, b: Measured) -> float:
+    """The standard error of the mean per-stream gap between ``a`` and ``b`` (nan: unpaired)."""
+    if len(a.per_stream) != len(b.per_stream) or len(a.per_stream) < 2:
+        return float("nan")
+    gap = np.asarray(a.per_stream) - np.asarray(b.per_stream)
+    return float(gap.std(ddof=1) / np.sqrt(len(gap)))
+
+
+def _within(best: Measured, other: Measured, z: float) -> bool:
+    """Whether ``other``'s mean is within ``z`` standard errors of ``best``'s, paired by stream."""
+    error = _gap_error(best, other)
+    return bool(np.isfinite(error)) and best.mean - other.mean <= z * error
