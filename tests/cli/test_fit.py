@@ -4,6 +4,7 @@ measures, chooses, proves and exports artifacts the runtime loads."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -145,3 +146,55 @@ def test_a_fit_chooses_proves_and_exports_what_the_runtime_loads(tmp_path, capsy
         assert runtime.config.guard.max_drift == report["drift"]["max_drift"]
     assert "choice:" in capsys.readouterr().out
     assert not (tmp_path / ".fitted.fit-work").exists()  # the journal goes once the fit is done
+
+
+USER_MODEL = Path(__file__).resolve().parents[2] / "examples" / "fit_your_model" / "model.py"
+COLOUR = (1, 3, 32, 32)
+
+
+def _colour(n: int, tmp_path: Path, name: str, labelled: bool = True) -> Path:
+    rng = np.random.default_rng(len(name))
+    arrays = {"images": rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8)}
+    if labelled:
+        arrays["labels"] = rng.integers(0, 10, n)
+    np.savez(tmp_path / name, **arrays)
+    return tmp_path / name
+
+
+def _user_args(tmp_path: Path, out: Path, minutes: float) -> list[str]:
+    """``realm fit`` on a model of the user's own file, colour images, their normalisation."""
+    return [
+        "fit", "--model", f"{USER_MODEL}:build", "--num-classes", "10", "--input-shape",
+        ",".join(map(str, COLOUR)), "--mean", "0.45", "0.45", "0.45", "--std", "0.25", "0.25",
+        "0.25", "--data", str(_colour(300, tmp_path, "clean.npz")), "--minutes", str(minutes),
+        "--out", str(out),
+    ]  # fmt: skip
+
+
+def test_a_memory_budget_no_stage_fits_is_refused_with_nothing_written(tmp_path, capsys):
+    out = tmp_path / "fitted"
+    code = main([*_user_args(tmp_path, out, minutes=5), "--memory-budget", "0.01"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert err[-1].startswith("realm fit: --memory-budget") and err[-1].endswith("nothing written")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clean.npz"]  # no out, no journal
+
+
+@pytest.mark.slow
+def test_a_users_colour_model_fits_with_field_images_inside_a_memory_budget(tmp_path, capsys):
+    out = tmp_path / "fitted"
+    field = _colour(60, tmp_path, "field.npz", labelled=False)
+    args = [*_user_args(tmp_path, out, minutes=3), "--field", str(field)]
+    assert main([*args, "--memory-budget", "4000"]) == 0
+    report = json.loads((out / "fit.json").read_text())
+    stages = report["budget"]["adapt_stages"]
+    assert report["data"]["field"] == 60 and report["budget"]["memory_budget_mb"] == 4000
+    assert report["long_stream"]["streams"][0].startswith("field/")  # first, then the shifts
+    assert not any(s.startswith("field/") for s in report["search"]["stream_names"])
+    assert all(f["adapt_stages"] == stages for f in report["finalists"])
+    runtime = RealmRuntime(out)
+    assert runtime.config.adapt_stages == stages
+    assert runtime.manifest.memory["budget_mb"] == 4000  # the export measured what it chose
+    assert runtime.manifest.fit["input"]["shape"] == list(COLOUR)
+    assert runtime.predict(np.zeros(COLOUR, np.float32)).shape == (1, 10)
+    assert report["seconds"] <= 3 * 60 * 1.1

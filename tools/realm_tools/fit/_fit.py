@@ -8,7 +8,7 @@ import hashlib
 import json
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,12 +20,13 @@ from torch import nn
 from realm_export import (
     DriftCheck,
     ExportOptions,
+    MemoryBudgetError,
     MemoryCheck,
     UnsupportedModelError,
     ValidationError,
     export_realm_artifacts,
 )
-from realm_export.bound import NormBall, climb_bounds
+from realm_export.bound import BoundLadder, NormBall, climb_bounds
 from realm_runtime import METHODS
 from realm_runtime.measure import cpu_name
 from realm_sdk import RealmAdapter, RealmConfig, batch_norm_names, select_trainable
@@ -45,6 +46,9 @@ from ._streams import FIELD, StreamKey, build_stream, normalise, shifted_keys
 SHARES = {"search": 0.6, "long": 0.15, "proof": 0.25}  # of the time left after the exports
 CALIBRATION_SAMPLES = 12  # samples each method steps to price one sample
 CLEAN_IMAGES = 256  # the most clean images the drift search and the clean check read
+CLEAN_IMAGES_LONG = 512  # with LONG_FIT minutes or more: the worst case found is less noisy
+LONG_FIT = 10.0  # minutes of budget from which the drift search reads CLEAN_IMAGES_LONG
+DRIFT_FINER = (0.5, 0.25, 0.125)  # of DriftCheck's smallest bound, tried where that one fails
 DRIFT_SHARE = 0.2  # of the budget, the most the drift search may take before stopping
 SAFETY = 1.2  # a sample priced this much dearer than measured: later rounds hold dearer methods
 
@@ -106,7 +110,8 @@ def fit_realm_artifacts(
     proof_idx, search_idx = order[:held], order[held:]
     search_x, search_y = data.images[search_idx], data.labels[search_idx]
     proof_x, proof_y = data.images[proof_idx], data.labels[proof_idx]
-    clean_n = min(CLEAN_IMAGES, len(search_idx))
+    most = CLEAN_IMAGES_LONG if options.minutes >= LONG_FIT else CLEAN_IMAGES
+    clean_n = min(most, len(search_idx))
     clean = normalise(search_x[:clean_n], options.mean, options.std)
     clean_y = search_y[:clean_n]
     keys = shifted_keys("search", SEVERITIES, options.seed)
@@ -126,7 +131,12 @@ def fit_realm_artifacts(
 
     say("exporting the defaults once (how long an export takes, whether the model exports)")
     export_began = time.perf_counter()
-    preflight = _export(model, work / "preflight", options, config0, fit=None)
+    try:
+        preflight = _export(model, work / "preflight", options, config0, fit=None)
+    except FitInputError:
+        if not (work / "journal.jsonl").exists():  # nothing measured yet: nothing to keep
+            shutil.rmtree(work, ignore_errors=True)
+        raise
     export_s = time.perf_counter() - export_began
     stages = preflight.manifest.config.get("adapt_stages")
     config0 = dataclasses.replace(config0, adapt_stages=stages)
@@ -137,17 +147,32 @@ def fit_realm_artifacts(
         model, config0.frozen, freeze_last_block=config0.freeze_last_block, adapt_stages=stages
     )
     check = DriftCheck(images=clean, labels=clean_y, allowed_drop=options.rule.worst_drop)
-    ladder = climb_bounds(
-        NormBall(copy.deepcopy(model), names),
-        clean,
-        clean_y,
-        check.bounds,
-        allowed_drop=check.allowed_drop,
-        search=check.search,
-        seed=options.seed,
-        notify=say,
-        stop=lambda: time.perf_counter() - drift_began > budget * DRIFT_SHARE,
-    )
+    ball = NormBall(copy.deepcopy(model), names)
+
+    def out_of_time() -> bool:
+        return time.perf_counter() - drift_began > budget * DRIFT_SHARE
+
+    def climb(bounds: Sequence[float]) -> BoundLadder:
+        return climb_bounds(
+            ball,
+            clean,
+            clean_y,
+            bounds,
+            allowed_drop=check.allowed_drop,
+            search=check.search,
+            seed=options.seed,
+            notify=say,
+            stop=out_of_time,
+        )
+
+    ladder = climb(check.bounds)
+    tried = list(ladder.tried)
+    for share in DRIFT_FINER:  # the smallest bound loses too much: a tighter one may not
+        if ladder.chosen is not None or out_of_time():
+            break
+        ladder = climb([check.bounds[0] * share])
+        tried += ladder.tried
+    ladder = BoundLadder(chosen=ladder.chosen, tried=tried)
     source_clean = clean_accuracy(bench)
     worst = {t["bound"]: t["worst_accuracy"] for t in ladder.tried}
 
@@ -155,6 +180,7 @@ def fit_realm_artifacts(
     fingerprint = _fingerprint(model, options, stages, ladder.chosen)
     journal = Journal(work / "journal.jsonl", fingerprint)
     rounds, finalists, long_runs, plan, long_length = [], [], {}, [], 0
+    long_streams: list[str] = []
     search_streams = [k.name for k in keys]
     if ladder.chosen is not None:
         batch_norm = bool(batch_norm_names(model, names))
@@ -266,6 +292,7 @@ def fit_realm_artifacts(
         "drift": {"max_drift": ladder.chosen, "tried": ladder.tried},
         "search": {
             "streams": len(search_streams),
+            "stream_names": search_streams,
             "rounds": [
                 {
                     "length": r[0].length,
@@ -278,6 +305,7 @@ def fit_realm_artifacts(
             ],
             "no_adapt": no_adapt,
         },
+        "long_stream": {"streams": long_streams, "length": long_length},
         "finalists": [
             {
                 **v.measured.candidate.describe(),
@@ -406,6 +434,8 @@ def _export(
         return export_realm_artifacts(model, directory, export_options)
     except (UnsupportedModelError, ValidationError) as exc:
         raise FitInputError(f"the model cannot be exported: {str(exc).splitlines()[0]}") from None
+    except MemoryBudgetError as exc:
+        raise FitInputError(f"--memory-budget: {str(exc).splitlines()[0]}") from None
 
 
 def _fingerprint(
