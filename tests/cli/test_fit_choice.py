@@ -140,3 +140,23 @@ def test_a_tie_never_reaches_an_ineligible_configuration() -> None:
 def test_the_rule_refuses_a_negative_noise_allowance() -> None:
     with pytest.raises(FitInputError, match="tie_z"):
         FitRule(tie_z=-1.0)
+
+
+def test_fit_md_says_what_the_rule_gave_up_where_the_defaults_did_better() -> None:
+    from realm_tools.fit._report import _what_the_rule_costs
+
+    report = {
+        "proof": {
+            "mean": {"REALM guardrails": 77.7, "defaults (REALM, preset)": 79.3},
+            "spread": {"REALM guardrails": 0.4, "defaults (REALM, preset)": 0.5},
+        },
+        "defaults": {"label": "defaults (REALM, preset)", "max_drift": 0.02, "worst": 85.1},
+        "choice": {"label": "REALM guardrails", "adapts": True},
+        "source_clean": 90.4,
+        "rule": {"worst_drop": 2.0},
+    }
+    text = " ".join(_what_the_rule_costs(report))
+    assert "The defaults did 1.60 points better" in text
+    assert "max_drift 0.02) loses 5.30 points" in text and "--worst-drop 5.3" in text
+    report["proof"]["mean"]["defaults (REALM, preset)"] = 78.0  # within the spread: silent
+    assert _what_the_rule_costs(report) == []

@@ -279,6 +279,24 @@ def test_a_kink_the_kernels_decide_is_named_and_nothing_else_is(tmp_path):
         assert kink_split(source, config, before, x, faster, sdk) is None
 
 
+def test_several_kinks_one_kernel_decides_at_once_are_named_together(tmp_path):
+    """Two LayerNorm outputs of exactly 0 meet a ReLU whose kernel opens both gates: no one
+    flip explains that step, the two together do, and kink_split names both."""
+    x = np.array([[0.0, 2.0, 2.0, 4.0, 7.0, -3.0]], np.float32)  # mean 2: zeros at 1 and 2
+    source, config, before, sdk, kernel = _kink_case(torch.nn.ReLU(), _OpenRelu(), x, tmp_path)
+    from realm_tools.parity import kink_split
+    from realm_tools.parity._judge import within_tolerance
+    from realm_tools.parity._kinks import flipped_step, step_gates
+
+    gates = step_gates(source, config, before, x)
+    assert [g.position for g in gates[:2]] == [1, 2]
+    for gate in gates[:2]:  # either flip alone leaves the kernel's step apart
+        one = flipped_step(source, config, before, x, ((gate, gate.slopes[0]),))
+        assert not within_tolerance(kernel, one)
+    named = kink_split(source, config, before, x, kernel, sdk)
+    assert named == "1 call 0 position 1: input 0.0e+00; 1 call 0 position 2: input 0.0e+00"
+
+
 def test_a_kink_away_from_zero_is_named_too(tmp_path):
     """Hardswish's kink at -3: one kernel rounds an input of -3 - 2e-7 to the other side."""
     from realm_tools.parity import kink_split, near_gates

@@ -39,6 +39,20 @@ def add_fit_parser(sub: Any) -> None:
     p.add_argument("--minutes", type=float, required=True, help="the whole fit's time budget")
     p.add_argument("--memory-budget", type=float, metavar="MB", default=None)
     p.add_argument("--sign", metavar="KEY", default=None, help="Ed25519 key to sign realm.json")
+    p.add_argument(
+        "--worst-drop",
+        type=float,
+        default=2.0,
+        metavar="POINTS",
+        help="the rule: points of clean accuracy the worst case inside the drift bound may lose",
+    )
+    p.add_argument(
+        "--clean-drop",
+        type=float,
+        default=1.0,
+        metavar="POINTS",
+        help="the rule: points of clean accuracy the long stream may cost",
+    )
     p.add_argument("--seed", type=int, default=0, help="of the split, the streams and the search")
     p.add_argument("--workers", type=int, default=None, help="processes (default: every core)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
@@ -52,7 +66,7 @@ def run_fit(args: argparse.Namespace) -> int:
     if missing:
         print(missing, file=sys.stderr)
         return 2
-    from ..fit import FitInputError, FitOptions, fit_realm_artifacts, read_images
+    from ..fit import FitInputError, FitOptions, FitRule, fit_realm_artifacts, read_images
     from ..models import model_from_spec
 
     try:
@@ -85,6 +99,7 @@ def run_fit(args: argparse.Namespace) -> int:
             workers=args.workers,
             model_info=info,
             overwrite=args.overwrite,
+            rule=FitRule(clean_drop=args.clean_drop, worst_drop=args.worst_drop),
         )
     except (FitInputError, ValueError, FileNotFoundError) as exc:
         print(f"realm fit: {exc}", file=sys.stderr)

@@ -173,6 +173,19 @@ def fit_realm_artifacts(
         ladder = climb([check.bounds[0] * share])
         tried += ladder.tried
     ladder = BoundLadder(chosen=ladder.chosen, tried=tried)
+    # The defaults' own bound, searched alike where time allows: what the rule weighs them by.
+    own = config0.guard.max_drift
+    if own is not None and own not in {t["bound"] for t in tried} and not out_of_time():
+        tried += climb_bounds(
+            ball,
+            clean,
+            clean_y,
+            [own],
+            allowed_drop=100.0,  # searched to be reported, not to stop a climb
+            search=check.search,
+            seed=options.seed,
+            notify=say,
+        ).tried
     source_clean = clean_accuracy(bench)
     worst = {t["bound"]: t["worst_accuracy"] for t in ladder.tried}
 
@@ -290,6 +303,11 @@ def fit_realm_artifacts(
         "machine": cpu_name(),
         "source_clean": source_clean,
         "drift": {"max_drift": ladder.chosen, "tried": ladder.tried},
+        "defaults": {
+            "label": default.label,
+            "max_drift": own,
+            "worst": next((t["worst_accuracy"] for t in tried if t["bound"] == own), None),
+        },
         "search": {
             "streams": len(search_streams),
             "stream_names": search_streams,

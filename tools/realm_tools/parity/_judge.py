@@ -21,7 +21,7 @@ from torch import nn
 from realm_runtime.contract import PARAMS_NAME, VELOCITY_NAME
 from realm_sdk import RealmConfig
 
-from ._kinks import Gate, state_arrays, step_branches
+from ._kinks import Gate, flipped_step, state_arrays, step_branches, step_gates
 
 # Tolerances, in one place; the measurements each rests on are in docs/parity.md. Every one
 # is a max abs difference over the run; momentum's is relative to the run's largest buffer
@@ -41,6 +41,9 @@ QUANTITIES = tuple(TOLERANCES)
 TIE_MARGIN = 1e-4
 # An input this large overflows float32 in the first layers (see "Overflow ties" above).
 OVERFLOW_INPUT = 1e30
+# Where no single gate explains a side, gates are added one at a time, the most fragile
+# first, each kept where it brings the SDK's step nearer the side: this many are tried.
+GREEDY_GATES = 24
 
 
 def max_diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
@@ -150,8 +153,11 @@ def kink_split(
 
     The SDK takes the step from ``before`` as it is and with each gate beside a kink flipped
     (:func:`~realm_tools.parity._kinks.step_branches`); each side is matched to the first of
-    those steps it lies within tolerance of. The sides landing on different ones is a tie
-    decided by the kernels' rounding.
+    those steps it lies within tolerance of. A side no single gate explains is matched to a
+    set of gates, grown one at a time (the most fragile first, each kept where it brings the
+    step nearer the side; at most :data:`GREEDY_GATES` tried): kernels that block a layer
+    differently may round several inputs of one forward to the other side. The sides
+    landing on different steps is a tie decided by the kernels' rounding.
 
     Args:
         source: the model the SDK adapts, as exported.
@@ -167,16 +173,65 @@ def kink_split(
         joined by "; "), or None where some side matches no step, or all match the same.
     """
     states = [state_arrays(s) for s in sides]  # once: a runtime copies its tensors
-    landed: list[Gate | str | None] = ["none"] * len(states)
+    landed: list[tuple[Gate, ...] | None] = [None] * len(states)
+    plain: dict[str, np.ndarray] | None = None
     for gate, branch in step_branches(source, config, before, x, device):
+        plain = branch if gate is None else plain
         for i, state in enumerate(states):
-            if landed[i] == "none" and within_tolerance(state, branch):
-                landed[i] = gate
-        if "none" not in landed:
+            if landed[i] is None and within_tolerance(state, branch):
+                landed[i] = () if gate is None else (gate,)
+        if None not in landed:
             break
-    if "none" in landed or len(set(landed)) == 1:
+    if None in landed and plain is not None:
+        gates = step_gates(source, config, before, x, device)[:GREEDY_GATES]
+        for i, state in enumerate(states):
+            if landed[i] is None:
+                landed[i] = _greedy(source, config, before, x, state, plain, gates, device)
+    if None in landed or len(set(landed)) == 1:
         return None
-    return "; ".join(str(g) for g in dict.fromkeys(landed) if g is not None)
+    named = dict.fromkeys(g for found in landed if found for g in found)
+    return "; ".join(str(g) for g in named)
+
+
+def _greedy(
+    source: nn.Module,
+    config: RealmConfig,
+    before: Path,
+    x: np.ndarray,
+    side: dict[str, np.ndarray],
+    plain: dict[str, np.ndarray],
+    gates: list[Gate],
+    device: str | torch.device,
+) -> tuple[Gate, ...] | None:
+    """The gates whose flips together take the SDK's step to ``side``, or None.
+
+    A gate is kept where it brings the step nearer the side over every entry (the sum of
+    squares, in tolerances): the largest entry's gap alone may belong to another gate.
+    """
+    chosen: list[tuple[Gate, float]] = []
+    distance = _spread(side, plain)
+    for gate in gates:
+        for slope in gate.slopes:
+            branch = flipped_step(source, config, before, x, (*chosen, (gate, slope)), device)
+            nearer = _spread(side, branch)
+            if nearer < distance:
+                chosen.append((gate, slope))
+                distance = nearer
+                if within_tolerance(side, branch):
+                    return tuple(g for g, _ in chosen)
+                break
+    return None
+
+
+def _spread(side: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> float:
+    """The root sum of squares of a side's gaps from the reference, each in tolerances."""
+    n = min(side[PARAMS_NAME].size, reference[PARAMS_NAME].size)
+    gaps = [(side[PARAMS_NAME][:n] - reference[PARAMS_NAME][:n]) / TOLERANCES["params"]]
+    if VELOCITY_NAME in side and VELOCITY_NAME in reference:
+        theirs = reference[VELOCITY_NAME][:n]
+        scale = max(float(np.abs(theirs).max(initial=0.0)), 1e-12)
+        gaps.append((side[VELOCITY_NAME][:n] - theirs) / (TOLERANCES["momentum"] * scale))
+    return float(np.sqrt(sum(float(np.sum(np.square(g, dtype=np.float64))) for g in gaps)))
 
 
 def within_tolerance(side: Any, reference: Any) -> bool:
@@ -186,12 +241,20 @@ def within_tolerance(side: Any, reference: Any) -> bool:
     are compared (α and λ, which close a file's vectors, are left out: no kink touches them).
     Parameters absolutely; momentum relative to the reference's largest entry.
     """
+    return tolerance_ratio(side, reference) <= 1.0
+
+
+def tolerance_ratio(side: Any, reference: Any) -> float:
+    """How far a side lies from the reference, in tolerances (1: at the edge).
+
+    The larger of the parameters' distance over their tolerance and the momentum's, over
+    its tolerance times the reference's largest entry (:func:`within_tolerance`).
+    """
     state, branch = state_arrays(side), state_arrays(reference)
     n = min(state[PARAMS_NAME].size, branch[PARAMS_NAME].size)
-    if abs_diff(state[PARAMS_NAME][:n], branch[PARAMS_NAME][:n]) > TOLERANCES["params"]:
-        return False
+    ratio = abs_diff(state[PARAMS_NAME][:n], branch[PARAMS_NAME][:n]) / TOLERANCES["params"]
     if VELOCITY_NAME not in state or VELOCITY_NAME not in branch:
-        return True
+        return ratio
     mine, theirs = state[VELOCITY_NAME][:n], branch[VELOCITY_NAME][:n]
     scale = max(float(np.abs(theirs).max(initial=0.0)), 1e-12)
-    return abs_diff(mine, theirs) <= TOLERANCES["momentum"] * scale
+    return max(ratio, abs_diff(mine, theirs) / (TOLERANCES["momentum"] * scale))

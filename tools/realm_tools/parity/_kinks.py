@@ -34,6 +34,10 @@ from realm_sdk import RealmAdapter, RealmConfig
 KINK_SHARE = 1e-5
 # Gates tried per parting step, nearest to a kink first: the step is taken once per gate.
 KINK_CANDIDATES = 16
+# With a float64 twin: an input is a gate where its float64 value lies within this many
+# times its own float32 error (|v32 - v64|) of the kink; another kernel's error may be a few
+# times torch's, on either side.
+FRAGILE = 10.0
 
 
 # The modules that are one of those activations: a gate in one is named by the module alone.
@@ -130,12 +134,52 @@ def state_arrays(twin: Any) -> dict[str, np.ndarray]:
     }
 
 
-def near_gates(model: nn.Module, x: torch.Tensor) -> list[Gate]:
-    """The gates of one forward of ``model`` on ``x``, nearest to their kink first.
+def near_gates(model: nn.Module, x: torch.Tensor, wide: nn.Module | None = None) -> list[Gate]:
+    """The gates of one forward of ``model`` on ``x``, the most fragile first.
 
-    Inputs exactly on a kink come last: most are exact zeros that every implementation
-    computes alike (sums of zeros), and there may be thousands of them.
+    Without ``wide``: the inputs within :data:`KINK_SHARE` of their layer's largest value of
+    a kink, nearest first. With ``wide``, the same model in float64: the inputs whose float64
+    value lies within :data:`FRAGILE` times their own float32 error of the kink, by that
+    ratio, those float32 puts on the other side of the kink first (ratio below 1). Near-zero
+    inputs that every kernel computes alike (a zero-initialised norm's, say: thousands,
+    each exact to its last bit) then no longer crowd out the few a kernel's rounding flips.
+    Inputs exactly on a kink in both come last: most are exact zeros that every
+    implementation computes alike (sums of zeros).
     """
+    seen = _inputs(model, x)
+    truth = _inputs(wide, x.to(torch.float64)) if wide is not None else {}
+    found = []
+    for key, (call, v) in seen.items():
+        name, index = key
+        scale = max(float(v.abs().max()), 1e-30) if v.numel() else 1e-30
+        v64 = truth[key][1] if key in truth and truth[key][1].numel() == v.numel() else None
+        for kink in call.kinks:
+            if v64 is None:
+                share = (v - kink).abs() / scale
+                near = torch.nonzero(share <= KINK_SHARE).flatten()
+                rank = share.double()
+            else:
+                error = (v.double() - v64).abs()
+                rank = (v64 - kink).abs() / error.clamp_min(1e-300)
+                exact = (v == kink) & (v64 == kink)
+                near = torch.nonzero((rank <= FRAGILE) | exact).flatten()
+            if not near.numel():
+                continue
+            left, right, at = _slopes(call, kink)  # a backward: only where a gate is
+            for i in near.tolist():
+                value = float(v[i])
+                order = (value == kink, float(rank[i]))
+                if value != kink:
+                    slopes = (left if value > kink else right,)
+                else:
+                    slopes = tuple(side for side in (left, right) if side != at)
+                found.append((order, Gate(name, index, i, value, kink, call.op, slopes)))
+    found.sort(key=lambda item: item[0])
+    return [gate for _, gate in found]
+
+
+def _inputs(model: nn.Module, x: torch.Tensor) -> dict[tuple[str, int], tuple[_Call, torch.Tensor]]:
+    """Every kinked activation's input in one forward of ``model``, flat, by call."""
     seen: dict[tuple[str, int], tuple[_Call, torch.Tensor]] = {}
 
     def record(key: tuple[str, int], call: _Call, v: torch.Tensor) -> None:
@@ -143,26 +187,7 @@ def near_gates(model: nn.Module, x: torch.Tensor) -> list[Gate]:
 
     with _Watch(model, record), torch.no_grad():
         model(x)
-    found = []
-    for (name, index), (call, v) in seen.items():
-        scale = max(float(v.abs().max()), 1e-30) if v.numel() else 1e-30
-        for kink in call.kinks:
-            share = (v - kink).abs() / scale
-            near = torch.nonzero(share <= KINK_SHARE).flatten().tolist()
-            if not near:
-                continue
-            left, right, at = _slopes(call, kink)  # a backward: only where a gate is
-            for i in near:
-                value = float(v[i])
-                key = (value == kink, float(share[i]))
-                if value != kink:
-                    slopes = (left if value > kink else right,)
-                else:
-                    slopes = tuple(side for side in (left, right) if side != at)
-                gate = Gate(name, index, i, value, kink, call.op, slopes)
-                found.append((key, gate))
-    found.sort(key=lambda item: item[0])
-    return [gate for _, gate in found]
+    return seen
 
 
 def step_branches(
@@ -175,8 +200,8 @@ def step_branches(
     """The SDK's step from ``before`` on ``x``, as it is and with one gate flipped.
 
     First the plain step (gate None), then the same step with each gate of
-    :func:`near_gates` flipped (at most :data:`KINK_CANDIDATES` gates, each to every slope
-    of its ``slopes``), as state arrays.
+    :func:`near_gates` (ranked against a float64 twin) flipped (at most
+    :data:`KINK_CANDIDATES` gates, each to every slope of its ``slopes``), as state arrays.
 
     Args:
         source: the model the SDK adapts, as exported (it is copied, never changed).
@@ -185,32 +210,65 @@ def step_branches(
         x: the step's input.
         device: where the SDK runs.
     """
-    xt = torch.from_numpy(np.ascontiguousarray(x)).to(device)
-    plain = _restored(source, config, before, device)
-    gates = near_gates(plain.model, xt)
-    plain.adapt(xt)
-    yield None, state_arrays(plain)
+    gates = step_gates(source, config, before, x, device)
+    yield None, flipped_step(source, config, before, x, (), device)
     for gate in gates[:KINK_CANDIDATES]:
         for slope in gate.slopes:
-            flipped = _restored(source, config, before, device)
-            with _Watch(flipped.model, _flipper(gate, slope)):
-                flipped.adapt(xt)
-            yield gate, state_arrays(flipped)
+            yield gate, flipped_step(source, config, before, x, ((gate, slope),), device)
 
 
-def _flipper(gate: Gate, other: float) -> Callable[..., torch.Tensor | None]:
-    """The watch function that gives ``gate`` the slope ``other`` and leaves all else alone."""
+def step_gates(
+    source: nn.Module,
+    config: RealmConfig,
+    before: Path,
+    x: np.ndarray,
+    device: str | torch.device = "cpu",
+) -> list[Gate]:
+    """The gates of the SDK's forward from ``before`` on ``x``, ranked by a float64 twin."""
+    xt = torch.from_numpy(np.ascontiguousarray(x)).to(device)
+    plain = _restored(source, config, before, device)
+    wide = copy.deepcopy(plain.model).to(torch.float64)
+    return near_gates(plain.model, xt, wide)
+
+
+def flipped_step(
+    source: nn.Module,
+    config: RealmConfig,
+    before: Path,
+    x: np.ndarray,
+    flips: tuple[tuple[Gate, float], ...],
+    device: str | torch.device = "cpu",
+) -> dict[str, np.ndarray]:
+    """The SDK's step from ``before`` on ``x`` with each ``(gate, slope)`` of ``flips`` set."""
+    xt = torch.from_numpy(np.ascontiguousarray(x)).to(device)
+    twin = _restored(source, config, before, device)
+    if flips:
+        with _Watch(twin.model, _flipper(flips)):
+            twin.adapt(xt)
+    else:
+        twin.adapt(xt)
+    return state_arrays(twin)
+
+
+def _flipper(flips: tuple[tuple[Gate, float], ...]) -> Callable[..., torch.Tensor | None]:
+    """The watch function that gives each gate of ``flips`` its slope, and leaves all else."""
+    by_call: dict[tuple[str, int], list[tuple[Gate, float]]] = {}
+    for gate, slope in flips:
+        by_call.setdefault((gate.layer, gate.call), []).append((gate, slope))
 
     def flip(key: tuple[str, int], call: _Call, v: torch.Tensor) -> torch.Tensor | None:
-        if key != (gate.layer, gate.call):
+        mine = by_call.get(key)
+        if not mine:
             return None
-        v = v.clone()  # an in-place call writes the result over its input
-        base = float(call.apply(torch.tensor([gate.kink], dtype=torch.float64))[0])
-        mask = torch.zeros(v.numel(), dtype=torch.bool, device=v.device)
-        mask[gate.position] = True
-        # The other side's linear piece through the kink: the same value within rounding of
-        # the kink, the other slope for the backward.
-        return torch.where(mask.reshape(v.shape), base + other * (v - gate.kink), call.apply(v))
+        out = call.apply(v).flatten().clone()  # apply copies: an in-place call writes its input
+        flat = v.flatten()
+        for gate, other in mine:
+            base = float(call.apply(torch.tensor([gate.kink], dtype=torch.float64))[0])
+            # The other side's linear piece through the kink: the same value within rounding
+            # of the kink, the other slope for the backward.
+            piece = base + other * (flat[gate.position : gate.position + 1] - gate.kink)
+            out = torch.cat([out[: gate.position], piece.to(out.dtype), out[gate.position + 1 :]])
+        return out.reshape(v.shape)
 
     return flip
 

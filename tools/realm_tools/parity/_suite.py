@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from realm_runtime import ALPHA_MAX, ALPHA_MIN, COUNTERS, LAMBDA_MIN, RealmConfig
-from realm_runtime.contract import INTERVENTIONS
+from realm_runtime.contract import INTERVENTIONS, PARAMS_NAME, VELOCITY_NAME
 from realm_runtime.methods import method_named
 from realm_sdk import RealmAdapter, decision_margin, prediction_cosines
 
@@ -37,6 +37,7 @@ from ._judge import (
     max_abs,
     max_diff,
     step_tie,
+    within_tolerance,
 )
 from ._report import ParityReport
 
@@ -173,8 +174,7 @@ def _run_stream(
         sync = Path(scratch) / "sdk-state.npz"
         before = Path(scratch) / "sdk-before.npz"
         for step, x in enumerate(make_stream(case, shape)):
-            if arbiter is None:
-                adapter.save(before)  # to tell a step tie from a disagreement (step_tie)
+            adapter.save(before)  # to tell a step tie from a disagreement (step_tie)
             margin, cos_sdk = decision_margin(adapter, x)
             ema_rt = rt.state.ema
             r = rt.adapt(np.ascontiguousarray(x))
@@ -202,9 +202,10 @@ def _run_stream(
                 report.decision_mismatches += 1
                 if report.first_mismatch is None:
                     report.first_mismatch = step
-            # An arbitrated case's float64 SDK judges such steps itself (either side passes).
+            # An arbitrated case's float64 SDK judges such steps first (either SDK passes); a
+            # runtime far from both may still have taken the step with other gates at a kink.
             found: list[str] = []
-            tie = arbiter is None and verdict == "same"
+            tie = verdict == "same" and (arbiter is None or not _near_float64(rt, arbiter, step))
             if tie and step_tie(rt, adapter, s, x, before, found, model):
                 report.step_ties += 1
                 report.kinks += [f"step {step}: {k}" for k in found]
@@ -298,6 +299,18 @@ def _arbitrate(
         if step < len(arbiter.states):
             gap = min(gap, max_diff(mine[q], arbiter.states[step][q]))
         near[q] = max(near[q], gap)
+
+
+def _near_float64(rt: Any, arbiter: _Float64Path, step: int) -> bool:
+    """Whether the runtime lies within tolerance of the float64 SDK after ``step``."""
+    if step >= len(arbiter.states):
+        return False
+    wide = arbiter.states[step]
+    flat = {
+        PARAMS_NAME: np.concatenate([v.reshape(-1) for v in wide["params"].values()]),
+        VELOCITY_NAME: np.concatenate([v.reshape(-1) for v in wide["momentum"].values()]),
+    }
+    return within_tolerance(rt, flat)
 
 
 def _arrays(adapter: RealmAdapter) -> dict[str, dict[str, np.ndarray]]:
