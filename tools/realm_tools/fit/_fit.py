@@ -166,17 +166,17 @@ def fit_realm_artifacts(
         )
 
     ladder = climb(check.bounds)
-    tried = list(ladder.tried)
+    bounds_tried = list(ladder.tried)
     for share in DRIFT_FINER:  # the smallest bound loses too much: a tighter one may not
         if ladder.chosen is not None or out_of_time():
             break
         ladder = climb([check.bounds[0] * share])
-        tried += ladder.tried
-    ladder = BoundLadder(chosen=ladder.chosen, tried=tried)
+        bounds_tried += ladder.tried
+    ladder = BoundLadder(chosen=ladder.chosen, tried=bounds_tried)
     # The defaults' own bound, searched alike where time allows: what the rule weighs them by.
     own = config0.guard.max_drift
-    if own is not None and own not in {t["bound"] for t in tried} and not out_of_time():
-        tried += climb_bounds(
+    if own is not None and own not in {t["bound"] for t in bounds_tried} and not out_of_time():
+        bounds_tried += climb_bounds(
             ball,
             clean,
             clean_y,
@@ -306,7 +306,7 @@ def fit_realm_artifacts(
         "defaults": {
             "label": default.label,
             "max_drift": own,
-            "worst": next((t["worst_accuracy"] for t in tried if t["bound"] == own), None),
+            "worst": next((t["worst_accuracy"] for t in bounds_tried if t["bound"] == own), None),
         },
         "search": {
             "streams": len(search_streams),
