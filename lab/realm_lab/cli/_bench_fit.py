@@ -20,10 +20,10 @@ from typing import Any
 
 from realm_tools.cli import progress_factory, run_header, write_atomic
 
-from ._args import runs_folder
+from ._args import RUNS_HOME, runs_folder
 
 MODELS = ("resnet26_gn", "mobilenetv3_bn", "vit_ln")  # the shipped Fashion-MNIST models
-TABLE1_HOME = "docs/fmnist"  # where each model's Table 1 lives (its runs under lab/runs/)
+TABLE1_RUNS = "fmnist"  # each model's Table 1 runs, under lab/runs/ (its table in docs/fmnist/)
 PRESET = "cifar"  # the Fashion-MNIST tables' preset
 TITLE = "realm fit on the shipped models, judged on the test split"
 COPIED = ("fit.md", "fit.json", "fit.png")  # what a fit leaves beside its artifacts
@@ -38,6 +38,12 @@ def add_fit_parser(bench: Any) -> None:
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     p.add_argument("--minutes", type=float, default=20.0, help="each fit's budget")
     p.add_argument("--images", type=int, default=3000, help="validation images each fit is given")
+    p.add_argument(
+        "--worst-drop",
+        type=float,
+        default=2.0,
+        help="the rule's floor on the worst case inside the drift bound (realm fit's)",
+    )
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="test stream seeds")
     p.add_argument("--limit", type=int, default=1000, help="samples per test stream")
     p.add_argument("--jobs", type=int, default=2, help="processes of the test runs")
@@ -80,9 +86,15 @@ def _fit(name: str, args: argparse.Namespace, home: Path) -> dict[str, Any]:
     data = Path(args.cache_dir) / "fit-bench" / f"val-{args.images}.npz"
     data.parent.mkdir(parents=True, exist_ok=True)
     np.savez(data, images=images[rows], labels=labels[rows])
-    asked = {"model": name, "minutes": args.minutes, "images": args.images, "seed": 0}
+    asked = {
+        "model": name,
+        "minutes": args.minutes,
+        "images": args.images,
+        "seed": 0,
+        "worst_drop": args.worst_drop,
+    }
     kept = home / "fit-run.json"
-    if kept.is_file() and json.loads(kept.read_text())["asked"] == asked:
+    if kept.is_file() and {"worst_drop": 2.0, **json.loads(kept.read_text())["asked"]} == asked:
         print(f"{name}: the fit kept in {home} is reused")
         return json.loads(kept.read_text())
     export = Path(args.cache_dir) / "fit-bench" / name
@@ -105,6 +117,8 @@ def _fit(name: str, args: argparse.Namespace, home: Path) -> dict[str, Any]:
         str(export),
         "--minutes",
         f"{args.minutes:g}",
+        "--worst-drop",
+        f"{args.worst_drop:g}",
         "--overwrite",
     ]
     print(f"{name}: {' '.join(command[2:])}", flush=True)
@@ -150,7 +164,7 @@ def _judge(name: str, args: argparse.Namespace, home: Path, fit: dict[str, Any])
     config = RealmConfig.from_dict(fit["config"]) if fit["adapts"] else None
     row, overrides = fitted_row(config, PRESET, dataset.num_classes)
     on_run = None if args.no_progress else progress_factory()
-    table1 = runs_folder(Path(TABLE1_HOME) / name) / "runs.jsonl"
+    table1 = RUNS_HOME / TABLE1_RUNS / name / "runs.jsonl"
     plan = [
         ("runs.jsonl", [NO_ADAPT.key, DEFAULTS], {}),
         ("fitted.jsonl", [row], overrides),
@@ -177,7 +191,7 @@ def _judge(name: str, args: argparse.Namespace, home: Path, fit: dict[str, Any])
         )
     write_json(
         home / "judged.json",
-        {"fingerprint": fingerprint, "row": row, "seeds": list(args.seeds), "table1": str(table1)},
+        {"fingerprint": fingerprint, "row": row, "seeds": list(args.seeds)},
     )
 
 
@@ -206,7 +220,8 @@ def _summary(runs: Path, args: argparse.Namespace) -> str:
         fitted = row_result(source, judged["row"], corruptions, seeds, "fitted")
         defaults = row_result(done, DEFAULTS, corruptions, seeds, "the defaults")
         no_adapt = row_result(done, NO_ADAPT.key, corruptions, seeds, "no-adapt")
-        best, why = table1_best(Path(judged["table1"]), judged["fingerprint"], corruptions, seeds)
+        table1 = RUNS_HOME / TABLE1_RUNS / name / "runs.jsonl"
+        best, why = table1_best(table1, judged["fingerprint"], corruptions, seeds)
         if fitted is None or defaults is None or no_adapt is None:
             continue
         _, said = verdict(fitted, defaults, no_adapt)
