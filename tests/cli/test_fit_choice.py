@@ -143,7 +143,7 @@ def test_the_rule_refuses_a_negative_noise_allowance() -> None:
 
 
 def test_fit_md_says_what_the_rule_gave_up_where_the_defaults_did_better() -> None:
-    from realm_tools.fit._report import _what_the_rule_costs
+    from realm_tools.fit import rule_costs
 
     report = {
         "proof": {
@@ -155,8 +155,8 @@ def test_fit_md_says_what_the_rule_gave_up_where_the_defaults_did_better() -> No
         "source_clean": 90.4,
         "rule": {"worst_drop": 2.0},
     }
-    text = " ".join(_what_the_rule_costs(report))
+    text = " ".join(rule_costs(report))
     assert "The defaults did 1.60 points better" in text
     assert "max_drift 0.02) loses 5.30 points" in text and "--worst-drop 5.3" in text
     report["proof"]["mean"]["defaults (REALM, preset)"] = 78.0  # within the spread: silent
-    assert _what_the_rule_costs(report) == []
+    assert rule_costs(report) == []

@@ -284,9 +284,7 @@ def test_several_kinks_one_kernel_decides_at_once_are_named_together(tmp_path):
     flip explains that step, the two together do, and kink_split names both."""
     x = np.array([[0.0, 2.0, 2.0, 4.0, 7.0, -3.0]], np.float32)  # mean 2: zeros at 1 and 2
     source, config, before, sdk, kernel = _kink_case(torch.nn.ReLU(), _OpenRelu(), x, tmp_path)
-    from realm_tools.parity import kink_split
-    from realm_tools.parity._judge import within_tolerance
-    from realm_tools.parity._kinks import flipped_step, step_gates
+    from realm_tools.parity import flipped_step, kink_split, step_gates, within_tolerance
 
     gates = step_gates(source, config, before, x)
     assert [g.position for g in gates[:2]] == [1, 2]

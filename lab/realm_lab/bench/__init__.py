@@ -14,6 +14,16 @@ from ._continual import bench_streams, streams_fingerprint, streams_from_json, s
 from ._endless import ENDLESS_METHODS, Calibration, EndlessRow, bench_endless, calibrate
 from ._endless_report import endless_to_json, format_endless, plot_endless
 from ._examples import plot_examples
+from ._fit_judge import DEFAULTS as FIT_DEFAULTS_ROW
+from ._fit_judge import (
+    RowResult,
+    fitted_row,
+    import_runs,
+    row_result,
+    table1_best,
+    verdict,
+    write_json,
+)
 from ._quality import METHODS as QUALITY_METHODS  # the quality table's rows, not RealmConfig's
 from ._quality import (
     QualityRun,
@@ -36,11 +46,13 @@ from ._stream_run import (
 __all__ = [
     "DEFAULT_STREAM_METHODS",
     "ENDLESS_METHODS",
+    "FIT_DEFAULTS_ROW",
     "QUALITY_METHODS",
     "STREAM_METHODS",
     "Calibration",
     "EndlessRow",
     "QualityRun",
+    "RowResult",
     "RunLog",
     "StreamRun",
     "bench_endless",
@@ -48,13 +60,16 @@ __all__ = [
     "bench_streams",
     "calibrate",
     "endless_to_json",
+    "fitted_row",
     "format_endless",
+    "import_runs",
     "method_config",
     "plot_endless",
     "plot_examples",
     "plot_quality",
     "plot_streams",
     "quality_table",
+    "row_result",
     "run_stream",
     "runs_from_json",
     "runs_to_json",
@@ -62,4 +77,7 @@ __all__ = [
     "streams_from_json",
     "streams_tables",
     "streams_to_json",
+    "table1_best",
+    "verdict",
+    "write_json",
 ]

@@ -133,12 +133,12 @@ def _fit(name: str, args: argparse.Namespace, home: Path) -> dict[str, Any]:
             shutil.copyfile(export / file, home / file)
     record = {
         "asked": asked,
-        "command": ["realm", *command[3:]],
+        "command": " ".join(["realm fit", *command[4:]]),  # as a user types it
         "seconds": seconds,
         "config": load_manifest(export).config,
         "adapts": json.loads((export / "fit.json").read_text())["choice"]["adapts"],
     }
-    from ..bench._fit_judge import write_json
+    from ..bench import write_json
 
     write_json(kept, record)
     return record
@@ -150,8 +150,15 @@ def _judge(name: str, args: argparse.Namespace, home: Path, fit: dict[str, Any])
     from realm_tools.data import StreamSettings, load_fmnistc
     from realm_tools.models import fashion_model
 
-    from ..bench import RunLog, bench_streams, streams_fingerprint
-    from ..bench._fit_judge import DEFAULTS, fitted_row, import_runs, write_json
+    from ..bench import FIT_DEFAULTS_ROW as DEFAULTS
+    from ..bench import (
+        RunLog,
+        bench_streams,
+        fitted_row,
+        import_runs,
+        streams_fingerprint,
+        write_json,
+    )
     from ..rows import NO_ADAPT
 
     dataset = load_fmnistc(args.data_root, split="test", cache_dir=args.cache_dir)
@@ -197,8 +204,8 @@ def _judge(name: str, args: argparse.Namespace, home: Path, fit: dict[str, Any])
 
 def _summary(runs: Path, args: argparse.Namespace) -> str:
     """Every judged model: the fitted row beside the defaults, not adapting and Table 1's best."""
-    from ..bench import RunLog
-    from ..bench._fit_judge import DEFAULTS, row_result, table1_best, verdict
+    from ..bench import FIT_DEFAULTS_ROW as DEFAULTS
+    from ..bench import RunLog, row_result, table1_best, verdict
     from ..rows import NO_ADAPT
 
     lines = [

@@ -18,6 +18,7 @@ from ._data import AppImages, FitInputError, app_images, read_images
 from ._fit import FitBudgetError, FitResult, fit_realm_artifacts
 from ._options import MIN_IMAGES, SEVERITIES, FitOptions, FitRule
 from ._pool import Bench, Job, Journal, clean_accuracy, run_jobs
+from ._report import rule_costs
 from ._rule import Choice, Measured, Verdict, choose
 from ._schedule import FINALISTS, MIN_LENGTH, Round, halving, schedule_cost
 from ._search import Standing, run_rounds
@@ -56,6 +57,7 @@ __all__ = [
     "halving",
     "normalise",
     "read_images",
+    "rule_costs",
     "run_jobs",
     "run_rounds",
     "schedule_cost",

@@ -64,7 +64,7 @@ def markdown(report: dict[str, Any]) -> str:
         + " | ".join(f"**{proof['mean'][k]:.2f}** ± {proof['spread'][k]:.2f}" for k in labels)
         + " |"
     )
-    lines += _what_the_rule_costs(report)
+    lines += rule_costs(report)
     lines += ["", "![proof per corruption](fit.png)", "", "## Finalists against the rule", ""]
     lines += [
         "| configuration | mean online | clean after long stream | worst case | verdict |",
@@ -93,8 +93,13 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _what_the_rule_costs(report: dict[str, Any]) -> list[str]:
-    """Where the defaults proved better than the choice: what the rule kept them out for."""
+def rule_costs(report: dict[str, Any]) -> list[str]:
+    """fit.md's lines on what the rule cost, where the defaults proved better than the choice.
+
+    Empty where they did not (by more than the seeds' spread), or where the choice is not to
+    adapt; else the gap, and the worst case found inside the defaults' own bound that the
+    rule kept them out for, with the ``--worst-drop`` that would admit them.
+    """
     proof, defaults, choice = report["proof"], report.get("defaults"), report["choice"]
     if not defaults or defaults["label"] not in proof["mean"] or not choice["adapts"]:
         return []

@@ -54,7 +54,7 @@ from ._judge import (
     step_tie,
     within_tolerance,
 )
-from ._kinks import Gate, near_gates, state_arrays
+from ._kinks import Gate, flipped_step, near_gates, state_arrays, step_gates
 from ._report import ParityReport, format_reports, reports_to_json
 from ._suite import run_case
 
@@ -69,6 +69,7 @@ __all__ = [
     "ParityCase",
     "ParityReport",
     "build_case",
+    "flipped_step",
     "format_reports",
     "judge_step",
     "kink_split",
@@ -77,6 +78,7 @@ __all__ = [
     "reports_to_json",
     "run_case",
     "state_arrays",
+    "step_gates",
     "step_tie",
     "within_tolerance",
 ]
