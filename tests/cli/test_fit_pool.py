@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
+import torch
+from torch import nn
 
+import realm_tools.fit._pool as pool_module
 from realm_tools.fit import (
     NO_ADAPT_CANDIDATE,
     Bench,
@@ -20,6 +27,7 @@ from realm_tools.fit import (
     run_jobs,
     run_rounds,
 )
+from realm_tools.models import model_from_spec
 
 MEAN, STD = (0.5,), (0.5,)
 
@@ -108,3 +116,103 @@ def test_each_round_keeps_the_best_on_longer_streams(bench, tmp_path):
     assert all(s.length == 50 and len(s.per_stream) == 2 for s in last)
     for s in last:
         assert s.mean == pytest.approx(sum(s.per_stream) / 2)
+
+
+def _same_figures(one: Journal, other: Journal) -> None:
+    assert one.results.keys() == other.results.keys() and one.results
+    for key, figures in one.results.items():
+        assert figures["accuracy"] == other.results[key]["accuracy"], key
+        assert figures["updates"] == other.results[key]["updates"], key
+
+
+def test_spawned_workers_measure_what_one_process_does(bench, configs, tmp_path, monkeypatch):
+    # Where a forked child could not run a backward, the workers start fresh instead.
+    monkeypatch.setattr(pool_module, "fork_runs_autograd", lambda: False)
+    one = Journal(tmp_path / "one.jsonl", "x")
+    two = Journal(tmp_path / "two.jsonl", "x")
+    list(run_jobs(bench, _jobs(configs), one, workers=1))
+    said: list[str] = []
+    list(run_jobs(bench, _jobs(configs), two, workers=2, notify=said.append))
+    assert said == []
+    _same_figures(one, two)
+
+
+def test_a_model_loaded_from_a_file_reaches_spawned_workers(bench, tmp_path, monkeypatch):
+    source = tmp_path / "user_net.py"
+    source.write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from torch import nn
+
+            class UserNet(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(1, 8, 3, stride=2)
+                    self.norm = nn.GroupNorm(2, 8)
+                    self.head = nn.Linear(8, 10)
+
+                def forward(self, x):
+                    return self.head(self.norm(self.conv(x)).relu().mean((2, 3)))
+
+            def build():
+                torch.manual_seed(0)
+                return UserNet()
+            """
+        )
+    )
+    model, _ = model_from_spec(f"{source}:build", 10, cache_dir=tmp_path)
+    users = dataclasses.replace(bench, model=model.eval())
+    found = candidates("cifar", 10, bound=0.02, batch_norm=False, adapt_stages=None, tiers=1)
+    jobs = [Job(("a",), 30, (found[0],)), Job(("b",), 30, (found[0],))]
+    monkeypatch.setattr(pool_module, "fork_runs_autograd", lambda: False)
+    one = Journal(tmp_path / "one.jsonl", "x")
+    two = Journal(tmp_path / "two.jsonl", "x")
+    list(run_jobs(users, jobs, one, workers=1))
+    said: list[str] = []
+    list(run_jobs(users, jobs, two, workers=2, notify=said.append))
+    assert said == []
+    _same_figures(one, two)
+
+
+def test_a_model_that_cannot_be_sent_is_measured_here_saying_why(
+    bench, configs, tmp_path, monkeypatch
+):
+    class Local(nn.Module):  # a class pickle cannot name, as one defined in a notebook
+        def __init__(self, inner: nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.inner(x)
+
+    local = dataclasses.replace(bench, model=Local(bench.model))
+    monkeypatch.setattr(pool_module, "fork_runs_autograd", lambda: False)
+    one = Journal(tmp_path / "one.jsonl", "x")
+    two = Journal(tmp_path / "two.jsonl", "x")
+    list(run_jobs(local, _jobs(configs), one, workers=1))
+    said: list[str] = []
+    list(run_jobs(local, _jobs(configs), two, workers=2, notify=said.append))
+    assert len(said) == 1 and "in this one process" in said[0] and "pickle" in said[0]
+    _same_figures(one, two)
+    with pytest.warns(RuntimeWarning, match="in this one process"):
+        list(run_jobs(local, _jobs(configs), Journal(tmp_path / "w.jsonl", "x"), workers=2))
+
+
+def test_a_forked_child_cannot_run_a_backward_after_torch_export_and_a_backward():
+    script = textwrap.dedent(
+        """
+        import torch
+        from realm_tools.fit import fork_runs_autograd
+
+        before = fork_runs_autograd()
+        torch.export.export(torch.nn.Linear(2, 2), (torch.zeros(1, 2),))
+        x = torch.ones(1, requires_grad=True)
+        (x * 2).sum().backward()  # starts autograd's device threads: export registered one
+        print(before, fork_runs_autograd())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert done.stdout.split() == ["True", "False"], done.stderr[-2000:]

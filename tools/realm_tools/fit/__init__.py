@@ -17,7 +17,7 @@ from ._candidates import NO_ADAPT_CANDIDATE, Candidate, candidates, default_conf
 from ._data import AppImages, FitInputError, app_images, read_images
 from ._fit import FitBudgetError, FitResult, fit_realm_artifacts
 from ._options import MIN_IMAGES, SEVERITIES, FitOptions, FitRule
-from ._pool import Bench, Job, Journal, clean_accuracy, run_jobs
+from ._pool import Bench, Job, Journal, clean_accuracy, fork_runs_autograd, run_jobs
 from ._report import rule_costs
 from ._rule import Choice, Measured, Verdict, choose
 from ._schedule import FINALISTS, MIN_LENGTH, Round, halving, schedule_cost
@@ -54,6 +54,7 @@ __all__ = [
     "clean_accuracy",
     "default_config",
     "fit_realm_artifacts",
+    "fork_runs_autograd",
     "halving",
     "normalise",
     "read_images",

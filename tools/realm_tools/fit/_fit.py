@@ -93,6 +93,7 @@ def fit_realm_artifacts(
     began = time.perf_counter()
     budget = options.minutes * 60
     say = notify or (lambda _: None)
+    once = _once(say)  # the pool's fallback, said the first time it happens
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()) and not options.overwrite:
         raise FitInputError(f"{out} exists and is not empty: pass --overwrite to replace it")
@@ -234,7 +235,14 @@ def fit_realm_artifacts(
             )
         say(f"searching {len(pool)} configurations in {len(plan)} rounds on {workers} workers")
         rounds = run_rounds(
-            bench, search_streams, pool, plan, journal, workers=workers, progress=progress
+            bench,
+            search_streams,
+            pool,
+            plan,
+            journal,
+            workers=workers,
+            progress=progress,
+            notify=once,
         )
         finalists = [s for s in rounds[-1] if s.candidate.config is not None]
         long_streams = [k for k in streams if k.startswith("field/")] + search_streams
@@ -243,7 +251,7 @@ def fit_realm_artifacts(
         )
         say("the long stream: every shifted stream in turn, then the clean accuracy")
         jobs = [Job(tuple(long_streams), long_length, (s.candidate,), long=True) for s in finalists]
-        for results in run_jobs(bench, jobs, journal, workers=workers):
+        for results in run_jobs(bench, jobs, journal, workers=workers, notify=once):
             long_runs.update(results)
     no_adapt = (
         next((s.mean for s in rounds[-1] if s.candidate.config is None), 0.0) if rounds else 0.0
@@ -275,6 +283,7 @@ def fit_realm_artifacts(
         journal_path=work / "proof.jsonl",
         fingerprint=fingerprint,
         progress=progress,
+        notify=once,
     )
     report = {
         "model": dict(options.model_info or {}),
@@ -419,6 +428,17 @@ def _too_small(
         f"{per_sample * 1e3:.1f} ms, an export {export_s:.0f} s, the set-up took {spent:.0f} s; "
         f"give at least --minutes {least / 60:.1f}"
     )
+
+
+def _once(say: Callable[[str], None]) -> Callable[[str], None]:
+    said: set[str] = set()
+
+    def tell(sentence: str) -> None:
+        if sentence not in said:
+            said.add(sentence)
+            say(sentence)
+
+    return tell
 
 
 def _export(

@@ -5,6 +5,11 @@ every stream in turn, then its clean accuracy). The workers are forked from a pr
 holds the model and the streams (:class:`Bench`), so nothing large is pickled and any
 ``nn.Module`` works, as ``DataLoader``'s workers do. Every result is appended to a journal as
 it arrives: an interrupted fit measures only what it had not.
+
+A forked child cannot run a backward once its parent has started autograd's device threads
+(a backward where CUDA is present, or after ``torch.export``/``torch.compile`` ran): then
+the workers are spawned instead and sent the bench pickled (:mod:`._spawned`), and where the
+model cannot be sent the jobs run here, on one process, saying why.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import json
 import multiprocessing
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -27,6 +33,7 @@ from torch import nn
 from realm_sdk import RealmAdapter
 
 from ..bench import run_online
+from . import _spawned
 from ._candidates import Candidate
 from ._streams import StreamImages, normalise
 
@@ -68,10 +75,10 @@ _BENCH: Bench | None = None  # set before the workers fork; read by them
 
 def measure(job: Job) -> dict[str, dict[str, Any]]:
     """Run a job on this process's bench: each candidate's figures, by journal key."""
-    assert _BENCH is not None, "set the bench before measuring"
+    bench = _BENCH if _BENCH is not None else _spawned.received()
     out = {}
     for candidate in job.candidates:
-        out[job.key(candidate)] = _run(_BENCH, job, candidate)
+        out[job.key(candidate)] = _run(bench, job, candidate)
     return out
 
 
@@ -172,6 +179,7 @@ def run_jobs(
     *,
     workers: int,
     progress: Callable[[int], None] | None = None,
+    notify: Callable[[str], None] | None = None,
 ) -> Iterator[dict[str, dict[str, Any]]]:
     """Measure what the journal lacks of ``jobs`` on ``workers`` processes, yielding as done.
 
@@ -181,6 +189,8 @@ def run_jobs(
         journal: where each result is kept as it arrives.
         workers: processes at once (1: this process).
         progress: told the samples done so far.
+        notify: told, in a sentence, when the jobs cannot run on ``workers`` processes
+            (a warning where not given).
     """
     global _BENCH
     todo = []
@@ -191,7 +201,7 @@ def run_jobs(
     todo.sort(key=lambda j: -j.weight)
     _BENCH = bench
     done = 0
-    for job, results in _measured(todo, workers):
+    for job, results in _measured(bench, todo, workers, notify):
         journal.add(results)
         done += int(job.weight)
         if progress is not None:
@@ -199,26 +209,91 @@ def run_jobs(
         yield results
 
 
-def _measured(todo: list[Job], workers: int) -> Iterator[tuple[Job, dict[str, dict[str, Any]]]]:
-    """Each job with its results as it finishes: here (one worker, or one job) or forked."""
+def _measured(
+    bench: Bench, todo: list[Job], workers: int, notify: Callable[[str], None] | None
+) -> Iterator[tuple[Job, dict[str, dict[str, Any]]]]:
+    """Each job with its results as it finishes: here (one worker, or one job) or on a pool."""
     if workers <= 1 or len(todo) <= 1:
-        threads = torch.get_num_threads()
-        try:
-            torch.set_num_threads(max(1, workers))
-            for job in todo:
-                yield job, measure(job)
-        finally:
-            torch.set_num_threads(threads)
+        yield from _here(todo, max(1, workers))
         return
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker) as pool:
-        pending: dict[Future[dict[str, dict[str, Any]]], Job] = {
-            pool.submit(measure, job): job for job in todo
-        }
-        while pending:
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in finished:
-                yield pending.pop(future), future.result()
+    if fork_runs_autograd():
+        context: Any = multiprocessing.get_context("fork")
+        start: tuple[Callable[..., None], tuple[Any, ...]] = (_start_worker, ())
+    else:
+        try:
+            parcel = _spawned.Parcel.of(bench)
+        except _spawned.CannotSend as exc:
+            _tell(notify, _one_process(str(exc)))
+            yield from _here(todo, workers)
+            return
+        context = multiprocessing.get_context("spawn")
+        start = (_spawned.receive, (parcel,))
+    left = list(todo)
+    try:
+        with ProcessPoolExecutor(
+            min(workers, len(todo)), mp_context=context, initializer=start[0], initargs=start[1]
+        ) as pool:
+            pending: dict[Future[dict[str, dict[str, Any]]], Job] = {
+                pool.submit(measure, job): job for job in todo
+            }
+            while pending:
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    job = pending.pop(future)
+                    results = future.result()
+                    left.remove(job)
+                    yield job, results
+    except _spawned.CannotSend as exc:  # a spawned worker could not rebuild the model
+        _tell(notify, _one_process(str(exc)))
+        yield from _here(left, workers)
+
+
+def _here(todo: list[Job], threads: int) -> Iterator[tuple[Job, dict[str, dict[str, Any]]]]:
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        for job in todo:
+            yield job, measure(job)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _one_process(why: str) -> str:
+    return (
+        "the fit measures in this one process: a forked worker cannot run a backward here "
+        "(this process has started autograd's threads: CUDA, torch.export or torch.compile "
+        f"ran in it) and a fresh one cannot be sent the model ({why}); run the fit in a new "
+        "process, with the model's class in an importable module, to use every core"
+    )
+
+
+def _tell(notify: Callable[[str], None] | None, sentence: str) -> None:
+    if notify is not None:
+        notify(sentence)
+    else:
+        warnings.warn(sentence, RuntimeWarning, stacklevel=3)
+
+
+def fork_runs_autograd() -> bool:
+    """Whether a process forked from this one can run a backward.
+
+    torch refuses it in the child once the parent has started autograd's device threads
+    (a backward where a device other than the CPU is registered: CUDA present, or
+    ``torch.export`` run before); a child forked to try tells.
+    """
+    if not hasattr(os, "fork"):
+        return False
+    pid = os.fork()
+    if pid == 0:  # the child: exits without running anything of the parent's
+        code = 1
+        try:
+            x = torch.ones(1, requires_grad=True)
+            (x * 2).sum().backward()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
 
 
 def default_workers() -> int:

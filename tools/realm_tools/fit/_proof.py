@@ -32,6 +32,7 @@ def prove(
     journal_path: Path,
     fingerprint: str,
     progress: Callable[[str, int], Callable[[int], None]] | None = None,
+    notify: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Run ``compared`` on the held-out streams as long and as often as ``seconds`` allows.
 
@@ -61,7 +62,7 @@ def prove(
     tell = None
     if progress is not None:
         tell = progress("proof on the held-out images", int(sum(j.weight for j in jobs)))
-    for _ in run_jobs(bench, jobs, journal, workers=workers, progress=tell):
+    for _ in run_jobs(bench, jobs, journal, workers=workers, progress=tell, notify=notify):
         pass
 
     def accuracy(key: Any, candidate: Candidate) -> float:

@@ -31,6 +31,7 @@ def run_rounds(
     *,
     workers: int,
     progress: Callable[[str, int], Callable[[int], None]] | None = None,
+    notify: Callable[[str], None] | None = None,
 ) -> list[list[Standing]]:
     """Run ``plan``'s rounds: each keeps its best ``plan[r + 1].candidates`` for the next.
 
@@ -48,7 +49,7 @@ def run_rounds(
         if progress is not None:
             total = int(sum(j.weight for j in jobs))
             tell = progress(f"round {number + 1}/{len(plan)}: {len(alive)} configurations", total)
-        for _ in run_jobs(bench, jobs, journal, workers=workers, progress=tell):
+        for _ in run_jobs(bench, jobs, journal, workers=workers, progress=tell, notify=notify):
             pass
         standings = [_standing(c, streams, step.length, journal) for c in everyone]
         standings.sort(key=lambda s: -s.mean)  # stable: a tie keeps the registry's order

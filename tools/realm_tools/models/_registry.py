@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -307,6 +308,7 @@ def _factory_model(spec: str) -> nn.Module:
     module_spec = importlib.util.spec_from_file_location(f"realm_user_model_{path.stem}", path)
     assert module_spec is not None and module_spec.loader is not None
     module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_spec.name] = module  # its classes pickle, for workers started fresh
     module_spec.loader.exec_module(module)
     fn = getattr(module, factory, None)
     if not callable(fn):
