@@ -160,3 +160,34 @@ def test_fit_md_says_what_the_rule_gave_up_where_the_defaults_did_better() -> No
     assert "max_drift 0.02) loses 5.30 points" in text and "--worst-drop 5.3" in text
     report["proof"]["mean"]["defaults (REALM, preset)"] = 78.0  # within the spread: silent
     assert rule_costs(report) == []
+
+
+def test_fit_md_names_the_floor_that_kept_the_defaults_out_when_they_were_weighed() -> None:
+    from realm_tools.fit import rule_costs
+
+    defaults = "defaults (REALM, preset)"
+
+    def finalist(label: str, mean: float, clean_after: float, worst: float | None, why):
+        return {"label": label, "mean": mean, "clean_after": clean_after, "worst": worst,
+                "why_not": why}  # fmt: skip
+
+    report = {
+        "proof": {
+            "mean": {"REALM guardrails": 77.7, defaults: 79.3},
+            "spread": {"REALM guardrails": 0.4, defaults: 0.5},
+        },
+        "defaults": {"label": defaults, "max_drift": 0.02, "worst": 85.1},
+        "choice": {"label": "REALM guardrails", "adapts": True},
+        "source_clean": 90.4,
+        "rule": {"worst_drop": 2.0, "clean_drop": 1.0},
+        "finalists": [
+            finalist("REALM guardrails", 80.0, 90.1, 89.0, None),
+            finalist(defaults, 81.0, 87.9, 85.1, "clean after the long stream 87.90, below …"),
+        ],
+    }
+    text = " ".join(rule_costs(report))
+    assert "the rule kept them out: clean after the long stream 87.90" in text
+    assert "`--clean-drop 2.5` and `--worst-drop 5.3`" in text
+    report["finalists"][1] = finalist(defaults, 79.0, 90.2, 89.5, None)  # eligible, lower
+    text = " ".join(rule_costs(report))
+    assert "their mean was 79.00, against the choice's 80.00" in text and "--" not in text

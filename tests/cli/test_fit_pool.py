@@ -13,7 +13,6 @@ import pytest
 import torch
 from torch import nn
 
-import realm_tools.fit._pool as pool_module
 from realm_tools.fit import (
     NO_ADAPT_CANDIDATE,
     Bench,
@@ -125,19 +124,18 @@ def _same_figures(one: Journal, other: Journal) -> None:
         assert figures["updates"] == other.results[key]["updates"], key
 
 
-def test_spawned_workers_measure_what_one_process_does(bench, configs, tmp_path, monkeypatch):
+def test_spawned_workers_measure_what_one_process_does(bench, configs, tmp_path):
     # Where a forked child could not run a backward, the workers start fresh instead.
-    monkeypatch.setattr(pool_module, "fork_runs_autograd", lambda: False)
     one = Journal(tmp_path / "one.jsonl", "x")
     two = Journal(tmp_path / "two.jsonl", "x")
     list(run_jobs(bench, _jobs(configs), one, workers=1))
     said: list[str] = []
-    list(run_jobs(bench, _jobs(configs), two, workers=2, notify=said.append))
+    list(run_jobs(bench, _jobs(configs), two, workers=2, notify=said.append, spawn=True))
     assert said == []
     _same_figures(one, two)
 
 
-def test_a_model_loaded_from_a_file_reaches_spawned_workers(bench, tmp_path, monkeypatch):
+def test_a_model_loaded_from_a_file_reaches_spawned_workers(bench, tmp_path):
     source = tmp_path / "user_net.py"
     source.write_text(
         textwrap.dedent(
@@ -165,19 +163,16 @@ def test_a_model_loaded_from_a_file_reaches_spawned_workers(bench, tmp_path, mon
     users = dataclasses.replace(bench, model=model.eval())
     found = candidates("cifar", 10, bound=0.02, batch_norm=False, adapt_stages=None, tiers=1)
     jobs = [Job(("a",), 30, (found[0],)), Job(("b",), 30, (found[0],))]
-    monkeypatch.setattr(pool_module, "fork_runs_autograd", lambda: False)
     one = Journal(tmp_path / "one.jsonl", "x")
     two = Journal(tmp_path / "two.jsonl", "x")
     list(run_jobs(users, jobs, one, workers=1))
     said: list[str] = []
-    list(run_jobs(users, jobs, two, workers=2, notify=said.append))
+    list(run_jobs(users, jobs, two, workers=2, notify=said.append, spawn=True))
     assert said == []
     _same_figures(one, two)
 
 
-def test_a_model_that_cannot_be_sent_is_measured_here_saying_why(
-    bench, configs, tmp_path, monkeypatch
-):
+def test_a_model_that_cannot_be_sent_is_measured_here_saying_why(bench, configs, tmp_path):
     class Local(nn.Module):  # a class pickle cannot name, as one defined in a notebook
         def __init__(self, inner: nn.Module) -> None:
             super().__init__()
@@ -187,16 +182,19 @@ def test_a_model_that_cannot_be_sent_is_measured_here_saying_why(
             return self.inner(x)
 
     local = dataclasses.replace(bench, model=Local(bench.model))
-    monkeypatch.setattr(pool_module, "fork_runs_autograd", lambda: False)
     one = Journal(tmp_path / "one.jsonl", "x")
     two = Journal(tmp_path / "two.jsonl", "x")
     list(run_jobs(local, _jobs(configs), one, workers=1))
     said: list[str] = []
-    list(run_jobs(local, _jobs(configs), two, workers=2, notify=said.append))
+    list(run_jobs(local, _jobs(configs), two, workers=2, notify=said.append, spawn=True))
     assert len(said) == 1 and "in this one process" in said[0] and "pickle" in said[0]
     _same_figures(one, two)
     with pytest.warns(RuntimeWarning, match="in this one process"):
-        list(run_jobs(local, _jobs(configs), Journal(tmp_path / "w.jsonl", "x"), workers=2))
+        list(
+            run_jobs(
+                local, _jobs(configs), Journal(tmp_path / "w.jsonl", "x"), workers=2, spawn=True
+            )
+        )
 
 
 def test_a_forked_child_cannot_run_a_backward_after_torch_export_and_a_backward():
@@ -216,3 +214,22 @@ def test_a_forked_child_cannot_run_a_backward_after_torch_export_and_a_backward(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
     )
     assert done.stdout.split() == ["True", "False"], done.stderr[-2000:]
+
+
+def test_the_defaults_join_the_final_round_whatever_the_halving_kept(bench, tmp_path):
+    pool = candidates("cifar", 10, bound=0.02, batch_norm=False, adapt_stages=None, tiers=1)
+    plan = [Round(3, 16), Round(1, 24)]
+    carried = pool[3]  # stands in for the defaults
+    rounds = run_rounds(
+        bench, ["a", "b"], pool[:3], plan, Journal(tmp_path / "j.jsonl", "x"), workers=1,
+        carried=(carried,),
+    )  # fmt: skip
+    first, last = rounds
+    assert carried.key not in {s.candidate.key for s in first}
+    assert carried.key in {s.candidate.key for s in last} and len(last) == 3
+    again = run_rounds(
+        bench, ["a", "b"], pool[:3], plan, Journal(tmp_path / "k.jsonl", "x"), workers=1,
+        carried=pool[:3],
+    )  # fmt: skip
+    keys = [s.candidate.key for s in again[-1]]
+    assert len(keys) == len(set(keys))  # one already kept is not run twice

@@ -44,6 +44,12 @@ def add_fit_parser(bench: Any) -> None:
         default=2.0,
         help="the rule's floor on the worst case inside the drift bound (realm fit's)",
     )
+    p.add_argument(
+        "--clean-drop",
+        type=float,
+        default=1.0,
+        help="the rule's floor on clean accuracy after the long stream (realm fit's)",
+    )
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="test stream seeds")
     p.add_argument("--limit", type=int, default=1000, help="samples per test stream")
     p.add_argument("--jobs", type=int, default=2, help="processes of the test runs")
@@ -92,9 +98,11 @@ def _fit(name: str, args: argparse.Namespace, home: Path) -> dict[str, Any]:
         "images": args.images,
         "seed": 0,
         "worst_drop": args.worst_drop,
+        "clean_drop": args.clean_drop,
     }
     kept = home / "fit-run.json"
-    if kept.is_file() and {"worst_drop": 2.0, **json.loads(kept.read_text())["asked"]} == asked:
+    older = {"worst_drop": 2.0, "clean_drop": 1.0}  # what a fit kept before these were asked
+    if kept.is_file() and {**older, **json.loads(kept.read_text())["asked"]} == asked:
         print(f"{name}: the fit kept in {home} is reused")
         return json.loads(kept.read_text())
     export = Path(args.cache_dir) / "fit-bench" / name
@@ -119,6 +127,8 @@ def _fit(name: str, args: argparse.Namespace, home: Path) -> dict[str, Any]:
         f"{args.minutes:g}",
         "--worst-drop",
         f"{args.worst_drop:g}",
+        "--clean-drop",
+        f"{args.clean_drop:g}",
         "--overwrite",
     ]
     print(f"{name}: {' '.join(command[2:])}", flush=True)

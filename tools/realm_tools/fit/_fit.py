@@ -189,6 +189,8 @@ def fit_realm_artifacts(
         ).tried
     source_clean = clean_accuracy(bench)
     worst = {t["bound"]: t["worst_accuracy"] for t in ladder.tried}
+    own_worst = next((t["worst_accuracy"] for t in bounds_tried if t["bound"] == own), None)
+    default = Candidate("defaults (REALM, preset)", config0, 0)
 
     left = budget - (time.perf_counter() - began) - export_s
     fingerprint = _fingerprint(model, options, stages, ladder.chosen)
@@ -220,6 +222,7 @@ def fit_realm_artifacts(
                 seconds_per_sample=per_sample * SAFETY,
                 workers=workers,
                 budget_s=left * SHARES["search"],
+                carried=1,
             )
             if plan is not None:
                 search_streams = tried
@@ -243,6 +246,7 @@ def fit_realm_artifacts(
             workers=workers,
             progress=progress,
             notify=once,
+            carried=(default,),
         )
         finalists = [s for s in rounds[-1] if s.candidate.config is not None]
         long_streams = [k for k in streams if k.startswith("field/")] + search_streams
@@ -261,7 +265,7 @@ def fit_realm_artifacts(
             s.candidate,
             s.mean,
             long_runs[f"long|{long_length}|{s.candidate.key}"]["clean_after"],
-            worst[ladder.chosen],
+            own_worst if s.candidate.key == default.key else worst[ladder.chosen],
             s.per_stream,
         )
         for s in finalists
@@ -269,7 +273,6 @@ def fit_realm_artifacts(
     choice = choose(measured, no_adapt=no_adapt, source_clean=source_clean, rule=options.rule)
 
     say("proving the choice on the held-out images")
-    default = Candidate("defaults (REALM, preset)", config0, 0)
     left = budget - (time.perf_counter() - began) - export_s
     proof = prove(
         model,
@@ -315,7 +318,7 @@ def fit_realm_artifacts(
         "defaults": {
             "label": default.label,
             "max_drift": own,
-            "worst": next((t["worst_accuracy"] for t in bounds_tried if t["bound"] == own), None),
+            "worst": own_worst,
         },
         "search": {
             "streams": len(search_streams),

@@ -180,6 +180,7 @@ def run_jobs(
     workers: int,
     progress: Callable[[int], None] | None = None,
     notify: Callable[[str], None] | None = None,
+    spawn: bool = False,
 ) -> Iterator[dict[str, dict[str, Any]]]:
     """Measure what the journal lacks of ``jobs`` on ``workers`` processes, yielding as done.
 
@@ -191,6 +192,7 @@ def run_jobs(
         progress: told the samples done so far.
         notify: told, in a sentence, when the jobs cannot run on ``workers`` processes
             (a warning where not given).
+        spawn: start the workers fresh even where forked ones could run a backward.
     """
     global _BENCH
     todo = []
@@ -201,7 +203,7 @@ def run_jobs(
     todo.sort(key=lambda j: -j.weight)
     _BENCH = bench
     done = 0
-    for job, results in _measured(bench, todo, workers, notify):
+    for job, results in _measured(bench, todo, workers, notify, spawn):
         journal.add(results)
         done += int(job.weight)
         if progress is not None:
@@ -210,13 +212,17 @@ def run_jobs(
 
 
 def _measured(
-    bench: Bench, todo: list[Job], workers: int, notify: Callable[[str], None] | None
+    bench: Bench,
+    todo: list[Job],
+    workers: int,
+    notify: Callable[[str], None] | None,
+    spawn: bool,
 ) -> Iterator[tuple[Job, dict[str, dict[str, Any]]]]:
     """Each job with its results as it finishes: here (one worker, or one job) or on a pool."""
     if workers <= 1 or len(todo) <= 1:
         yield from _here(todo, max(1, workers))
         return
-    if fork_runs_autograd():
+    if not spawn and fork_runs_autograd():
         context: Any = multiprocessing.get_context("fork")
         start: tuple[Callable[..., None], tuple[Any, ...]] = (_start_worker, ())
     else:

@@ -73,8 +73,8 @@ def markdown(report: dict[str, Any]) -> str:
     for f in report["finalists"]:
         verdict = "eligible" if f["why_not"] is None else f["why_not"]
         lines.append(
-            f"| {f['label']} | {f['mean']:.2f} | {f['clean_after']:.2f} | {f['worst']:.2f} | "
-            f"{verdict} |"
+            f"| {f['label']} | {f['mean']:.2f} | {f['clean_after']:.2f} | "
+            f"{'—' if f['worst'] is None else format(f['worst'], '.2f')} | {verdict} |"
         )
     lines += ["", f"Not adapting: {report['search']['no_adapt']:.2f}.", "", "## The search", ""]
     for number, r in enumerate(report["search"]["rounds"], start=1):
@@ -97,8 +97,9 @@ def rule_costs(report: dict[str, Any]) -> list[str]:
     """fit.md's lines on what the rule cost, where the defaults proved better than the choice.
 
     Empty where they did not (by more than the seeds' spread), or where the choice is not to
-    adapt; else the gap, and the worst case found inside the defaults' own bound that the
-    rule kept them out for, with the ``--worst-drop`` that would admit them.
+    adapt; else the gap, and why the search did not choose them: the floor the rule kept
+    them out by (with the ``--worst-drop`` or ``--clean-drop`` that would admit them), or
+    their lower mean on the search's streams.
     """
     proof, defaults, choice = report["proof"], report.get("defaults"), report["choice"]
     if not defaults or defaults["label"] not in proof["mean"] or not choice["adapts"]:
@@ -107,20 +108,38 @@ def rule_costs(report: dict[str, Any]) -> list[str]:
     spread = max(proof["spread"][defaults["label"]], proof["spread"][choice["label"]])
     if gap <= spread:
         return []
-    source, floor = report["source_clean"], report["rule"]["worst_drop"]
-    if defaults["worst"] is None:
-        why = "their worst case was not searched (the drift search ran out of its share)"
-    else:
-        drop = source - defaults["worst"]
+    source, rule = report["source_clean"], report["rule"]
+    finalists = report.get("finalists", [])
+    weighed = next((f for f in finalists if f["label"] == defaults["label"]), None)
+    if weighed is not None and weighed["why_not"] is None:
+        chosen = next(f for f in finalists if f["label"] == choice["label"])
         why = (
-            f"the worst case found inside their bound (max_drift {defaults['max_drift']:g}) "
-            f"loses {drop:.2f} points of clean accuracy, beyond the rule's {floor:g}"
-            + (f"; a fit with `--worst-drop {drop:.1f}` may choose them" if drop > floor else "")
+            f"on the search's streams their mean was {weighed['mean']:.2f}, against the "
+            f"choice's {chosen['mean']:.2f}"
         )
+    else:
+        worst = defaults["worst"] if weighed is None else weighed["worst"]
+        admit = []
+        if weighed is not None and source - weighed["clean_after"] > rule["clean_drop"]:
+            admit.append(f"`--clean-drop {source - weighed['clean_after']:.1f}`")
+        if worst is not None and source - worst > rule["worst_drop"]:
+            admit.append(f"`--worst-drop {source - worst:.1f}`")
+        if weighed is not None:
+            why = f"the rule kept them out: {weighed['why_not']}"
+        elif worst is None:
+            why = "their worst case was not searched (the drift search ran out of its share)"
+        else:
+            why = (
+                f"the worst case found inside their bound (max_drift {defaults['max_drift']:g}) "
+                f"loses {source - worst:.2f} points of clean accuracy, beyond the rule's "
+                f"{rule['worst_drop']:g}"
+            )
+        if admit:
+            why += f"; a fit with {' and '.join(admit)} may choose them"
     return [
         "",
         f"The defaults did {gap:.2f} points better than the choice on these streams, more than "
-        f"the seeds' spread: {why}. That is what the choice gives up for its worst case.",
+        f"the seeds' spread: {why}. That is what the choice gives up for the rule's floors.",
     ]
 
 

@@ -19,7 +19,7 @@ class Measured:
     candidate: Candidate
     mean: float  # mean online accuracy over the shifted streams
     clean_after: float  # clean accuracy after the long stream
-    worst: float  # the worst case found inside its drift bound (clean accuracy)
+    worst: float | None  # the worst case found inside its drift bound (None: not searched)
     per_stream: tuple[float, ...] = ()  # each stream's online accuracy, the streams in one order
 
 
@@ -66,6 +66,8 @@ def choose(
                 f"clean after the long stream {m.clean_after:.2f}, below the source's "
                 f"{source_clean:.2f} − {rule.clean_drop:g}"
             )
+        elif m.worst is None:
+            why = "its worst case is not known (no drift bound, or no time left to search it)"
         elif m.worst < source_clean - rule.worst_drop:
             why = (
                 f"worst case {m.worst:.2f}, below the source's {source_clean:.2f} − "

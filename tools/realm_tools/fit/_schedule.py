@@ -31,6 +31,7 @@ def halving(
     seconds_per_sample: float,
     workers: int,
     budget_s: float,
+    carried: int = 0,
 ) -> list[Round] | None:
     """The rounds of the longest first round that fits ``budget_s``; None if none does.
 
@@ -41,6 +42,7 @@ def halving(
         seconds_per_sample: what one adapting sample costs one worker.
         workers: processes measuring at once.
         budget_s: the search's share of the time.
+        carried: configurations that join the final round without running the others.
     """
 
     def rounds(first: int) -> list[Round]:
@@ -48,7 +50,11 @@ def halving(
 
     def cost(plan: list[Round]) -> float:
         return schedule_cost(
-            plan, streams=streams, seconds_per_sample=seconds_per_sample, workers=workers
+            plan,
+            streams=streams,
+            seconds_per_sample=seconds_per_sample,
+            workers=workers,
+            carried=carried,
         )
 
     if max_length < MIN_LENGTH or cost(rounds(MIN_LENGTH)) > budget_s:
@@ -79,8 +85,16 @@ def least_cost(
 
 
 def schedule_cost(
-    plan: list[Round], *, streams: int, seconds_per_sample: float, workers: int
+    plan: list[Round],
+    *,
+    streams: int,
+    seconds_per_sample: float,
+    workers: int,
+    carried: int = 0,
 ) -> float:
-    """Seconds a plan takes at ``seconds_per_sample`` on ``workers`` processes."""
-    samples = sum(r.candidates * r.length for r in plan) * streams
+    """Seconds a plan takes at ``seconds_per_sample`` on ``workers`` processes.
+
+    ``carried`` configurations run in the final round only.
+    """
+    samples = (sum(r.candidates * r.length for r in plan) + carried * plan[-1].length) * streams
     return samples * seconds_per_sample / workers

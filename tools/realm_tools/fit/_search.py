@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,10 +32,12 @@ def run_rounds(
     workers: int,
     progress: Callable[[str, int], Callable[[int], None]] | None = None,
     notify: Callable[[str], None] | None = None,
+    carried: Sequence[Candidate] = (),
 ) -> list[list[Standing]]:
     """Run ``plan``'s rounds: each keeps its best ``plan[r + 1].candidates`` for the next.
 
-    Not adapting runs beside every round, at the round's length, for the rule's floor.
+    Not adapting runs beside every round, at the round's length, for the rule's floor;
+    ``carried`` (the defaults) join the final round, so the rule always weighs them.
 
     Returns:
         Each round's standings, best first, not adapting among them.
@@ -44,6 +46,9 @@ def run_rounds(
     rounds = []
     for number, step in enumerate(plan):
         everyone = (NO_ADAPT_CANDIDATE, *alive)
+        if number + 1 == len(plan):
+            known = {c.key for c in everyone}
+            everyone += tuple(c for c in carried if c.key not in known)
         jobs = [Job((name,), step.length, everyone) for name in streams]
         tell = None
         if progress is not None:

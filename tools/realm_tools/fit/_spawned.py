@@ -12,12 +12,9 @@ import importlib.util
 import pickle
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
-
-if TYPE_CHECKING:
-    from ._pool import Bench
 
 
 class CannotSend(RuntimeError):
@@ -32,8 +29,8 @@ class Parcel:
     modules: tuple[tuple[str, str], ...]  # (name, file) of each module a class of the model is in
 
     @classmethod
-    def of(cls, bench: Bench) -> Parcel:
-        """Pack ``bench``, or raise :class:`CannotSend` saying why it does not pickle."""
+    def of(cls, bench: Any) -> Parcel:
+        """Pack ``bench`` (its ``model`` an ``nn.Module``), or raise :class:`CannotSend`."""
         modules = {}
         for part in bench.model.modules():
             name = type(part).__module__
@@ -64,7 +61,7 @@ def receive(parcel: Parcel) -> None:
         _ERROR = f"{type(exc).__name__}: {exc}"
 
 
-def received() -> Bench:
+def received() -> Any:
     """The bench this spawned worker rebuilt; :class:`CannotSend` where it could not."""
     if _RECEIVED is None:
         raise CannotSend(_ERROR or "the worker was given no bench")
