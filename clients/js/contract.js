@@ -71,6 +71,7 @@ export const NEW_PARAMS_NAME = "realm.new_params";
 export const NEW_VELOCITY_NAME = "realm.new_velocity";
 export const FINITE_NAME = "realm.finite";
 export const KEPT_NAME = "realm.kept";
+export const SAMPLE_INDEX_NAME = "realm.sample_index";
 export const ADAPT_UPDATED_NAME = "realm.updated";
 export const ADAPT_SELECTED_NAME = "realm.selected";
 export const ADAPT_REASON_NAME = "realm.reason";

@@ -146,6 +146,7 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
         self._lock = threading.RLock()
         self._reset_state()
         self._counters = dict.fromkeys(COUNTERS, 0)
+        self._sample_index = 0  # this step's first sample's index in the stream (DeYO's draw)
 
     # ------------------------------------------------------------------ public API
 
@@ -301,6 +302,7 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
     def _step(self, x: ArrayT) -> ResultT:
         """SPEC §3 on one batch: predict, decide, step, guard; the counters and the reasons."""
         batch = x.shape[0]  # type: ignore[attr-defined]
+        self._sample_index = self._counters[COUNTER_SAMPLES]  # the first of this batch's
         logits, forward = self._forward(x)
         self._counters[COUNTER_SAMPLES] += batch
         finite = self._finite(logits)

@@ -85,7 +85,11 @@ class StepBackend(ABC):
 
     @abstractmethod
     def compute(
-        self, x: np.ndarray, weights: np.ndarray, eata_factor: np.ndarray | None
+        self,
+        x: np.ndarray,
+        weights: np.ndarray,
+        eata_factor: np.ndarray | None,
+        sample: int = 0,
     ) -> Candidate:
         """Forward, loss ``Σ w_i L_i``, gradients and the new state, committing nothing.
 
@@ -94,6 +98,7 @@ class StepBackend(ABC):
             weights: ``(B,)`` loss weights, ``1/n`` on the ``n`` selected samples.
             eata_factor: EATA's detached ``exp(−(H_i − e0))`` when known before the call;
                 ``None`` lets the backend take it from this call's own logits (batch 1).
+            sample: the batch's first sample's index in the stream (``realm.sample_index``).
         """
 
     @abstractmethod

@@ -33,6 +33,7 @@ from ._names import (
     NEW_VELOCITY_NAME,
     ORT_FORMAT_KEY,
     PARAMS_NAME,
+    SAMPLE_INDEX_NAME,
     SAMPLE_WEIGHT_NAME,
     SETTINGS_NAME,
     SOURCE_PARAMS_KEY,
@@ -156,6 +157,7 @@ class PortableBackend(StepBackend):
         graph_inputs = {i.name for i in step.get_inputs()} if step is not None else set()
         # Bind only what the graph declares, so a graph without one of these still loads.
         self._hyper = {k: np.array(v, dtype=F32) for k, v in hyper.items() if k in graph_inputs}
+        self._draws = SAMPLE_INDEX_NAME in graph_inputs  # DeYO's patch order, drawn per sample
         self._counts_kept = step is not None and KEPT_NAME in {o.name for o in step.get_outputs()}
         if step is not None and config.rules.step_cut and not self._counts_kept:
             raise ArtifactError(
@@ -217,7 +219,11 @@ class PortableBackend(StepBackend):
         return np.concatenate(rows).astype(F32, copy=False)
 
     def compute(
-        self, x: np.ndarray, weights: np.ndarray, eata_factor: np.ndarray | None
+        self,
+        x: np.ndarray,
+        weights: np.ndarray,
+        eata_factor: np.ndarray | None,
+        sample: int = 0,
     ) -> Candidate:
         del eata_factor  # EATA's weight is computed inside the step graph
         if self._step is None:
@@ -227,6 +233,8 @@ class PortableBackend(StepBackend):
         binding.bind_cpu_input(SAMPLE_WEIGHT_NAME, np.ascontiguousarray(weights, dtype=F32))
         for name, value in self._hyper.items():
             binding.bind_cpu_input(name, value)
+        if self._draws:
+            binding.bind_cpu_input(SAMPLE_INDEX_NAME, np.array(sample, dtype=np.int64))
         binding.bind_ortvalue_input(PARAMS_NAME, self._params)
         binding.bind_ortvalue_input(VELOCITY_NAME, self._momentum)
         for name in (LOSS_NAME, self._logits_name, FINITE_NAME):

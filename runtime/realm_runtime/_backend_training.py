@@ -100,8 +100,13 @@ class TrainingBackend(StepBackend):
         return np.asarray(outputs[1], dtype=F32)
 
     def compute(
-        self, x: np.ndarray, weights: np.ndarray, eata_factor: np.ndarray | None
+        self,
+        x: np.ndarray,
+        weights: np.ndarray,
+        eata_factor: np.ndarray | None,
+        sample: int = 0,
     ) -> Candidate:
+        del sample  # no method the legacy artifacts hold draws
         eata = self._config.rules.entropy_weight
         fed = weights * eata_factor if eata and eata_factor is not None else weights
         self._module.train()

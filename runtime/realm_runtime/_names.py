@@ -115,6 +115,7 @@ NEW_PARAMS_NAME = "realm.new_params"  # (P,) output: the updated, projected para
 NEW_VELOCITY_NAME = "realm.new_velocity"  # (P,) output: the updated momentum buffers
 FINITE_NAME = "realm.finite"  # bool output: the loss and every gradient are finite
 KEPT_NAME = "realm.kept"  # samples the step's own cut kept (SAR at θ + ε, DeYO's PLPD)
+SAMPLE_INDEX_NAME = "realm.sample_index"  # int64: samples before this one (DeYO's draw)
 # The adapt graph's outputs besides the logits.
 ADAPT_UPDATED_NAME = "realm.updated"  # bool scalar output: the step was applied
 ADAPT_SELECTED_NAME = "realm.selected"  # bool scalar output: the sample passed the filters

@@ -307,7 +307,7 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
         # B > 1: the loss weights depend on the decisions, so the twin decides first.
         if self.schedule == "train" and x.shape[0] == 1:
             # batch 1: weight 1; EATA's factor is taken from the same logits
-            candidate = self._backend.compute(x, np.ones(1, dtype=F32), None)
+            candidate = self._backend.compute(x, np.ones(1, dtype=F32), None, self._sample_index)
             return candidate.logits, candidate
         return self._infer(x), None
 
@@ -320,7 +320,7 @@ class RealmRuntime(OnlineAdaptation[np.ndarray, AdaptResult]):
     def _compute(self, x: np.ndarray, forward: Candidate | None, sel: Selection) -> Candidate:
         if forward is not None:  # the schedule trained first: that call is this step
             return forward
-        return self._backend.compute(x, sel.weights, sel.eata_factor)
+        return self._backend.compute(x, sel.weights, sel.eata_factor, self._sample_index)
 
     def _accept(self, candidate: Candidate, sel: Selection) -> None:
         self._backend.accept(candidate)

@@ -199,7 +199,17 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
         knob = method_input(cfg)
         with torch.enable_grad():
             inputs = StepInputs(
-                logits_at, x, params, forward, sel.entropy, weight, learned, cfg.e0, knob, cfg
+                logits_at,
+                x,
+                params,
+                forward,
+                sel.entropy,
+                weight,
+                learned,
+                cfg.e0,
+                knob,
+                cfg,
+                sample=self._sample_index,
             )
             step = torch_form(cfg).step_loss(inputs)
             kept = None if step.kept is None else int(step.kept)

@@ -53,7 +53,8 @@ def decision_margin(adapter: RealmAdapter, x: np.ndarray) -> tuple[float, np.nda
     def predict(inputs: torch.Tensor) -> np.ndarray:
         return adapter.predict(inputs).detach().cpu().numpy()
 
-    margin = min(margin, torch_form(cfg).cut_margin(x_ref, logits, predict, cfg))
+    first = adapter.state.samples  # the index the step will draw for its first sample
+    margin = min(margin, torch_form(cfg).cut_margin(x_ref, logits, predict, cfg, first))
     ema = adapter.state.ema
     cos = None
     if cfg.rules.diversity and ema is not None:

@@ -3,9 +3,9 @@
 The reference follows the paper's Eq. (5)–(8) as its authors' code runs them: the entropy
 filter H < 0.5·ln C, PLPD = p_ŷ(x) − p_ŷ(x̃) on a patch-shuffled x̃ with the filter
 PLPD > τ, the weight exp(−(H − 0.4·ln C)) + exp(PLPD) (both detached), the mean of the
-weighted entropies, one torch.optim.SGD step. Its shuffle is written patch by patch here; the
-one documented difference, a fixed patch order instead of a fresh one per sample, is the
-order ``realm_runtime.methods.deyo.patch_permutation`` gives.
+weighted entropies, one torch.optim.SGD step. Its shuffle is written patch by patch here, in
+the order ``realm_runtime.methods.deyo.patch_order`` draws for each sample (numpy; the SDK
+draws it in torch ops, which the step graph traces).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch import nn
 
-from realm_runtime.methods.deyo import patch_permutation
+from realm_runtime.methods.deyo import patch_order
 from realm_sdk import Guardrails, RealmAdapter, RealmConfig
 
 CLASSES = 5
@@ -47,8 +47,7 @@ def _entropy(logits: torch.Tensor) -> torch.Tensor:
     return -(logits.softmax(1) * logits.log_softmax(1)).sum(1)
 
 
-def _shuffled(x: torch.Tensor, grid: int, seed: int) -> torch.Tensor:
-    perm = patch_permutation(grid, seed)
+def _shuffled(x: torch.Tensor, grid: int, perm: np.ndarray) -> torch.Tensor:
     ph, pw = x.shape[2] // grid, x.shape[3] // grid
     out = torch.empty_like(x)
     for k, source in enumerate(perm):
@@ -66,17 +65,17 @@ class _DeyoReference:
         self.params = [model.norm.weight, model.norm.bias]
         self.sgd = torch.optim.SGD(self.params, lr=cfg.lr, momentum=cfg.momentum)
 
-    def step(self, x: torch.Tensor) -> bool:
+    def step(self, x: torch.Tensor, sample: int) -> bool:
         cfg = self.cfg
+        grid = cfg.settings.patch_grid
+        (perm,) = patch_order(grid, cfg.settings.shuffle_seed, np.array([sample]))
         logits = self.model(x)
         h = _entropy(logits)
         first = h < 0.5 * math.log(CLASSES)
         if not first.any():
             return False
         with torch.no_grad():
-            shuffled = self.model(
-                _shuffled(x[first], cfg.settings.patch_grid, cfg.settings.shuffle_seed)
-            )
+            shuffled = self.model(_shuffled(x[first], grid, perm))
         p, q = logits[first].softmax(1), shuffled.softmax(1)
         top = p.argmax(1, keepdim=True)
         plpd = (p.gather(1, top) - q.gather(1, top)).reshape(-1)
@@ -106,7 +105,7 @@ def test_deyo_follows_its_reference_step_after_step(momentum):
     decisions = []
     for i in range(40):
         x = torch.from_numpy(rng.standard_normal((1, 3, SIDE, SIDE)) * 2)
-        updated = reference.step(x)
+        updated = reference.step(x, i)
         result = adapter.adapt(x)
         assert result.updated == updated, f"step {i}: the decisions differ ({result.reason})"
         decisions.append(updated)
@@ -118,14 +117,44 @@ def test_deyo_follows_its_reference_step_after_step(momentum):
     assert state.updates == sum(decisions) and state.skipped_entropy == 40 - sum(decisions)
 
 
-def test_the_shuffle_moves_every_patch_by_the_one_fixed_order():
-    perm = patch_permutation(4, 0)
-    assert sorted(perm.tolist()) == list(range(16)) and (perm != np.arange(16)).any()
-    assert (patch_permutation(4, 0) == perm).all()  # the same order on every call
+def test_each_sample_gets_a_patch_order_of_its_own_drawn_alike_in_numpy_and_torch():
+    from realm_sdk.methods.deyo import patch_order as torch_order
     from realm_sdk.methods.deyo import patch_shuffle
 
+    samples = np.arange(0, 40_000, dtype=np.int64)
+    orders = patch_order(4, 0, samples)
+    assert (np.sort(orders, axis=1) == np.arange(16)).all()  # each row a permutation
+    assert len({row.tobytes() for row in orders}) == len(samples)  # 16! orders: no repeat here
+    for seed, grid, some in [(0, 4, samples[:2000]), (7, 2, samples[:64]), (2**40, 8, samples)]:
+        got = torch_order(grid, seed, torch.from_numpy(some)).numpy()
+        assert (got == patch_order(grid, seed, some)).all(), (seed, grid)
+    huge = np.array([2**31 - 1, 2**31, 2**45 + 3], np.int64)  # indices past 31 bits
+    assert (torch_order(4, 0, torch.from_numpy(huge)).numpy() == patch_order(4, 0, huge)).all()
+    assert not (patch_order(4, 1, samples[:100]) == orders[:100]).all(axis=1).any()
+    # Every patch as likely at each place: the first place's counts within 5 standard errors.
+    counts = np.bincount(orders[:, 0], minlength=16)
+    expected, spread = len(samples) / 16, np.sqrt(len(samples) * (1 / 16) * (15 / 16))
+    assert np.abs(counts - expected).max() < 5 * spread, counts
     x = torch.arange(2 * 3 * 8 * 12, dtype=torch.float64).reshape(2, 3, 8, 12)
-    torch.testing.assert_close(patch_shuffle(x, 4, 0), _shuffled(x, 4, 0))
+    pair = patch_order(4, 0, np.array([5, 6]))
+    got = patch_shuffle(x, 4, torch.from_numpy(pair))
+    for b in range(2):
+        torch.testing.assert_close(got[b : b + 1], _shuffled(x[b : b + 1], 4, pair[b]))
+
+
+def test_a_reset_draws_the_orders_again_from_the_first_sample():
+    cfg = _config(plpd_threshold=0.1)
+    rng = np.random.default_rng(3)
+    xs = [torch.from_numpy(rng.standard_normal((1, 3, SIDE, SIDE)) * 2) for _ in range(12)]
+    fresh = RealmAdapter(SmallCnn(seed=1), cfg, input_shape=(3, SIDE, SIDE))
+    again = RealmAdapter(SmallCnn(seed=1), cfg, input_shape=(3, SIDE, SIDE))
+    for x in xs[:5]:
+        again.adapt(x)
+    again.reset()
+    for x in xs:
+        a, b = fresh.adapt(x), again.adapt(x)
+        assert a.updated == b.updated
+    torch.testing.assert_close(fresh.trainable_parameters(), again.trainable_parameters())
 
 
 def test_the_plpd_cut_refuses_a_sample_the_shuffle_does_not_change():

@@ -57,12 +57,15 @@ from realm_runtime.contract import (
     ADAPT_UPDATED_NAME,
     ADAPT_WATCH,
     ADAPT_WATCH_KEY,
+    COUNTER_SAMPLES,
     COUNTERS,
+    COUNTERS_NAME,
     EPISODIC_NAME,
     FILE_KEY,
     INPUT_NAME,
     LOGITS_NAME,
     PARAMS_NAME,
+    SAMPLE_INDEX_NAME,
     SAMPLE_WEIGHT_NAME,
     SETTINGS_NAME,
     SOURCE_PARAMS,
@@ -137,7 +140,8 @@ def _settings(graph: onnx.GraphProto) -> None:
     """Each setting the graph reads, gathered from ``realm.settings`` by its name.
 
     The graph's nodes (its branches' included) read the settings by name; a node per setting
-    read takes it out of the vector, so a client changes a setting by writing its slot.
+    read takes it out of the vector, so a client changes a setting by writing its slot. A
+    method that draws reads ``realm.sample_index``: the counter of samples, before this one.
     """
     used = _names_read(graph)
     nodes = []
@@ -151,6 +155,13 @@ def _settings(graph: onnx.GraphProto) -> None:
         if name == EPISODIC_NAME:
             nodes.append(helper.make_node("Cast", [value], [name], to=TensorProto.BOOL))
     nodes.append(helper.make_node("Identity", [SETTINGS_NAME], [next_name(SETTINGS_NAME)]))
+    if SAMPLE_INDEX_NAME in used:  # a method that draws: the samples before this one
+        k = COUNTERS.index(COUNTER_SAMPLES)
+        index = numpy_helper.from_array(np.array(k, np.int64), "adapt.const.counter_samples")
+        graph.initializer.append(index)
+        nodes.append(
+            helper.make_node("Gather", [COUNTERS_NAME, index.name], [SAMPLE_INDEX_NAME], axis=0)
+        )
     rest = list(graph.node)
     del graph.node[:]
     graph.node.extend([*nodes, *rest])  # first: the forward reads none, the rest may

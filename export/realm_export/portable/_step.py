@@ -25,8 +25,9 @@ translator (:mod:`._to_onnx`; opset 18, IR ≤ 10), and the forward cut out of i
   SAR's graph also takes ``realm.sam_rho`` and returns ``realm.kept``: its loss is the
   entropy at θ + ρ·g/‖g‖ of the samples that pass the cut ``H < e0`` there too. DeYO's
   takes ``realm.plpd_threshold`` and returns ``realm.kept``: its loss weighs the samples
-  whose PLPD under the patch shuffle passes the threshold. ``realm.kept`` counts the
-  samples the step kept (none: the runtime skips the sample).
+  whose PLPD under the patch shuffle passes the threshold, and ``realm.sample_index`` (int64:
+  the samples before this one), from which it draws the sample's patch order.
+  ``realm.kept`` counts the samples the step kept (none: the runtime skips the sample).
 
 ``forward_model.onnx`` — ``input`` and the same ``realm.params`` (α, λ unused; a required
 input with no default: ONNX Runtime's JavaScript bindings cannot feed an input that also has
@@ -66,6 +67,7 @@ from realm_runtime.contract import (
     NEW_VELOCITY_NAME,
     PARAMS_NAME,
     RELAX_NAME,
+    SAMPLE_INDEX_NAME,
     SAMPLE_WEIGHT_NAME,
     VELOCITY_NAME,
     TensorSlot,
@@ -169,13 +171,25 @@ def build_portable_graphs(
         velocity: Tensor,
         anchor: Tensor,
         knob: Tensor,
+        sample: Tensor,
     ) -> tuple[Tensor, ...]:
         # knob: Method.step_input (REALM's relax, SAR's ρ, DeYO's τ); else unused
+        # sample: the sample's index in the stream, for a method that draws (DeYO); else unused
         params = unflatten(flat)
         logits = logits_of(x, params)
         learned = params[n_norm:]  # REALM's α, λ; empty for the others
         inputs = StepInputs(
-            logits_at, x, [flat], logits, entropy(logits), weight, learned, e0, knob, config
+            logits_at,
+            x,
+            [flat],
+            logits,
+            entropy(logits),
+            weight,
+            learned,
+            e0,
+            knob,
+            config,
+            sample=sample,
         )
         out = form.step_loss(inputs)
         (grad,) = torch.autograd.grad(out.loss, [flat])
@@ -213,6 +227,7 @@ def build_portable_graphs(
         torch.zeros_like(source),
         torch.tensor(0.0),
         torch.tensor(method_input(config)),
+        torch.tensor(0, dtype=torch.int64),
     ]
     step_gm = trace(step, step_args)
     step_inputs = [
@@ -227,6 +242,7 @@ def build_portable_graphs(
         VELOCITY_NAME,
         ANCHOR_NAME,
         rules.step_input or RELAX_NAME,  # Tent's and EATA's: unused, no input of the graph
+        SAMPLE_INDEX_NAME,  # read only by a method that draws (DeYO): else no input
     ]
     step_outputs = [LOSS_NAME, LOGITS_NAME, FINITE_NAME, NEW_PARAMS_NAME, NEW_VELOCITY_NAME]
     if rules.step_cut:

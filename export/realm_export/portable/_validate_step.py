@@ -69,6 +69,7 @@ def validate_portable(
         PLPD_THRESHOLD_NAME,
         RELAX_NAME,
         SAM_RHO_NAME,
+        SAMPLE_INDEX_NAME,
         VELOCITY_NAME,
     )
 
@@ -98,6 +99,7 @@ def validate_portable(
             ANCHOR_NAME: np.array(0.0, np.float32),  # the gradient is read from the momentum
             RELAX_NAME: np.array(0.0, np.float32),
             PLPD_THRESHOLD_NAME: np.array(hyper[PLPD_THRESHOLD_NAME], np.float32),
+            SAMPLE_INDEX_NAME: np.array(0, np.int64),  # the reference's draw: the first sample's
         }
         out = dict(
             zip(

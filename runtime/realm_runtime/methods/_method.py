@@ -37,6 +37,8 @@ class Method:
     step_cut: bool = False
     # The step graph's input of its own scalar (contract name; None: it has none).
     step_input: str | None = None
+    # Its step draws from the sample's index in the stream (realm.sample_index: DeYO's order).
+    draws: bool = False
     entropy_share: float = 0.4  # e0 = this·ln C unless RealmConfig.entropy_margin says
     # Why onnxruntime-training's artifacts cannot hold the step, as a clause (None: they can).
     legacy_training: str | None = None

@@ -23,9 +23,9 @@ PerSampleLoss = Callable[[Tensor, Sequence[Tensor], "Tensor | float", RealmConfi
 # (inputs, θ as tensors in the trainable order) → logits: a second forward at another point.
 LogitsAt = Callable[[Tensor, Sequence[Tensor]], Tensor]
 
-# (inputs as numpy, logits at θ, inputs → logits at θ, config) → the distance of the step's
-# own cut from its threshold, for the float32 tie check (inf: no cut of its own).
-CutMargin = Callable[[np.ndarray, np.ndarray, Callable[[Tensor], np.ndarray], RealmConfig], float]
+# (inputs, logits at θ, inputs → logits at θ, config, the first sample's index) → the
+# distance of the step's own cut from its threshold, for the float32 tie check (inf: none).
+CutMargin = Callable[[Tensor, np.ndarray, Callable[[Tensor], np.ndarray], RealmConfig, int], float]
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ class StepInputs:
     e0: Tensor | float  # the entropy margin (a graph input in the step graph)
     knob: Tensor | float  # the method's own scalar (Method.step_input: SAR's ρ, DeYO's τ)
     config: RealmConfig  # everything a graph fixes at export (grid sizes, seeds)
+    sample: Tensor | int = 0  # the batch's first sample's index in the stream (DeYO's draw)
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,9 @@ def _any_input(x: Tensor, config: RealmConfig) -> None:
     """Every input the model takes suits the method."""
 
 
-def _no_cut(x: np.ndarray, logits: np.ndarray, predict: object, config: RealmConfig) -> float:
+def _no_cut(
+    x: Tensor, logits: np.ndarray, predict: object, config: RealmConfig, sample: int
+) -> float:
     return float("inf")
 
 

@@ -1,9 +1,11 @@
 """DeYO's step in torch: PLPD under a patch shuffle decides and weighs (Lee et al., ICLR 2024).
 
 PLPD = p_ŷ(x) − p_ŷ(x̃), ŷ the prediction on x and x̃ the image with its patches shuffled
-(``realm_runtime.methods.deyo``: one fixed order). A sample kept by the entropy cut updates
-when PLPD > ``plpd_threshold``; its entropy is weighed by exp(−(H − 0.8·e0)) + exp(PLPD),
-both constants of the step.
+in an order of its own, drawn from the seed and the sample's index in the stream
+(:func:`patch_order`, the twin of ``realm_runtime.methods.deyo.patch_order``, in torch ops
+the step graph traces). A sample kept by the entropy cut updates when PLPD >
+``plpd_threshold``; its entropy is weighed by exp(−(H − 0.8·e0)) + exp(PLPD), both
+constants of the step.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import torch
 from torch import Tensor
 
 from realm_runtime import RealmConfig
-from realm_runtime.methods.deyo import WEIGHT_MARGIN_SHARE, DeyoSettings, patch_permutation
+from realm_runtime.methods import deyo as twin
+from realm_runtime.methods.deyo import WEIGHT_MARGIN_SHARE, DeyoSettings
 
 from ._form import StepInputs, StepLoss, TorchForm
 
@@ -41,15 +44,48 @@ def check_image(x: Tensor, grid: int) -> None:
         )
 
 
-def patch_shuffle(x: Tensor, grid: int, seed: int) -> Tensor:
-    """``x`` (B, C, H, W) with its ``grid × grid`` patches in the method's one fixed order."""
+def patch_order(grid: int, seed: int, samples: Tensor) -> Tensor:
+    """Each sample's patch order (``(B, grid²)`` int64), as the runtime's twin draws it.
+
+    ``realm_runtime.methods.deyo.patch_keys`` in torch ops the step graph traces to Mul,
+    BitwiseXor, BitwiseAnd and TopK, all exact in int64.
+
+    Args:
+        grid: patches per side.
+        seed: ``DeyoSettings.shuffle_seed``.
+        samples: ``(B,)`` int64, each sample's index in the stream.
+    """
+    a, b, c, d = twin.MULTIPLIERS
+    mask, n = twin.MASK, grid * grid
+    x = torch.bitwise_and(
+        torch.bitwise_and(samples, mask) * twin.SAMPLE_STRIDE + (seed & mask), mask
+    )
+    h = torch.bitwise_and(torch.bitwise_xor(torch.bitwise_and(x * a, mask), twin.SALTS[0]), mask)
+    h = torch.bitwise_and(h * b, mask)
+    patches = torch.arange(n, dtype=torch.int64, device=samples.device)
+    v = torch.bitwise_and(torch.bitwise_xor(h.unsqueeze(1), patches * twin.PATCH_STRIDE), mask)
+    v = torch.bitwise_and(torch.bitwise_xor(torch.bitwise_and(v * c, mask), twin.SALTS[1]), mask)
+    v = torch.bitwise_and(v * d, mask)
+    keys = torch.bitwise_and(v, twin.HIGH) + patches  # distinct: the order has no tie to break
+    return torch.topk(keys, n, dim=1, largest=False, sorted=True).indices
+
+
+def patch_shuffle(x: Tensor, grid: int, order: Tensor) -> Tensor:
+    """``x`` (B, C, H, W) with each sample's ``grid × grid`` patches in its ``order`` (B, grid²)."""
     b, c, h, w = x.shape
     ph, pw = h // grid, w // grid
-    perm = torch.from_numpy(patch_permutation(grid, seed)).to(x.device)
-    patches = x.reshape(b, c, grid, ph, grid, pw).permute(0, 1, 2, 4, 3, 5)
-    shuffled = patches.reshape(b, c, grid * grid, ph, pw).index_select(2, perm)
-    back = shuffled.reshape(b, c, grid, grid, ph, pw).permute(0, 1, 2, 4, 3, 5)
+    patches = x.reshape(b, c, grid, ph, grid, pw).permute(0, 2, 4, 1, 3, 5)
+    patches = patches.reshape(b, grid * grid, c, ph, pw)
+    index = order.reshape(b, grid * grid, 1, 1, 1).expand(b, grid * grid, c, ph, pw)
+    shuffled = torch.gather(patches, 1, index)
+    back = shuffled.reshape(b, grid, grid, c, ph, pw).permute(0, 3, 1, 4, 2, 5)
     return back.reshape(b, c, h, w)
+
+
+def _samples(first: Tensor | int, batch: int, device: torch.device) -> Tensor:
+    """The batch's samples' indices in the stream, from the first's."""
+    start = torch.as_tensor(first, dtype=torch.int64, device=device).reshape(())
+    return start + torch.arange(batch, dtype=torch.int64, device=device)
 
 
 def plpd(logits: Tensor, shuffled_logits: Tensor) -> Tensor:
@@ -68,8 +104,9 @@ def plpd_loss(s: StepInputs) -> StepLoss:
     """
     frozen = [p.detach() for p in s.theta]
     own = DeyoSettings.of(s.config)
-    grid, seed = own.patch_grid, own.shuffle_seed
-    shuffled = s.logits_at(patch_shuffle(s.x, grid, seed), frozen).detach()
+    grid = own.patch_grid
+    order = patch_order(grid, own.shuffle_seed, _samples(s.sample, s.x.shape[0], s.x.device))
+    shuffled = s.logits_at(patch_shuffle(s.x, grid, order), frozen).detach()
     drop = plpd(s.logits.detach(), shuffled)
     h = s.entropy
     kept = ((s.weight > 0) & (drop > s.knob)).to(h.dtype)
@@ -79,11 +116,17 @@ def plpd_loss(s: StepInputs) -> StepLoss:
 
 
 def plpd_margin(
-    x: Tensor, logits: np.ndarray, predict: Callable[[Tensor], np.ndarray], config: RealmConfig
+    x: Tensor,
+    logits: np.ndarray,
+    predict: Callable[[Tensor], np.ndarray],
+    config: RealmConfig,
+    sample: int,
 ) -> float:
     """The smallest distance of a sample's PLPD from ``plpd_threshold``, in float64."""
     own = DeyoSettings.of(config)
-    shuffled = predict(patch_shuffle(x, own.patch_grid, own.shuffle_seed))
+    grid = own.patch_grid
+    order = patch_order(grid, own.shuffle_seed, _samples(sample, x.shape[0], x.device))
+    shuffled = predict(patch_shuffle(x, grid, order))
     drop = plpd(torch.from_numpy(logits).double(), torch.from_numpy(shuffled).double())
     return float((drop - own.plpd_threshold).abs().min())
 
