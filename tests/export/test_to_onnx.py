@@ -179,3 +179,28 @@ def test_a_written_graph_the_checker_refuses_is_named_with_the_reason(tmp_path):
     model.graph.node[0].input[1] = "a"
     onnx.save(model, str(fine))
     check_written(fine)  # raises nothing
+
+
+def test_only_a_method_that_draws_takes_the_samples_index():
+    from realm_runtime import METHODS
+    from realm_runtime.contract import SAMPLE_INDEX_NAME
+    from realm_runtime.methods import method_named
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 4, 3, padding=1),
+        torch.nn.GroupNorm(2, 4),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(2),
+        torch.nn.Flatten(),
+        torch.nn.Linear(16, 10),
+    ).eval()
+    example = torch.randn(1, 1, 8, 8)
+    drawing = set()
+    for name in METHODS:
+        config = RealmConfig.preset("cifar", num_classes=10).with_overrides(method=name)
+        names = RealmAdapter(model, config).trainable_names
+        graphs = build_portable_graphs(model, config, names, example)
+        if SAMPLE_INDEX_NAME in {i.name for i in graphs.step.graph.input}:
+            drawing.add(name)
+    assert drawing == {n for n in METHODS if method_named(n).draws} == {"deyo"}

@@ -171,10 +171,11 @@ def build_portable_graphs(
         velocity: Tensor,
         anchor: Tensor,
         knob: Tensor,
-        sample: Tensor,
+        *drawn: Tensor,
     ) -> tuple[Tensor, ...]:
         # knob: Method.step_input (REALM's relax, SAR's ρ, DeYO's τ); else unused
-        # sample: the sample's index in the stream, for a method that draws (DeYO); else unused
+        # drawn: the sample's index in the stream, for a method that draws (DeYO); else none
+        sample = drawn[0] if drawn else 0
         params = unflatten(flat)
         logits = logits_of(x, params)
         learned = params[n_norm:]  # REALM's α, λ; empty for the others
@@ -227,7 +228,7 @@ def build_portable_graphs(
         torch.zeros_like(source),
         torch.tensor(0.0),
         torch.tensor(method_input(config)),
-        torch.tensor(0, dtype=torch.int64),
+        *([torch.tensor(0, dtype=torch.int64)] if rules.draws else []),
     ]
     step_gm = trace(step, step_args)
     step_inputs = [
@@ -242,7 +243,7 @@ def build_portable_graphs(
         VELOCITY_NAME,
         ANCHOR_NAME,
         rules.step_input or RELAX_NAME,  # Tent's and EATA's: unused, no input of the graph
-        SAMPLE_INDEX_NAME,  # read only by a method that draws (DeYO): else no input
+        *([SAMPLE_INDEX_NAME] if rules.draws else []),  # a method that draws (DeYO)
     ]
     step_outputs = [LOSS_NAME, LOGITS_NAME, FINITE_NAME, NEW_PARAMS_NAME, NEW_VELOCITY_NAME]
     if rules.step_cut:
