@@ -145,10 +145,10 @@ def test_nonfinite_gradient_is_refused(runtime, monkeypatch):
         return
     real = runtime._backend.compute
 
-    def poisoned(x, weights, eata_factor):
+    def poisoned(x, weights, eata_factor, sample=0):
         # What each backend reports for a NaN gradient (its own detection: test_portable_backend.py
         # for the step graph's realm.finite, the numpy check on ORT's gradients here).
-        candidate = real(x, weights, eata_factor)
+        candidate = real(x, weights, eata_factor, sample)
         if runtime.backend == "ort-training":
             name = next(iter(candidate.payload))
             candidate.payload[name] = candidate.payload[name] * np.float32("nan")
