@@ -362,3 +362,27 @@ def _copy(module):
     import copy
 
     return copy.deepcopy(module)
+
+
+def test_a_gate_torch_computes_exactly_is_still_fragile_for_another_kernel():
+    """An input torch computes to its last bit (its float32 error 0) lies 2e-9 of its layer's
+    largest value from the ReLU's kink: a blocked kernel summing in another order may round
+    it across, so the float64 ranking puts it first, before inputs a thousand times farther."""
+    import copy
+
+    from realm_tools.parity import near_gates
+
+    class Shift(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bias = torch.nn.Parameter(torch.zeros(4))
+
+        def forward(self, x):
+            return x + self.bias  # exact: adding zeros
+
+    model = torch.nn.Sequential(Shift(), torch.nn.ReLU())
+    x = torch.tensor([[4.0, 1e-8, -3e-6, 2.0]])
+    wide = copy.deepcopy(model).double()
+    gates = near_gates(model, x, wide)
+    assert [g.position for g in gates] == [1, 2]  # 2e-9 and 7.5e-7 of 4: both within rounding
+    assert gates[0].value == pytest.approx(1e-8)

@@ -35,9 +35,13 @@ KINK_SHARE = 1e-5
 # Gates tried per parting step, nearest to a kink first: the step is taken once per gate.
 KINK_CANDIDATES = 16
 # With a float64 twin: an input is a gate where its float64 value lies within this many
-# times its own float32 error (|v32 - v64|) of the kink; another kernel's error may be a few
-# times torch's, on either side.
+# times its float32 error of the kink; another kernel's error may be a few times torch's,
+# on either side.
 FRAGILE = 10.0
+# The float32 error an input may carry in another kernel, whatever torch's own was: a
+# rounding of its layer's largest value (a sum's terms are that large; a blocked kernel
+# sums them in another order).
+ROUNDING = float(torch.finfo(torch.float32).eps)
 
 
 # The modules that are one of those activations: a gate in one is named by the module alone.
@@ -139,8 +143,11 @@ def near_gates(model: nn.Module, x: torch.Tensor, wide: nn.Module | None = None)
 
     Without ``wide``: the inputs within :data:`KINK_SHARE` of their layer's largest value of
     a kink, nearest first. With ``wide``, the same model in float64: the inputs whose float64
-    value lies within :data:`FRAGILE` times their own float32 error of the kink, by that
-    ratio, those float32 puts on the other side of the kink first (ratio below 1). Near-zero
+    value lies within :data:`FRAGILE` times their float32 error of the kink, by that ratio,
+    those float32 puts on the other side of the kink first (ratio below 1). The error is
+    torch's own, or one rounding of the layer's largest value where torch's was smaller:
+    torch may compute an input to its last bit that a blocked kernel, summing in another
+    order, rounds across the kink (ONNX Runtime's NCHWc convolutions on AVX-512). Near-zero
     inputs that every kernel computes alike (a zero-initialised norm's, say: thousands,
     each exact to its last bit) then no longer crowd out the few a kernel's rounding flips.
     Inputs exactly on a kink in both come last: most are exact zeros that every
@@ -159,7 +166,7 @@ def near_gates(model: nn.Module, x: torch.Tensor, wide: nn.Module | None = None)
                 near = torch.nonzero(share <= KINK_SHARE).flatten()
                 rank = share.double()
             else:
-                error = (v.double() - v64).abs()
+                error = torch.maximum((v.double() - v64).abs(), torch.tensor(ROUNDING * scale))
                 rank = (v64 - kink).abs() / error.clamp_min(1e-300)
                 exact = (v == kink) & (v64 == kink)
                 near = torch.nonzero((rank <= FRAGILE) | exact).flatten()
