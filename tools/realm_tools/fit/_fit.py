@@ -8,6 +8,7 @@ import hashlib
 import json
 import shutil
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,7 +94,8 @@ def fit_realm_artifacts(
     began = time.perf_counter()
     budget = options.minutes * 60
     say = notify or (lambda _: None)
-    once = _once(say)  # the pool's fallback, said the first time it happens
+    # The pool's fallback, said the first time it happens (a warning where nobody listens).
+    once = _once(notify or _warn)
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()) and not options.overwrite:
         raise FitInputError(f"{out} exists and is not empty: pass --overwrite to replace it")
@@ -431,6 +433,10 @@ def _too_small(
         f"{per_sample * 1e3:.1f} ms, an export {export_s:.0f} s, the set-up took {spent:.0f} s; "
         f"give at least --minutes {least / 60:.1f}"
     )
+
+
+def _warn(sentence: str) -> None:
+    warnings.warn(sentence, RuntimeWarning, stacklevel=2)
 
 
 def _once(say: Callable[[str], None]) -> Callable[[str], None]:
