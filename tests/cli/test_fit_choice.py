@@ -191,3 +191,21 @@ def test_fit_md_names_the_floor_that_kept_the_defaults_out_when_they_were_weighe
     report["finalists"][1] = finalist(defaults, 79.0, 90.2, 89.5, None)  # eligible, lower
     text = " ".join(rule_costs(report))
     assert "their mean was 79.00, against the choice's 80.00" in text and "--" not in text
+
+
+def test_an_unknown_worst_case_excludes_only_under_a_floor_it_could_break(three) -> None:
+    a, b, _ = three
+    finalists = [
+        Measured(a, mean=80.0, clean_after=89.5, worst=88.5),
+        Measured(b, mean=82.0, clean_after=89.8, worst=None),  # its bound was not searched
+    ]
+    kept = choose(finalists, no_adapt=75.0, source_clean=90.0, rule=FitRule())
+    assert kept.candidate is a
+    assert (
+        "worst case is not known"
+        in {v.measured.candidate.label: v.why_not for v in kept.verdicts}[b.label]
+    )
+    lifted = choose(
+        finalists, no_adapt=75.0, source_clean=90.0, rule=FitRule(worst_drop=99, clean_drop=99)
+    )
+    assert lifted.candidate is b  # source − 99 < 0: no worst case can break that floor

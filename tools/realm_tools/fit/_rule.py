@@ -66,9 +66,9 @@ def choose(
                 f"clean after the long stream {m.clean_after:.2f}, below the source's "
                 f"{source_clean:.2f} − {rule.clean_drop:g}"
             )
-        elif m.worst is None:
+        elif m.worst is None and source_clean - rule.worst_drop > 0:  # a floor it may break
             why = "its worst case is not known (no drift bound, or no time left to search it)"
-        elif m.worst < source_clean - rule.worst_drop:
+        elif m.worst is not None and m.worst < source_clean - rule.worst_drop:
             why = (
                 f"worst case {m.worst:.2f}, below the source's {source_clean:.2f} − "
                 f"{rule.worst_drop:g}"
