@@ -244,6 +244,10 @@ class RealmConfig:
         """Inverse of :meth:`to_dict`; unknown keys are an error, not silently dropped."""
         data = dict(data)
         method = data.get("method", REALM.name)
+        if not isinstance(method, str):
+            raise ValueError(
+                f"method must be a method's name, one of {sorted(BY_NAME)}, got {method!r}"
+            )
         own = data.pop(method, None) if method in BY_NAME else None
         known = {f.name for f in dataclasses.fields(cls)} - {"settings"}
         unknown = sorted(set(data) - known)

@@ -168,3 +168,9 @@ def test_frozen_and_dict_round_trip():
     assert again == cfg
     with pytest.raises(ValueError, match="unknown RealmConfig fields"):
         RealmConfig.from_dict({**cfg.to_dict(), "bogus": 1})
+
+
+@pytest.mark.parametrize("method", [["realm"], {"name": "realm"}, 3, None])
+def test_a_method_that_is_not_a_name_is_refused_in_a_sentence(method):
+    with pytest.raises(ValueError, match=r"method must be a method's name, one of \['deyo'"):
+        RealmConfig.from_dict({"num_classes": 10, "method": method})
