@@ -82,10 +82,11 @@ def patch_shuffle(x: Tensor, grid: int, order: Tensor) -> Tensor:
     return back.reshape(b, c, h, w)
 
 
-def _samples(first: Tensor | int, batch: int, device: torch.device) -> Tensor:
-    """The batch's samples' indices in the stream, from the first's."""
-    start = torch.as_tensor(first, dtype=torch.int64, device=device).reshape(())
-    return start + torch.arange(batch, dtype=torch.int64, device=device)
+def _shuffled(x: Tensor, own: DeyoSettings, first: Tensor | int) -> Tensor:
+    """``x`` shuffled in the orders drawn for its samples, the first at index ``first``."""
+    start = torch.as_tensor(first, dtype=torch.int64, device=x.device).reshape(())
+    samples = start + torch.arange(x.shape[0], dtype=torch.int64, device=x.device)
+    return patch_shuffle(x, own.patch_grid, patch_order(own.patch_grid, own.shuffle_seed, samples))
 
 
 def plpd(logits: Tensor, shuffled_logits: Tensor) -> Tensor:
@@ -103,10 +104,7 @@ def plpd_loss(s: StepInputs) -> StepLoss:
     The shuffled copy's forward is at θ with no gradient to it.
     """
     frozen = [p.detach() for p in s.theta]
-    own = DeyoSettings.of(s.config)
-    grid = own.patch_grid
-    order = patch_order(grid, own.shuffle_seed, _samples(s.sample, s.x.shape[0], s.x.device))
-    shuffled = s.logits_at(patch_shuffle(s.x, grid, order), frozen).detach()
+    shuffled = s.logits_at(_shuffled(s.x, DeyoSettings.of(s.config), s.sample), frozen).detach()
     drop = plpd(s.logits.detach(), shuffled)
     h = s.entropy
     kept = ((s.weight > 0) & (drop > s.knob)).to(h.dtype)
@@ -124,9 +122,7 @@ def plpd_margin(
 ) -> float:
     """The smallest distance of a sample's PLPD from ``plpd_threshold``, in float64."""
     own = DeyoSettings.of(config)
-    grid = own.patch_grid
-    order = patch_order(grid, own.shuffle_seed, _samples(sample, x.shape[0], x.device))
-    shuffled = predict(patch_shuffle(x, grid, order))
+    shuffled = predict(_shuffled(x, own, sample))
     drop = plpd(torch.from_numpy(logits).double(), torch.from_numpy(shuffled).double())
     return float((drop - own.plpd_threshold).abs().min())
 
