@@ -54,7 +54,13 @@ def _check_one(case: ParityCase, report) -> None:
     assert report.min_margin >= TIE_MARGIN
     assert report.cos_error * 10 <= TIE_MARGIN
     assert report.near_ties_resynced <= max(1, case.steps // 10)
-    assert report.step_ties <= max(1, case.steps // 50)  # a kink within rounding is rare
+    # A kink within rounding is rare. A step redone alike from the reference's own state
+    # (no kink) parts states only where the float32 reference itself strays beyond
+    # tolerance from float64 (an arbitrated case's measured figure): then one in ten.
+    kinked = len({k.split(":")[0] for k in report.kinks})
+    assert kinked <= max(1, case.steps // 50)
+    strays = any(report.sdk_float64.get(q, 0.0) > TOLERANCES[q] for q in report.sdk_float64)
+    assert report.step_ties - kinked <= max(1, case.steps // (10 if strays else 50))
     # Only the stream's 3e38 samples (every 13th step) may overflow on one side alone.
     assert report.overflow_resynced <= case.steps // 13
     rules = method_named(case.method)
@@ -386,3 +392,58 @@ def test_a_gate_torch_computes_exactly_is_still_fragile_for_another_kernel():
     gates = near_gates(model, x, wide)
     assert [g.position for g in gates] == [1, 2]  # 2e-9 and 7.5e-7 of 4: both within rounding
     assert gates[0].value == pytest.approx(1e-8)
+
+
+class _Place(torch.nn.Module):
+    """Puts chosen values at chosen positions of its input, exactly in float32: (x − c) + t."""
+
+    def __init__(self, at, current, targets):
+        super().__init__()
+        c, t = torch.zeros_like(current), torch.zeros_like(current)
+        c[:, at], t[:, at] = current[:, at], targets
+        self.register_buffer("c", c)
+        self.register_buffer("t", t)
+
+    def forward(self, x):
+        return (x - self.c) + self.t
+
+
+def test_a_gate_buried_under_inputs_no_gradient_reaches_is_found_by_its_pull(tmp_path):
+    """Forty ReLU inputs within 1e-9 of the kink feed a head column of zeros: the nearest
+    first, they fill every candidate place ahead of the one gate, 2e-6 from the kink, whose
+    flip a kernel took. Ranked by how far each flip moves the SDK's step towards the
+    kernel's, that gate comes first, and kink_split names it alone."""
+    import copy
+
+    from realm_runtime import Guardrails, RealmConfig
+    from realm_sdk import RealmAdapter
+    from realm_tools.parity import flipped_step, kink_split, step_gates
+    from realm_tools.parity._judge import GREEDY_GATES
+    from realm_tools.parity._kinks import KINK_CANDIDATES
+
+    width, buried, relevant = 48, list(range(40)), 44
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(1, width)).astype(np.float32)
+    torch.manual_seed(0)
+    norm = torch.nn.LayerNorm(width)
+    with torch.no_grad():
+        current = norm(torch.from_numpy(x))
+    at = [*buried, relevant]
+    targets = torch.tensor([1e-9 * (k + 1) for k in buried] + [2e-6])
+    head = torch.nn.Linear(width, 3)
+    with torch.no_grad():
+        head.weight[:, buried] = 0.0  # no gradient ever reaches those gates
+    source = torch.nn.Sequential(norm, _Place(at, current, targets), torch.nn.ReLU(), head)
+    config = RealmConfig.preset("cifar", num_classes=3, guardrails=Guardrails.off())
+    before = tmp_path / "before.npz"
+    sdk = RealmAdapter(copy.deepcopy(source), config)
+    sdk.save(before)
+    assert sdk.adapt(torch.from_numpy(x)).updated
+
+    gates = step_gates(source, config, before, x)
+    order = [g.position for g in gates]
+    assert order.index(relevant) >= max(KINK_CANDIDATES, GREEDY_GATES)  # buried by closeness
+    gate = gates[order.index(relevant)]
+    kernel = flipped_step(source, config, before, x, ((gate, gate.slopes[0]),))
+    named = kink_split(source, config, before, x, kernel, sdk)
+    assert named == str(gate)

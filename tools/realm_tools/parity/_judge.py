@@ -21,6 +21,7 @@ from torch import nn
 from realm_runtime.contract import PARAMS_NAME, VELOCITY_NAME
 from realm_sdk import RealmConfig
 
+from ._aligned import aligned_gates
 from ._kinks import Gate, flipped_step, state_arrays, step_branches, step_gates
 
 # Tolerances, in one place; the measurements each rests on are in docs/parity.md. Every one
@@ -156,7 +157,9 @@ def kink_split(
     those steps it lies within tolerance of. A side no single gate explains is matched to a
     set of gates, grown one at a time (the most fragile first, each kept where it brings the
     step nearer the side; at most :data:`GREEDY_GATES` tried): kernels that block a layer
-    differently may round several inputs of one forward to the other side. The sides
+    differently may round several inputs of one forward to the other side. The gates are
+    tried first in the order their flips move the step towards the side
+    (:func:`~realm_tools.parity._aligned.aligned_gates`), then nearest a kink first. The sides
     landing on different steps is a tie decided by the kernels' rounding.
 
     Args:
@@ -183,10 +186,16 @@ def kink_split(
         if None not in landed:
             break
     if None in landed and plain is not None:
-        gates = step_gates(source, config, before, x, device)[:GREEDY_GATES]
+        ranked = step_gates(source, config, before, x, device)
         for i, state in enumerate(states):
             if landed[i] is None:
-                landed[i] = _greedy(source, config, before, x, state, plain, gates, device)
+                aligned = aligned_gates(source, config, before, x, ranked, state, plain, device)
+                landed[i] = _greedy(
+                    source, config, before, x, state, plain, aligned[:GREEDY_GATES], device
+                )
+            if landed[i] is None:
+                nearest = ranked[:GREEDY_GATES]
+                landed[i] = _greedy(source, config, before, x, state, plain, nearest, device)
     if None in landed or len(set(landed)) == 1:
         return None
     named = dict.fromkeys(g for found in landed if found for g in found)

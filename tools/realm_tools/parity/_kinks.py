@@ -113,6 +113,8 @@ class Gate:
     # The slopes another kernel may give it: the other side's, or on the kink each side's
     # that torch's own is not (a bound given as a tensor takes half of each there).
     slopes: tuple[float, ...] = field(default=(), compare=False, repr=False)
+    # The slope torch's own backward gives it (what a flip to one of ``slopes`` replaces).
+    own: float = field(default=1.0, compare=False, repr=False)
 
     def __str__(self) -> str:
         layer = self.layer or "model"
@@ -177,10 +179,12 @@ def near_gates(model: nn.Module, x: torch.Tensor, wide: nn.Module | None = None)
                 value = float(v[i])
                 order = (value == kink, float(rank[i]))
                 if value != kink:
+                    own = right if value > kink else left
                     slopes = (left if value > kink else right,)
                 else:
-                    slopes = tuple(side for side in (left, right) if side != at)
-                found.append((order, Gate(name, index, i, value, kink, call.op, slopes)))
+                    own, slopes = at, tuple(side for side in (left, right) if side != at)
+                gate = Gate(name, index, i, value, kink, call.op, slopes, own)
+                found.append((order, gate))
     found.sort(key=lambda item: item[0])
     return [gate for _, gate in found]
 
