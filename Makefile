@@ -128,7 +128,7 @@ fmnist-tables: $(STAMP) data
 		$(FMNIST_BENCH) --model $$m --settings episodic --seeds $(FMNIST_SEEDS) --limit 1000 \
 			--out docs/fmnist/$$m || exit 1; \
 	done
-	$(FMNIST_BENCH) --settings episodic --seeds 0 --limit 1000 --methods eata sar realm \
+	$(FMNIST_BENCH) --settings episodic --seeds 0 --limit 1000 --methods eta sar realm \
 		--set lr=0.0003125 lr_alpha_lambda=0.000625 freeze_last_block=true \
 		--out docs/fmnist/resnet26_gn-sar-reading
 	@for m in $(FMNIST_MODELS); do \
@@ -167,8 +167,8 @@ $(RUNTIME_PY):
 # corrupted with another seed), the paper's readings and ablations side by side.
 FMNIST_VAL = $(FMNIST_BENCH) --split val --settings episodic --seeds 0 --limit 500
 fmnist-val: $(STAMP) data
-	$(FMNIST_VAL) --methods none eata realm realm-guarded --out docs/fmnist/resnet26_gn-val
-	$(FMNIST_VAL) --methods realm eata sar --set lr=0.0003125 lr_alpha_lambda=0.000625 \
+	$(FMNIST_VAL) --methods none eta realm realm-guarded --out docs/fmnist/resnet26_gn-val
+	$(FMNIST_VAL) --methods realm eta sar --set lr=0.0003125 lr_alpha_lambda=0.000625 \
 		freeze_last_block=true --out docs/fmnist/resnet26_gn-val-sar-reading
 	$(FMNIST_VAL) --methods realm --set lr_alpha_lambda=0.005 --out docs/fmnist/resnet26_gn-val-lr-al-same
 	$(FMNIST_VAL) --methods realm --set lr_alpha_lambda=0.0005 --out docs/fmnist/resnet26_gn-val-lr-al-small
@@ -176,4 +176,4 @@ fmnist-val: $(STAMP) data
 	$(FMNIST_VAL) --methods realm --set diversity_margin=1.0 --out docs/fmnist/resnet26_gn-val-no-sdiv
 	$(FMNIST_VAL) --methods realm --set loss_scale=lambda --out docs/fmnist/resnet26_gn-val-scale-lambda
 	$(FMNIST_VAL) --methods realm --set freeze_last_block=true --out docs/fmnist/resnet26_gn-val-frozen-block
-	$(FMNIST_VAL) --methods eata realm --set lr=0.01 lr_alpha_lambda=0.02 --out docs/fmnist/resnet26_gn-val-lr0.01
+	$(FMNIST_VAL) --methods eta realm --set lr=0.01 lr_alpha_lambda=0.02 --out docs/fmnist/resnet26_gn-val-lr0.01

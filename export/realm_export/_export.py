@@ -31,7 +31,7 @@ from realm_runtime.contract import (
     INFERENCE_MODEL,
     LAMBDA_NAME,
 )
-from realm_sdk import RealmAdapter, RealmConfig
+from realm_sdk import RealmAdapter, RealmConfig, select_trainable
 
 from ._directory import empty_dir, write_manifest, written_files
 from ._drift import fit_drift
@@ -264,8 +264,19 @@ def _trace(model: nn.Module, plan: Plan) -> Traced:
             raise
         # The portable graph does not need it: the inference model comes from its forward.
         log.warning("no TorchScript forward graph (the portable graph stands in): %s", exc)
-        return Traced(source, example, trainable, requires_grad, None, [], {})
-    return Traced(source, example, trainable, requires_grad, forward, branches, versions)
+        fisher = _fisher(source, plan)
+        return Traced(source, example, trainable, requires_grad, None, [], {}, fisher)
+    fisher = _fisher(source, plan)
+    return Traced(source, example, trainable, requires_grad, forward, branches, versions, fisher)
+
+
+def _fisher(source: nn.Module, plan: Plan) -> dict[str, torch.Tensor] | None:
+    """λ_F·F of a method with clean state (EATA), from the options' clean images, once."""
+    if plan.config.rules.clean_state is None:
+        return None
+    plan.notify("estimating the Fisher information on the clean images")
+    adapter = RealmAdapter(copy.deepcopy(source), plan.config, clean_images=plan.options.clean_of())
+    return adapter.fisher
 
 
 def _example(shape: tuple[int, ...], seed: int) -> torch.Tensor:
@@ -281,7 +292,12 @@ def _reference(model: nn.Module, config: RealmConfig) -> tuple[nn.Module, list[s
     """
     source = _copy_model(model).eval()
     try:
-        trainable = RealmAdapter(copy.deepcopy(source), config).trainable_names
+        trainable = select_trainable(
+            copy.deepcopy(source),
+            config.frozen,
+            freeze_last_block=config.freeze_last_block,
+            adapt_stages=config.adapt_stages,
+        )
     except ValueError as exc:
         raise UnsupportedModelError(str(exc)) from exc
     for p in source.parameters():

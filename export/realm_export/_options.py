@@ -145,6 +145,9 @@ class ExportOptions:
     signing_key: object | None = None  # Ed25519 key (PEM path, PEM bytes, key): signs realm.json
     memory: MemoryCheck | None = None  # measure the updating peak (and fit a budget); None: not
     drift_check: DriftCheck | None = None  # fit max_drift to a worst case on labelled images
+    # Clean inputs (N, C, ...) of the app's own, for a method with clean_state (EATA's
+    # Fisher information, baked into the graphs); None: drift_check's images, if any.
+    clean_images: Any = None
     fit: Mapping[str, Any] | None = None  # what `realm fit` chose this config by: kept as given
     # The directory.
     overwrite: bool = False  # replace an existing non-empty output directory
@@ -223,7 +226,19 @@ class ExportOptions:
             )
         if self.memory is not None and self.portable is False:
             errors.append("memory measures the portable adapt graph: it needs portable=True")
+        rules = self.config.rules if isinstance(self.config, RealmConfig) else None
+        if rules is not None and rules.clean_state and self.clean_of() is None:
+            errors.append(
+                f"{rules.label} needs {rules.clean_state}: pass clean_images=x (clean inputs "
+                f"of your own, (N, C, ...)), or use method 'eta', {rules.label} without it"
+            )
         return errors
+
+    def clean_of(self) -> Any:
+        """The clean images a method's set-up reads: ``clean_images``, else drift_check's."""
+        if self.clean_images is not None:
+            return self.clean_images
+        return self.drift_check.images if isinstance(self.drift_check, DriftCheck) else None
 
 
 def _positive_int(value: object) -> bool:

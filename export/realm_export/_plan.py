@@ -80,6 +80,8 @@ class Traced:
     forward: onnx.ModelProto | None  # the TorchScript forward graph; None: it failed
     branches: list[str]  # where the tracer froze data-dependent control flow
     versions: dict[str, int]  # IR version and opset of the forward graph
+    # λ_F·F by adapted tensor, computed once from the clean images (EATA); None: no such state.
+    fisher: dict[str, torch.Tensor] | None = None
 
 
 @dataclass(frozen=True)

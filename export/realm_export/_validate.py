@@ -359,7 +359,10 @@ def torch_reference(
         ``(logits, loss, {name: grad}, trainable names)``.
     """
     ref = copy.deepcopy(model)
-    adapter = RealmAdapter(ref, config)  # the SDK's parameter selection and configuration
+    # At θ0 a clean-state regulariser (EATA's λ_F·Σ F(θ − θ0)²) and its gradient are 0
+    # whatever F: zeros stand in for it exactly (the adapt graph's check moves θ, with F).
+    zeros = {n: torch.zeros_like(p) for n, p in ref.named_parameters()}
+    adapter = RealmAdapter(ref, config, fisher=zeros)  # the SDK's selection and configuration
     names = list(adapter.trainable_names)
     named = dict(ref.named_parameters())
     params = [named[n] for n in names]
@@ -376,8 +379,20 @@ def torch_reference(
     with torch.enable_grad():
         logits = ref(x)
         w = torch.from_numpy(weights)
+        held = config.rules.clean_state is not None
         inputs = StepInputs(
-            logits_at, x, params, logits, entropy(logits), w, learned, config.e0, knob, config
+            logits_at,
+            x,
+            params,
+            logits,
+            entropy(logits),
+            w,
+            learned,
+            config.e0,
+            knob,
+            config,
+            origin=[p.detach().clone() for p in params] if held else (),
+            fisher=[torch.zeros_like(p) for p in params] if held else (),
         )
         loss = torch_form(config).step_loss(inputs).loss
         grads = torch.autograd.grad(loss, [*params, *learned])

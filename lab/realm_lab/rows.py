@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from realm_runtime.methods import BY_NAME, EATA, REALM, SAR, TENT
+from realm_runtime.methods import BY_NAME, ETA, REALM, SAR, TENT
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Row:
 NO_ADAPT = Row("none", "no-adapt", None, cost=0.3)
 REALM_GUARDED = Row("realm-guarded", "REALM + guardrails", REALM.name, guarded=True)
 REALM_RUNTIME = Row("realm-runtime", "REALM (runtime)", REALM.name, runtime=True)
-RDUMB = Row("rdumb", "RDumb", EATA.name, reset_every=1000)  # RDumb's own period
+RDUMB = Row("rdumb", "RDumb", ETA.name, reset_every=1000)  # RDumb's own period
 
 # Table order: the source, the methods in the registry's order, then the variants of one.
 ROWS: dict[str, Row] = {
@@ -63,12 +63,12 @@ ROWS: dict[str, Row] = {
 
 # What each bench runs when --methods is not given. The stored tables were made with these,
 # so a rerun of a documented command redoes nothing: a new method runs where it is asked for.
-QUALITY_DEFAULT = (NO_ADAPT.key, TENT.name, EATA.name, REALM.name, REALM_RUNTIME.key)
-STREAMS_DEFAULT = (NO_ADAPT.key, TENT.name, EATA.name, SAR.name, REALM.name, REALM_GUARDED.key)
-ENDLESS_DEFAULT = (NO_ADAPT.key, REALM_GUARDED.key, EATA.name, RDUMB.key)
+QUALITY_DEFAULT = (NO_ADAPT.key, TENT.name, ETA.name, REALM.name, REALM_RUNTIME.key)
+STREAMS_DEFAULT = (NO_ADAPT.key, TENT.name, ETA.name, SAR.name, REALM.name, REALM_GUARDED.key)
+ENDLESS_DEFAULT = (NO_ADAPT.key, REALM_GUARDED.key, ETA.name, RDUMB.key)
 # The methods whose filters the frame attacker models (DeYO's PLPD cut it does not), each run
 # with and without its guardrails.
-FRAME_METHODS = (TENT.name, EATA.name, SAR.name, REALM.name)
+FRAME_METHODS = (TENT.name, ETA.name, SAR.name, REALM.name)
 
 
 def row_named(key: str) -> Row:

@@ -256,6 +256,14 @@ class RealmConfig:
             raise ValueError(f"settings of {strays} in a configuration of method {method!r}")
         if unknown:
             raise ValueError(f"unknown RealmConfig fields: {unknown}")
+        if method in BY_NAME and method_named(method).clean_state and not own:
+            label = method_named(method).label
+            raise ValueError(
+                f"this configuration of {label} carries none of its settings ({method!r}: "
+                f"{{...}}): it was written before {label} had its Fisher regulariser, and its "
+                f"graphs run ETA's step; read it as method 'eta', or export again with "
+                f"method {method!r} and clean_images"
+            )
         try:
             if own is not None:
                 rules = method_named(method)

@@ -25,6 +25,7 @@ from realm_runtime import (
 )
 
 from ._adapter import AdaptResult, RealmAdapter
+from ._fisher import fisher_information
 from ._loss import entropy
 from ._margin import decision_margin, prediction_cosines
 from ._params import (
@@ -54,6 +55,7 @@ __all__ = [
     "decision_margin",
     "eata_loss",
     "entropy",
+    "fisher_information",
     "last_block_patterns",
     "norm_affine_names",
     "norm_layer_types",

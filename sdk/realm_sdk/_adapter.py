@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +17,7 @@ from realm_runtime.contract import LR_ALPHA_LAMBDA_NAME, OnlineAdaptation, State
 from realm_runtime.methods.realm import alpha_lambda_start
 
 from ._batch_norm import contiguous_batch_norms
+from ._fisher import fisher_information
 from ._inputs import check_input, infer_sample_shape
 from ._loss import entropy
 from ._params import batch_norm_names, select_trainable
@@ -80,9 +81,15 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
         config: hyper-parameters; :meth:`RealmConfig.preset` gives the paper's.
         input_shape: per-sample input shape ``(C, H, W)`` to enforce; by default only the
             rank and channel count are checked (from the first convolution).
+        clean_images: clean inputs of the app's own ``(N, C, ...)``, preprocessed as the
+            model's: what a method with ``clean_state`` (EATA's Fisher information) computes
+            its state from, once, here; the other methods ignore them.
+        fisher: that state itself, as another adapter's :attr:`fisher` gave it (an export
+            computes it once for every graph and check); instead of ``clean_images``.
 
     Raises:
-        ValueError: the model has nothing to adapt, or a frozen pattern is invalid.
+        ValueError: the model has nothing to adapt, a frozen pattern is invalid, or the
+            method needs clean images and none (or unusable ones) were given.
 
     A call is serialised by an internal lock, so one adapter may be shared between threads.
     """
@@ -93,6 +100,8 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
         config: RealmConfig,
         *,
         input_shape: tuple[int, ...] | None = None,
+        clean_images: Any = None,
+        fisher: Mapping[str, Tensor] | None = None,
     ) -> None:
         self.model = model
         self.config = config
@@ -120,6 +129,7 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
         self._like: dict[str, Any] = {"dtype": self._dtype, "device": self._device}
         self._source = {n: p.detach().clone() for n, p in self._params.items()}
         self._update: tuple[RealmConfig, FlatUpdate, dict[str, Tensor]] | None = None
+        self._fisher = self._clean_state(clean_images, fisher)
         super().__init__()
 
     # ------------------------------------------------------------------ public API
@@ -144,6 +154,33 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
         """Copies of the SGD momentum buffers of the adapted parameters (zeros before a step)."""
         with self._lock:
             return {n: v.clone() for n, v in self._momentum.items()}
+
+    @property
+    def fisher(self) -> dict[str, Tensor]:
+        """λ_F times EATA's Fisher information per adapted tensor (empty: another method)."""
+        return {n: f.clone() for n, f in self._fisher.items()}
+
+    def _clean_state(
+        self, clean_images: Any, fisher: Mapping[str, Tensor] | None
+    ) -> dict[str, Tensor]:
+        needs = self.config.rules.clean_state
+        if needs is None:
+            return {}
+        if fisher is not None:
+            missing = sorted(set(self._params) - set(fisher))
+            if missing:
+                raise ValueError(f"fisher lacks the adapted tensors {missing[:3]}")
+            return {n: fisher[n].detach().to(**self._like).clone() for n in self._params}
+        if clean_images is None:
+            rules = self.config.rules
+            raise ValueError(
+                f"{rules.label} needs {needs}: pass RealmAdapter(model, config, "
+                f"clean_images=x) with clean inputs of your own (N, C, ...), or use "
+                f"method 'eta', {rules.label} without it"
+            )
+        return fisher_information(
+            self.model, self._params, clean_images, self.config, sample_shape=self._sample_shape
+        )
 
     # ------------------------------------------------------------------ OnlineAdaptation's hooks
 
@@ -210,6 +247,8 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
                 knob,
                 cfg,
                 sample=self._sample_index,
+                origin=list(self._source.values()) if self._fisher else (),
+                fisher=list(self._fisher.values()),
             )
             step = torch_form(cfg).step_loss(inputs)
             kept = None if step.kept is None else int(step.kept)

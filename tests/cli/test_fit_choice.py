@@ -92,7 +92,7 @@ def _tiers() -> dict[tuple[str, int], object]:
 
 def test_a_lead_within_the_streams_noise_goes_to_the_simpler_configuration() -> None:
     pool = _tiers()
-    tuned, paper = pool[("eata", 1)], pool[("realm", 0)]
+    tuned, paper = pool[("eta", 1)], pool[("realm", 0)]
     noisy = (80.0, 84.0, 78.0, 86.0, 79.0, 83.0)  # the gap swings by ±4 points stream to stream
     gap = (1.0, -1.0, 1.5, -0.5, 0.5, 0.1)
     finalists = [
@@ -114,7 +114,7 @@ def test_a_lead_within_the_streams_noise_goes_to_the_simpler_configuration() -> 
 
 def test_a_lead_the_streams_agree_on_is_kept() -> None:
     pool = _tiers()
-    tuned, paper = pool[("eata", 1)], pool[("realm", 0)]
+    tuned, paper = pool[("eta", 1)], pool[("realm", 0)]
     base = (80.0, 84.0, 78.0, 86.0, 79.0, 83.0)
     finalists = [
         Measured(tuned, 81.85, 90.0, 89.0, per_stream=tuple(a + 0.5 for a in base)),
@@ -127,7 +127,7 @@ def test_a_lead_the_streams_agree_on_is_kept() -> None:
 
 def test_a_tie_never_reaches_an_ineligible_configuration() -> None:
     pool = _tiers()
-    tuned, paper = pool[("eata", 1)], pool[("realm", 0)]
+    tuned, paper = pool[("eta", 1)], pool[("realm", 0)]
     same = (80.0, 84.0, 78.0)
     finalists = [
         Measured(tuned, 80.67, 90.0, 89.0, per_stream=same),

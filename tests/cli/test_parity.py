@@ -417,9 +417,13 @@ def test_a_gate_buried_under_inputs_no_gradient_reaches_is_found_by_its_pull(tmp
 
     from realm_runtime import Guardrails, RealmConfig
     from realm_sdk import RealmAdapter
-    from realm_tools.parity import flipped_step, kink_split, step_gates
-    from realm_tools.parity._judge import GREEDY_GATES
-    from realm_tools.parity._kinks import KINK_CANDIDATES
+    from realm_tools.parity import (
+        GREEDY_GATES,
+        KINK_CANDIDATES,
+        flipped_step,
+        kink_split,
+        step_gates,
+    )
 
     width, buried, relevant = 48, list(range(40)), 44
     rng = np.random.default_rng(0)

@@ -65,13 +65,13 @@ def _runtime_steps(
     [
         {},
         {"method": "tent"},
-        {"method": "eata"},
+        {"method": "eta"},
         {"method": "sar", "recovery_loss": 0.8},
         {"method": "deyo"},
         {"lr": 0.02, "guardrails": Guardrails(relax=0.05, anchor=0.01, max_drift=0.004)},
         {"adapt_stages": 1},
     ],
-    ids=["realm", "tent", "eata", "sar-recovering", "deyo", "guardrails", "last-stage"],
+    ids=["realm", "tent", "eta", "sar-recovering", "deyo", "guardrails", "last-stage"],
 )
 def test_node_app_takes_the_runtimes_steps(digits_model, stream, tmp_path, overrides):
     artifacts = tmp_path / "artifacts"
@@ -97,7 +97,7 @@ def test_node_app_takes_the_runtimes_steps(digits_model, stream, tmp_path, overr
     assert rt.state.updates > 0
     if overrides.get("method") != "tent":  # Tent has no filter: every sample updates
         assert rt.state.skipped_diversity + rt.state.skipped_entropy > 0
-    if rt.state.alpha is not None and overrides.get("method") != "eata":
+    if rt.state.alpha is not None and overrides.get("method") != "eta":
         assert there[-1]["alpha"] == pytest.approx(rt.state.alpha, abs=TOLERANCES["alpha"])
     restored = RealmRuntime(artifacts, threads=1)
     restored.restore(state)  # the app's checkpoint is the SDK's state file

@@ -162,7 +162,7 @@ def server(tmp_path_factory) -> Iterator[tuple[str, Path]]:
 CASES = {
     "realm-cifar": {},
     "tent": {"method": "tent"},
-    "eata": {"method": "eata"},
+    "eta": {"method": "eta"},
     "sar": {"method": "sar", "recovery_loss": 0.8},
     "deyo": {"method": "deyo"},
 }

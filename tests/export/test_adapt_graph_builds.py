@@ -40,7 +40,7 @@ print(json.dumps({"ort": onnxruntime.__version__, "rows": rows}))
 """
 
 
-@pytest.mark.parametrize("case", ["realm", "tent", "eata", "sar-recovering"])
+@pytest.mark.parametrize("case", ["realm", "tent", "eta", "sar-recovering"])
 def test_the_docs_client_on_the_newest_onnxruntime(
     case, runtime_python, digits_model, digits, tmp_path
 ):

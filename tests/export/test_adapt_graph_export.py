@@ -64,7 +64,7 @@ def test_a_max_pooling_forward_pools_without_indices_and_updates_as_the_sdk(tmp_
     assert 0 < rt.state.updates < 60
 
 
-@pytest.mark.parametrize("method", ["realm", "eata"])
+@pytest.mark.parametrize("method", ["realm", "eta"])
 def test_the_export_validates_the_adapt_graph_on_selected_and_skipped_samples(
     method, digits_model, tmp_path
 ):
@@ -75,7 +75,7 @@ def test_the_export_validates_the_adapt_graph_on_selected_and_skipped_samples(
     assert all(r["passed"] and r["mismatch"] is None for r in reports)
     assert all(r["steps"] >= 6 and r["logits_max_abs"] <= r["logits_tol"] for r in reports)
     # EATA: the written graph, and its twin with the cut opened so that the update runs too.
-    assert len(reports) == (2 if method == "eata" else 1)
+    assert len(reports) == (2 if method == "eta" else 1)
     seen = set().union(*(r["reasons"] for r in reports))
     assert "updated" in seen and seen - {"updated"}, seen
 

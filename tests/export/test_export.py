@@ -169,7 +169,7 @@ def test_large_models_export_and_validate(name, tmp_path):
     print(f"{name}: {info.seconds:.1f} s\n{info.validation.table()}")
 
 
-@pytest.mark.parametrize("method", ["tent", "eata"])
+@pytest.mark.parametrize("method", ["tent", "eta"])
 def test_baseline_methods_train_only_norm_parameters(method, tmp_path):
     model = DigitsGNNet().train()
     before = {k: v.clone() for k, v in model.state_dict().items()}

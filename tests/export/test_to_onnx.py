@@ -199,8 +199,11 @@ def test_only_a_method_that_draws_takes_the_samples_index():
     drawing = set()
     for name in METHODS:
         config = RealmConfig.preset("cifar", num_classes=10).with_overrides(method=name)
-        names = RealmAdapter(model, config).trainable_names
-        graphs = build_portable_graphs(model, config, names, example)
+        adapter = RealmAdapter(model, config, clean_images=torch.randn(4, 1, 8, 8))
+        fisher = adapter.fisher or None  # EATA's regulariser, from those clean images
+        graphs = build_portable_graphs(
+            model, config, adapter.trainable_names, example, fisher=fisher
+        )
         if SAMPLE_INDEX_NAME in {i.name for i in graphs.step.graph.input}:
             drawing.add(name)
     assert drawing == {n for n in METHODS if method_named(n).draws} == {"deyo"}

@@ -53,7 +53,7 @@ ADAPT_CASES = {
     "realm": ({}, "shifted"),
     "realm-imagenet": ({"preset": "imagenet", "diversity_margin": 0.4, "lr": 2e-3}, "shifted"),
     "tent": ({"method": "tent"}, "shifted"),
-    "eata": ({"method": "eata"}, "shifted"),
+    "eta": ({"method": "eta"}, "shifted"),
     "sar-recovering": ({"method": "sar", "recovery_loss": 0.8}, "shifted"),
     "deyo": ({"method": "deyo"}, "shifted"),
     "guardrails": (

@@ -148,7 +148,7 @@ def test_a_crafted_frame_stays_in_the_pixel_range_and_hurts_more_than_the_natura
 def test_an_attack_stream_counts_its_frames_and_scores_the_benign_ones(digits):
     settings = FrameSettings(iterations=1, batch=16)
     share = 0.25
-    row = attack_stream(digits, "eata", False, share, settings=settings, per_corruption=4)
+    row = attack_stream(digits, "eta", False, share, settings=settings, per_corruption=4)
     assert row.frames == 4 * 12 and row.crafted == round(share * row.frames)
     assert 0 <= row.crafted_updates <= min(row.crafted, row.updates)
     assert row.benign_online is not None and 0 <= row.benign_online <= 100
@@ -158,7 +158,7 @@ def test_an_attack_stream_counts_its_frames_and_scores_the_benign_ones(digits):
     still = attack_stream(digits, "none", False, 1.0, settings=settings, per_corruption=4)
     assert still.crafted == 0 and still.clean_after == still.source_accuracy and still.updates == 0
     with pytest.raises(ValueError, match="share must be in"):
-        attack_stream(digits, "eata", False, 0.0)
+        attack_stream(digits, "eta", False, 0.0)
     with pytest.raises(ValueError, match="unknown method 'deyo'"):
         attack_stream(digits, "deyo", False, 0.5)
 

@@ -78,10 +78,10 @@ def test_the_command_runs_every_row_through_the_runtime_and_writes_the_plot(tmp_
     assert main(argv) == 0
     data = json.loads((tmp_path / "ccc.json").read_text())
     rows = {r["method"]: r for r in data["rows"]}
-    assert list(rows) == ["none", "realm-guarded", "eata", "rdumb"]
+    assert list(rows) == ["none", "realm-guarded", "eta", "rdumb"]
     assert all(r["samples"] == 600 and len(r["windows"]) == 3 for r in rows.values())
     assert rows["none"]["updates"] == 0 and rows["rdumb"]["resets"] == 0  # 600 < 1000
-    assert rows["realm-guarded"]["updates"] > 0 and rows["eata"]["updates"] > 0
+    assert rows["realm-guarded"]["updates"] > 0 and rows["eta"]["updates"] > 0
     assert len(data["calibration"]["chosen"]) >= 2 and data["meta"]["seed"] == 4
     table = (tmp_path / "ccc.md").read_text()
     assert "| realm-guarded |" in table and "worst window − no-adapt" in table
@@ -89,12 +89,12 @@ def test_the_command_runs_every_row_through_the_runtime_and_writes_the_plot(tmp_
     assert not list((tmp_path / "rows" / ".partial").iterdir())  # finished: no checkpoint left
     # Finished rows are kept: the same command takes them back; another stream runs anew.
     capsys.readouterr()
-    assert main([*argv, "--methods", "none", "eata"]) == 0
+    assert main([*argv, "--methods", "none", "eta"]) == 0
     out = capsys.readouterr().out
     assert "none: " in out and out.count(" (kept)\n") == 2
     again = {r["method"]: r for r in json.loads((tmp_path / "ccc.json").read_text())["rows"]}
-    assert again["eata"]["windows"] == rows["eata"]["windows"]
-    assert again["eata"]["kept"] and not rows["eata"]["kept"]
+    assert again["eta"]["windows"] == rows["eta"]["windows"]
+    assert again["eta"]["kept"] and not rows["eta"]["kept"]
     marked = (tmp_path / "ccc.md").read_text()  # the table says which rows it took back
     assert "(kept)" not in table and marked.count(" (kept) |") == 2 and "rows/" in marked
     # --set changes REALM's row alone: the no-adapt row is taken back, REALM's runs anew.

@@ -198,11 +198,11 @@ def test_the_table_says_where_realm_loses():
         events = dict.fromkeys(("resets_recovery", "resets_collapse", "drift_clips"), 0)
         return StreamRun("mixed", method, 0, 10, accuracy, [], clean, 0, events)
 
-    runs = [run("eata", 80.0, 96.0), run("sar", 70.0, 97.0), run("realm", 75.0, 97.0)]
+    runs = [run("eta", 80.0, 96.0), run("sar", 70.0, 97.0), run("realm", 75.0, 97.0)]
     runs.append(run("realm-guarded", 81.0, 96.5))
     table = streams_tables(runs)
     assert "### Where REALM loses" in table
-    assert "- mixed, online accuracy: REALM 75.0 < EATA 80.0" in table
+    assert "- mixed, online accuracy: REALM 75.0 < ETA 80.0" in table
     assert "- mixed, clean after: REALM + guardrails 96.5 < SAR 97.0" in table
     assert "REALM + guardrails 81.0" not in table  # it beats both: no line
     assert "REALM 97.0 <" not in table  # a tie is no loss
@@ -325,8 +325,8 @@ def test_the_episodic_table_has_a_row_per_corruption_and_the_gain_over_no_adapt(
     runs = [
         run("none", 0, {"fog": 50.0, "snow": 60.0}),
         run("none", 1, {"fog": 52.0, "snow": 62.0}),
-        run("eata", 0, {"fog": 58.0, "snow": 61.0}),
-        run("eata", 1, {"fog": 60.0, "snow": 63.0}),
+        run("eta", 0, {"fog": 58.0, "snow": 61.0}),
+        run("eta", 1, {"fog": 60.0, "snow": 63.0}),
         run("realm", 0, {"fog": 55.0, "snow": 66.0}),
         run("realm", 1, {"fog": 57.0, "snow": 68.0}),
     ]
@@ -342,7 +342,7 @@ def test_overrides_reach_every_adapting_row_and_the_fingerprint(shift, digits_mo
     from realm_lab.bench import method_config, streams_fingerprint
 
     variant = {"lr": 0.005 / 16, "freeze_last_block": True}
-    for method in ("tent", "eata", "sar", "realm", "realm-guarded"):
+    for method in ("tent", "eta", "sar", "realm", "realm-guarded"):
         config = method_config(method, "cifar", 10, variant)
         assert config.lr == variant["lr"] and config.freeze_last_block
     assert method_config("realm", "cifar", 10, variant).guardrails.max_drift is None
@@ -371,7 +371,7 @@ def test_a_run_log_runs_again_only_the_rows_whose_configuration_changed(
         settings=["episodic"],
         seeds=[1],
         corruptions=DOMAINS[:2],
-        methods=["none", "eata", "realm"],
+        methods=["none", "eta", "realm"],
         stream_settings=settings,
     )
     mark = streams_fingerprint(
@@ -388,7 +388,7 @@ def test_a_run_log_runs_again_only_the_rows_whose_configuration_changed(
     log = RunLog(path, mark)
     lr = {"lr": 0.001, "lr_alpha_lambda": 0.002}
     bench_streams(shift, digits_model, **common, log=log, on_run=on_run, overrides=lr)
-    adapting = [f"episodic/{c}/s1/{m}" for m in ("eata", "realm") for c in DOMAINS[:2]]
+    adapting = [f"episodic/{c}/s1/{m}" for m in ("eta", "realm") for c in DOMAINS[:2]]
     assert sorted(ran) == sorted(adapting)  # no-adapt's runs did not change: kept
     assert RunLog(path, mark).configs[adapting[-1]]["lr"] == 0.001  # the later run replaces
     with pytest.raises(ValueError, match="alpha_zero"):

@@ -40,7 +40,7 @@ def test_cifar_preset_matches_paper_table():
     assert cfg.lr_batch_norm == 0.001 and cfg.batch_norm_lr == 0.001
 
 
-@pytest.mark.parametrize("method", ["tent", "eata", "sar", "deyo"])
+@pytest.mark.parametrize("method", ["tent", "eta", "sar", "deyo"])
 def test_the_baselines_step_batch_norm_at_their_one_rate(method):
     cfg = RealmConfig.preset("cifar", num_classes=10, method=method)
     assert cfg.lr_batch_norm is None and cfg.batch_norm_lr == cfg.lr == 0.005
@@ -66,10 +66,10 @@ def test_imagenet_preset_matches_paper_table():
 
 
 def test_eata_threshold_defaults_to_0_4_ln_c():
-    assert RealmConfig.preset("cifar", num_classes=10, method="eata").e0 == pytest.approx(
+    assert RealmConfig.preset("cifar", num_classes=10, method="eta").e0 == pytest.approx(
         0.4 * math.log(10)
     )
-    assert RealmConfig(num_classes=10, method="eata", entropy_margin=0.7).e0 == 0.7
+    assert RealmConfig(num_classes=10, method="eta", entropy_margin=0.7).e0 == 0.7
 
 
 def test_methods_share_the_preset():
@@ -174,3 +174,14 @@ def test_frozen_and_dict_round_trip():
 def test_a_method_that_is_not_a_name_is_refused_in_a_sentence(method):
     with pytest.raises(ValueError, match=r"method must be a method's name, one of \['deyo'"):
         RealmConfig.from_dict({"num_classes": 10, "method": method})
+
+
+def test_an_eata_configuration_from_before_its_fisher_term_is_refused_in_a_sentence():
+    """Manifests wrote EATA's step without the regulariser as ``{"method": "eata", "eata":
+    {}}``: read now, that would claim a regulariser its graphs lack."""
+    fresh = RealmConfig(num_classes=10, method="eata")
+    assert RealmConfig.from_dict(fresh.to_dict()) == fresh
+    old = {**RealmConfig(num_classes=10, method="eta").to_dict(), "method": "eata", "eata": {}}
+    del old["eta"]
+    with pytest.raises(ValueError, match=r"before EATA had its Fisher regulariser.*'eta'"):
+        RealmConfig.from_dict(old)

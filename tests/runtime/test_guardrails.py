@@ -140,7 +140,7 @@ def test_defaults_guard_realm_and_leave_the_baselines_as_published():
     realm = RealmConfig.preset("cifar", num_classes=10)
     assert realm.guard == Guardrails()
     assert realm.guard.relax is not None and realm.guard.anchor is not None
-    for method in ("tent", "eata", "sar", "deyo"):
+    for method in ("tent", "eta", "sar", "deyo"):
         assert RealmConfig.preset("cifar", num_classes=10, method=method).guard == Guardrails.off()
     assert RealmConfig.from_dict(realm.to_dict()) == realm
     # A field left out reads as its default, for the guardrails as for any other field: the

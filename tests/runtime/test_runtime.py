@@ -59,12 +59,12 @@ def test_step_for_step_agreement_with_the_sdk(
         (dict(preset="imagenet"), 60, 1, "ort-training"),
         (dict(method="tent"), 60, 1, "onnx"),
         (dict(method="tent"), 60, 1, "ort-training"),
-        (dict(method="eata"), 60, 1, "onnx"),
-        (dict(method="eata"), 60, 1, "ort-training"),
+        (dict(method="eta"), 60, 1, "onnx"),
+        (dict(method="eta"), 60, 1, "ort-training"),
         # B > 1 (per-sample S_div against one EMA, mean loss): the training artifacts only;
         # the portable step graph takes one sample per step (test_portable_backend.py).
         (dict(), 40, 4, "ort-training"),
-        (dict(method="eata"), 40, 4, "ort-training"),
+        (dict(method="eta"), 40, 4, "ort-training"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )

@@ -51,7 +51,7 @@ OVERRIDDEN = {
     ),
     "episodic": ("realm", {"episodic": True, "diversity_margin": 0.9}),
     # a baseline exported without guardrails gets them, and a wider entropy cut
-    "eata": ("eata", {"entropy_margin": 2.0, "guardrails": Guardrails(max_drift=0.002)}),
+    "eta": ("eta", {"entropy_margin": 2.0, "guardrails": Guardrails(max_drift=0.002)}),
 }
 
 
@@ -76,7 +76,7 @@ def test_overrides_run_in_the_adapt_graph_as_the_sdk_runs_them(
     assert st.updates > 0
     if case == "guards":  # the changed guardrails acted
         assert st.drift_clips > 0
-    if case == "eata":
+    if case == "eta":
         assert st.drift_clips > 0 and st.skipped_entropy < 120 - st.updates
 
 

@@ -205,8 +205,8 @@ def _guard(config: RealmConfig, **fields) -> dict:
 
 
 THRESHOLDS = {
-    "eata-entropy-cut": Threshold(
-        export={"method": "eata"},
+    "eta-entropy-cut": Threshold(
+        export={"method": "eta"},
         probe=_entropy_probe,
         place=lambda c, t: {"entropy_margin": t},
         fires_above=False,

@@ -265,11 +265,11 @@ def test_tent_updates_every_sample_and_has_no_alpha():
 
 
 def test_eata_skips_uncertain_samples():
-    adapter = RealmAdapter(Tiny(), tiny_config(method="eata", entropy_margin=1e-6))
+    adapter = RealmAdapter(Tiny(), tiny_config(method="eta", entropy_margin=1e-6))
     result = adapter.adapt(tiny_sample(1))
     assert not result.updated and result.reason == "entropy"
     assert adapter.state.skipped_entropy == 1
-    adapter = RealmAdapter(Tiny(), tiny_config(method="eata", entropy_margin=10.0))
+    adapter = RealmAdapter(Tiny(), tiny_config(method="eta", entropy_margin=10.0))
     assert adapter.adapt(tiny_sample(1)).updated
 
 

@@ -86,17 +86,17 @@ def test_losses_follow_their_papers_at_one_point():
     h = torch.tensor([0.5])
     e0 = 0.9
     learned = (torch.tensor(1.0), torch.tensor(1.0))
-    weighted = ("tent", "eata", "realm")  # SAR's and DeYO's steps have their own tests
+    weighted = ("tent", "eta", "realm")  # SAR's and DeYO's steps have their own tests
     configs = {m: RealmConfig(num_classes=10, method=m) for m in weighted}  # type: ignore[arg-type]
     values = {m: float(_weighted_loss(c, h, learned, e0)) for m, c in configs.items()}
     assert values["tent"] == pytest.approx(0.5)
-    assert values["eata"] == pytest.approx(0.5 * torch.exp(torch.tensor(0.4)).item())
+    assert values["eta"] == pytest.approx(0.5 * torch.exp(torch.tensor(0.4)).item())
     assert values["realm"] == pytest.approx(1.5**0.5 - 1, rel=1e-6)
 
 
 def test_entropy_weight_is_a_constant_of_the_step():
     logits = torch.tensor([[2.0, 0.0, -1.0]], requires_grad=True)
-    cfg = RealmConfig(num_classes=3, method="eata")
+    cfg = RealmConfig(num_classes=3, method="eta")
     h = entropy(logits)
     (g_eata,) = torch.autograd.grad(_weighted_loss(cfg, h, (), 0.9), logits)
     h = entropy(logits)

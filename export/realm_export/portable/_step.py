@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -106,6 +106,7 @@ def build_portable_graphs(
     example: Tensor,
     *,
     lean: bool = True,
+    fisher: Mapping[str, Tensor] | None = None,
 ) -> PortableGraphs:
     """Trace and export the portable step and forward graphs of ``model``.
 
@@ -116,6 +117,8 @@ def build_portable_graphs(
         example: an input of the export shape; its batch must be 1.
         lean: translate with :func:`._to_onnx.to_onnx`'s lean path where it works; False:
             torch.onnx's public exporter.
+        fisher: λ_F·F by norm parameter, for a method with clean state (EATA's
+            regulariser): baked into the step as a constant beside θ0.
 
     Returns:
         The graphs as ONNX protos, checked for standard ops, opset and IR version.
@@ -146,6 +149,12 @@ def build_portable_graphs(
     batch_norm = set(batch_norm_names(model, norm_names))
     update = FlatUpdate(values, [name in batch_norm for name in names], learns_alpha_lambda=realm)
     sizes, shapes = update.sizes, update.shapes
+    # EATA's regulariser: θ0 and λ_F·F, flat like θ, constants of the graph.
+    origin, weights = (
+        ([update.initial.clone()], [torch.cat([fisher[n].reshape(-1) for n in norm_names])])
+        if fisher is not None and rules.clean_state
+        else ((), ())
+    )
 
     def unflatten(flat: Tensor) -> list[Tensor]:
         return [
@@ -191,6 +200,8 @@ def build_portable_graphs(
             knob,
             config,
             sample=sample,
+            origin=origin,
+            fisher=weights,
         )
         out = form.step_loss(inputs)
         (grad,) = torch.autograd.grad(out.loss, [flat])

@@ -14,6 +14,7 @@ import copy
 import dataclasses
 import math
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,7 @@ def validate_adapt(
     atol: float,
     grad_rtol: float,
     logits_spread: float = 0.0,
+    fisher: Mapping[str, torch.Tensor] | None = None,
 ) -> AdaptReport:
     """Run ``adapt_model.onnx`` and ``RealmAdapter`` over ``inputs``, each twice; compare.
 
@@ -132,6 +134,7 @@ def validate_adapt(
         logits_spread: torch's own float32 error on this model's logits, where the step
             graph's validation measured it (``ValidationReport.logits_spread``): the logits'
             tolerance is at least :func:`.._validate.logits_floor` of it.
+        fisher: λ_F·F as the graph holds it (EATA); the reference adapter steps with it.
     """
     floor = logits_floor(atol, logits_spread)
     session = quiet_session(directory / section[FILE_KEY])
@@ -140,7 +143,7 @@ def validate_adapt(
     state = {s[STATE_INPUT_KEY]: np.load(directory / s[STATE_INITIAL_KEY]) for s in entries}
     outputs = {s[STATE_INPUT_KEY]: s[STATE_OUTPUT_KEY] for s in entries}
     state[SETTINGS_NAME] = adapt_settings(config)
-    adapter = RealmAdapter(copy.deepcopy(model), config)
+    adapter = RealmAdapter(copy.deepcopy(model), config, fisher=fisher)  # the graph's own F
     source = state[PARAMS_NAME].copy()
     stream = [x for x in inputs for _ in range(2)]
     report = AdaptReport(steps=0, params_tol=UPDATE_RTOL_FACTOR * grad_rtol)
@@ -212,6 +215,7 @@ def validate_adapt_graphs(
     atol: float,
     grad_rtol: float,
     logits_spread: float = 0.0,
+    fisher: Mapping[str, torch.Tensor] | None = None,
 ) -> list[AdaptReport]:
     """:func:`validate_adapt` on the written graph and, with an entropy cut, on it opened.
 
@@ -221,7 +225,12 @@ def validate_adapt_graphs(
     commit and the recovery are compared as well: the written graph, fed that margin through
     ``realm.settings``.
     """
-    checks = {"atol": atol, "grad_rtol": grad_rtol, "logits_spread": logits_spread}
+    checks = {
+        "atol": atol,
+        "grad_rtol": grad_rtol,
+        "logits_spread": logits_spread,
+        "fisher": fisher,
+    }
     reports = [validate_adapt(directory, section, model, config, inputs, **checks)]
     if config.rules.entropy_cut:  # the same graph, its entropy margin fed above ln C
         opened = dataclasses.replace(config, entropy_margin=math.log(config.num_classes) + 1.0)

@@ -120,7 +120,12 @@ def _built_and_checked(
     """
     plan.notify("building the portable step graph")
     graphs = build_portable_graphs(
-        traced.source, plan.config, traced.trainable, traced.example[:1], lean=lean
+        traced.source,
+        plan.config,
+        traced.trainable,
+        traced.example[:1],
+        lean=lean,
+        fisher=traced.fisher,
     )
     # The inference model: the TorchScript forward, else the portable forward bound to θ0.
     inference = traced.forward if traced.forward is not None else _standalone(graphs)
@@ -169,6 +174,7 @@ def _write_adapt(
             traced.source,
             plan.config,
             logits_spread=spread,
+            fisher=traced.fisher,
             **_adapt_checks(plan),
         )
     except Exception as exc:  # ONNX Runtime refused to load or run it: say so, keep the rest
@@ -289,7 +295,12 @@ def _write_ort_format(
             # The written graph's trajectory only: the cut-opened twin was checked in .onnx.
             ort_adapt = adapt | {FILE_KEY: converted[adapt[FILE_KEY]]}
             figures = validate_adapt(
-                directory, ort_adapt, traced.source, plan.config, **_adapt_checks(plan)
+                directory,
+                ort_adapt,
+                traced.source,
+                plan.config,
+                fisher=traced.fisher,
+                **_adapt_checks(plan),
             )
             log.info("validation of the ORT-format adapt graph: %s", figures.summary())
             section["adapt_validation"] = figures.to_dict()

@@ -49,7 +49,7 @@ def add_attack_parser(bench: Any) -> None:
         "--shares", type=float, nargs="+", default=[0.01, 0.1, 1.0], help="attacker's frames"
     )
     attack.add_argument(
-        "--methods", nargs="+", default=None, help="tent eata sar realm (default: all)"
+        "--methods", nargs="+", default=None, help="tent eta eata sar realm (default: all)"
     )
     attack.add_argument("--iterations", type=int, default=None, help="steps per crafted frame")
     attack.add_argument(

@@ -10,12 +10,13 @@ from __future__ import annotations
 from ._method import Method
 from ._settings import MethodSettings
 from .deyo import DEYO, DeyoSettings
-from .eata import EATA
+from .eata import EATA, EataSettings
+from .eta import ETA
 from .realm import REALM, RealmSettings
 from .sar import SAR, SarSettings
 from .tent import TENT
 
-BY_NAME: dict[str, Method] = {m.name: m for m in (REALM, TENT, EATA, SAR, DEYO)}
+BY_NAME: dict[str, Method] = {m.name: m for m in (REALM, TENT, ETA, EATA, SAR, DEYO)}
 
 
 def method_named(name: str) -> Method:
@@ -49,10 +50,12 @@ __all__ = [
     "BY_NAME",
     "DEYO",
     "EATA",
+    "ETA",
     "REALM",
     "SAR",
     "TENT",
     "DeyoSettings",
+    "EataSettings",
     "Method",
     "MethodSettings",
     "RealmSettings",

@@ -37,6 +37,9 @@ class Method:
     step_cut: bool = False
     # The step graph's input of its own scalar (contract name; None: it has none).
     step_input: str | None = None
+    # What its set-up computes from clean images of the app's own, as a clause (None:
+    # nothing; EATA's Fisher information): the SDK and the export then need those images.
+    clean_state: str | None = None
     # Its step draws from the sample's index in the stream (realm.sample_index: DeYO's order).
     draws: bool = False
     entropy_share: float = 0.4  # e0 = this·ln C unless RealmConfig.entropy_margin says

@@ -13,9 +13,10 @@ from importlib import import_module
 from realm_runtime import RealmConfig
 from realm_runtime.methods import method_named
 
-from . import deyo, eata, realm, sar, tent
+from . import deyo, eata, eta, realm, sar, tent
 from ._form import LogitsAt, PerSampleLoss, StepInputs, StepLoss, TorchForm
-from .eata import eata_loss
+from .eata import fisher_penalty
+from .eta import eata_loss
 from .realm import robust_loss
 
 
@@ -44,6 +45,8 @@ __all__ = [
     "deyo",
     "eata",
     "eata_loss",
+    "eta",
+    "fisher_penalty",
     "realm",
     "robust_loss",
     "sar",

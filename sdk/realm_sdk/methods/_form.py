@@ -43,6 +43,9 @@ class StepInputs:
     knob: Tensor | float  # the method's own scalar (Method.step_input: SAR's ρ, DeYO's τ)
     config: RealmConfig  # everything a graph fixes at export (grid sizes, seeds)
     sample: Tensor | int = 0  # the batch's first sample's index in the stream (DeYO's draw)
+    # θ0 and λ_F·F laid out as ``theta`` is (EATA's regulariser); empty for the others.
+    origin: Sequence[Tensor] = ()
+    fisher: Sequence[Tensor] = ()
 
 
 @dataclass(frozen=True)

@@ -1,38 +1,28 @@
-"""EATA's loss in torch: the entropy weighted by exp(−(H − e0)) (Niu et al., ICML 2022)."""
+"""EATA's loss in torch: ETA's weighted entropy plus λ_F · Σ F_i (θ_i − θ0_i)² (ICML 2022)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import torch
 from torch import Tensor
 
-from realm_runtime import RealmConfig
+from ._form import StepInputs, StepLoss, TorchForm
+from .eta import eata_loss
 
-from ._form import TorchForm
 
+def fisher_penalty(s: StepInputs) -> Tensor | float:
+    """``Σ λ_F·F_i (θ_i − θ0_i)²`` over the adapted values (``s.fisher`` holds λ_F·F).
 
-def eata_loss(h: Tensor, e0: Tensor | float) -> Tensor:
-    """EATA's sample-weighted entropy ``exp(−(H − e0)) · H`` (without the Fisher term).
-
-    The weight is a constant of the step, as in EATA's code (``1 / exp(H.detach() − e0)``):
-    it ranks samples, and no gradient flows through it.
-
-    Args:
-        h: entropies, any shape.
-        e0: entropy threshold; samples with ``H ≥ e0`` are excluded by the caller.
-
-    Returns:
-        The weighted entropies, shape of ``h``.
+    As the authors add it: once per step, to the mean weighted entropy of the kept samples.
     """
-    return torch.exp(-(h.detach() - e0)) * h
+    return sum(
+        (f * (t - t0) ** 2).sum() for t, t0, f in zip(s.theta, s.origin, s.fisher, strict=True)
+    )
 
 
-def per_sample_loss(
-    h: Tensor, learned: Sequence[Tensor], e0: Tensor | float, config: RealmConfig
-) -> Tensor:
-    """``exp(−(H − e0)) · H``."""
-    return eata_loss(h, e0)
+def step_loss(s: StepInputs) -> StepLoss:
+    """ETA's ``Σ w_i exp(−(H_i − e0)) · H_i``, plus the Fisher regulariser."""
+    if not s.fisher:
+        raise ValueError("EATA's step needs its Fisher information (StepInputs.fisher)")
+    return StepLoss((eata_loss(s.entropy, s.e0) * s.weight).sum() + fisher_penalty(s))
 
 
-FORM = TorchForm.weighted(per_sample_loss)
+FORM = TorchForm(step_loss)

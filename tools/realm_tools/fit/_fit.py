@@ -384,9 +384,17 @@ def _check_model(model: nn.Module, options: FitOptions, config: RealmConfig) -> 
             "check --num-classes"
         )
     try:
-        RealmAdapter(copy.deepcopy(model), config)
+        RealmAdapter(copy.deepcopy(model), config, clean_images=_clean(options, config))
     except ValueError as exc:
         raise FitInputError(f"the model cannot adapt: {exc}") from None
+
+
+def _clean(options: FitOptions, config: RealmConfig) -> np.ndarray | None:
+    """The user's images, normalised, for a method with clean state (EATA's Fisher)."""
+    if config.rules.clean_state is None:
+        return None
+    size = getattr(config.settings, "fisher_size", len(options.data.images))
+    return normalise(options.data.images[:size], options.mean, options.std)
 
 
 def _price(bench: Bench, stream: str, options: FitOptions) -> float:
@@ -406,7 +414,7 @@ def _price(bench: Bench, stream: str, options: FitOptions) -> float:
             tiers=1,
         ):
             assert c.config is not None
-            adapter = RealmAdapter(copy.deepcopy(bench.model), c.config)
+            adapter = RealmAdapter(copy.deepcopy(bench.model), c.config, clean_images=bench.clean)
             run_online(adapter, x[:2], y[:2], alpha_lambda=False)  # first calls warm up
             began = time.perf_counter()
             run_online(adapter, x, y, alpha_lambda=False)
@@ -476,6 +484,7 @@ def _export(
         memory=memory,
         fit=fit,
         overwrite=True if fit is None else options.overwrite,
+        clean_images=_clean(options, config),
     )
     try:
         return export_realm_artifacts(model, directory, export_options)

@@ -87,7 +87,9 @@ def _run(bench: Bench, job: Job, candidate: Candidate) -> dict[str, Any]:
 
     def from_source() -> Any:
         model = copy.deepcopy(bench.model)
-        return model if candidate.config is None else RealmAdapter(model, candidate.config)
+        if candidate.config is None:
+            return model
+        return RealmAdapter(model, candidate.config, clean_images=bench.clean)
 
     subject: Any = None
     correct, labelled, updates = 0, 0, 0

@@ -43,9 +43,11 @@ updates and their S_div selections (computed from NaN or overflowed logits) are 
     >>> print(format_reports(run_case(CASES[0])))
 """
 
+from ._aligned import aligned_gates
 from ._cases import BACKENDS, CASES, ParityCase, build_case, make_stream
 from ._exports import ExportCache
 from ._judge import (
+    GREEDY_GATES,
     OVERFLOW_INPUT,
     TIE_MARGIN,
     TOLERANCES,
@@ -54,13 +56,15 @@ from ._judge import (
     step_tie,
     within_tolerance,
 )
-from ._kinks import Gate, flipped_step, near_gates, state_arrays, step_gates
+from ._kinks import KINK_CANDIDATES, Gate, flipped_step, near_gates, state_arrays, step_gates
 from ._report import ParityReport, format_reports, reports_to_json
 from ._suite import run_case
 
 __all__ = [
     "BACKENDS",
     "CASES",
+    "GREEDY_GATES",
+    "KINK_CANDIDATES",
     "OVERFLOW_INPUT",
     "TIE_MARGIN",
     "TOLERANCES",
@@ -68,6 +72,7 @@ __all__ = [
     "Gate",
     "ParityCase",
     "ParityReport",
+    "aligned_gates",
     "build_case",
     "flipped_step",
     "format_reports",

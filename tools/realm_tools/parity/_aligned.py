@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,8 @@ def aligned_gates(
     side: dict[str, np.ndarray],
     plain: dict[str, np.ndarray],
     device: str | torch.device = "cpu",
+    *,
+    fisher: Mapping[str, torch.Tensor] | None = None,
 ) -> list[Gate]:
     """The flips among ``gates`` that move the SDK's step towards ``side``, the largest first.
 
@@ -52,18 +55,19 @@ def aligned_gates(
         side: where the side landed, as state arrays.
         plain: where the SDK's own step landed, as state arrays.
         device: where the SDK runs.
+        fisher: EATA's λ_F·F as the SDK side holds it (None: a method without it).
 
     Returns:
         One gate per useful flip, its ``slopes`` that one slope, by its share of the
         departure; flips that move the step away from the side, or not at all, are left out.
     """
-    names, shapes = _trainable(source, config, before, device)
+    names, shapes = _trainable(source, config, before, device, fisher=fisher)
     departure = _departure(side, plain, sum(int(np.prod(s)) for s in shapes))
     if departure is None or not gates:
         return []
     xt = torch.from_numpy(np.ascontiguousarray(x)).to(device)
-    upstream = _upstream(source, config, before, xt, device)
-    along = _along(source, config, before, xt, names, shapes, departure, device)
+    upstream = _upstream(source, config, before, xt, device, fisher=fisher)
+    along = _along(source, config, before, xt, names, shapes, departure, device, fisher=fisher)
     scored: list[tuple[float, Gate]] = []
     for gate in gates:
         key = (gate.layer, gate.call)
@@ -82,10 +86,15 @@ def aligned_gates(
 
 
 def _trainable(
-    source: torch.nn.Module, config: RealmConfig, before: Path, device: str | torch.device
+    source: torch.nn.Module,
+    config: RealmConfig,
+    before: Path,
+    device: str | torch.device,
+    *,
+    fisher: Mapping[str, torch.Tensor] | None = None,
 ) -> tuple[list[str], list[tuple[int, ...]]]:
     """The adapted tensors' names and shapes, in the order a state file holds them."""
-    tensors = _restored(source, config, before, device).trainable_parameters()
+    tensors = _restored(source, config, before, device, fisher=fisher).trainable_parameters()
     return list(tensors), [tuple(t.shape) for t in tensors.values()]
 
 
@@ -109,6 +118,8 @@ def _upstream(
     before: Path,
     x: torch.Tensor,
     device: str | torch.device,
+    *,
+    fisher: Mapping[str, torch.Tensor] | None = None,
 ) -> dict[tuple[str, int], torch.Tensor]:
     """Each activation call's output gradient in the SDK's step (summed where called again)."""
     seen: dict[tuple[str, int], torch.Tensor] = {}
@@ -124,7 +135,7 @@ def _upstream(
         out.register_hook(lambda grad: keep(key, grad))
         return out
 
-    twin = _restored(source, config, before, device)
+    twin = _restored(source, config, before, device, fisher=fisher)
     with _Watch(twin.model, watch):
         twin.adapt(x)
     return seen
@@ -139,9 +150,11 @@ def _along(
     shapes: list[tuple[int, ...]],
     departure: np.ndarray,
     device: str | torch.device,
+    *,
+    fisher: Mapping[str, torch.Tensor] | None = None,
 ) -> dict[tuple[str, int], torch.Tensor]:
     """Each activation input's derivative along ``departure`` in θ (float64, central)."""
-    model = _restored(source, config, before, device).model
+    model = _restored(source, config, before, device, fisher=fisher).model
     step = _STEP / float(np.abs(departure).max())
 
     def inputs_at(sign: float) -> dict[tuple[str, int], Any]:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from realm_runtime import Guardrails, RealmConfig
-from realm_runtime.methods import BY_NAME, EATA, REALM, SAR, TENT
+from realm_runtime.methods import BY_NAME, ETA, REALM, SAR, TENT
 
 from ..data import load_digits, load_fmnistc
 from ..models import MODELS
@@ -98,10 +98,10 @@ CASES: tuple[ParityCase, ...] = (
         if name != REALM.name
     ),
     ParityCase(
-        "digits-imagenet-eata",
+        "digits-imagenet-eta",
         "digits_gn",
         "imagenet",
-        EATA.name,
+        ETA.name,
         steps=100,
         overrides={"lr": 2e-3, "diversity_margin": 0.4},
         why="as digits-imagenet-realm",

@@ -36,6 +36,7 @@ class ExportCache:
         shape: tuple[int, ...],
         *,
         training: bool = False,
+        clean: Any = None,
     ) -> tuple[Path, dict[str, Any]]:
         """The export directory for ``model`` (named ``name``) and the runtime's overrides.
 
@@ -46,6 +47,8 @@ class ExportCache:
             shape: one sample's shape (the export takes batch 1).
             training: the export must hold the legacy training artifacts (the
                 ``ort-training`` backend's); one made without them is made again with them.
+            clean: clean images for a method with clean state (EATA's Fisher); the same
+                for every export of ``name``.
 
         Returns:
             The artifacts' directory and the fields of ``config`` that differ from its export's.
@@ -57,7 +60,9 @@ class ExportCache:
         if made is None or (training and not made[2]):
             target = self.folder / f"export-{self._count}"
             self._count += 1
-            options = ExportOptions(config=config, input_shape=(1, *shape), training=training)
+            options = ExportOptions(
+                config=config, input_shape=(1, *shape), training=training, clean_images=clean
+            )
             export_realm_artifacts(model, target, options)
             self._made[key] = (target, config, training)
         target, exported, _ = self._made[key]

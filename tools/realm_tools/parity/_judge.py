@@ -11,6 +11,7 @@ runtime's step is that one, the step is a tie, named with its layer and position
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +132,10 @@ def step_tie(
         return False
     model = getattr(reference, "model", None)  # an SDK runs where its model lives
     device = next(model.parameters()).device if isinstance(model, nn.Module) else "cpu"
-    kink = kink_split(source, reference.config, before, x, side, reference, device=device)
+    fisher = getattr(reference, "fisher", None) or None  # EATA's F, as the SDK holds it
+    kink = kink_split(
+        source, reference.config, before, x, side, reference, device=device, fisher=fisher
+    )
     if kink is None:
         return False
     if notes is not None:
@@ -149,6 +153,7 @@ def kink_split(
     x: np.ndarray,
     *sides: Any,
     device: str | torch.device = "cpu",
+    fisher: Mapping[str, torch.Tensor] | None = None,
 ) -> str | None:
     """The kink gates that explain why sides parted from one state, or None.
 
@@ -170,6 +175,7 @@ def kink_split(
         *sides: the sides after the step: twins (:func:`state_arrays`) or a state file's
             arrays (``realm.params``, and ``realm.velocity`` where the side has it).
         device: where the SDK runs.
+        fisher: EATA's λ_F·F as the SDK side holds it (None: a method without it).
 
     Returns:
         The gates that set the sides apart (``"<layer> call <k> position <i>: input <v>"``,
@@ -178,7 +184,7 @@ def kink_split(
     states = [state_arrays(s) for s in sides]  # once: a runtime copies its tensors
     landed: list[tuple[Gate, ...] | None] = [None] * len(states)
     plain: dict[str, np.ndarray] | None = None
-    for gate, branch in step_branches(source, config, before, x, device):
+    for gate, branch in step_branches(source, config, before, x, device, fisher=fisher):
         plain = branch if gate is None else plain
         for i, state in enumerate(states):
             if landed[i] is None and within_tolerance(state, branch):
@@ -186,16 +192,28 @@ def kink_split(
         if None not in landed:
             break
     if None in landed and plain is not None:
-        ranked = step_gates(source, config, before, x, device)
+        ranked = step_gates(source, config, before, x, device, fisher=fisher)
         for i, state in enumerate(states):
             if landed[i] is None:
-                aligned = aligned_gates(source, config, before, x, ranked, state, plain, device)
+                aligned = aligned_gates(
+                    source, config, before, x, ranked, state, plain, device, fisher=fisher
+                )
                 landed[i] = _greedy(
-                    source, config, before, x, state, plain, aligned[:GREEDY_GATES], device
+                    source,
+                    config,
+                    before,
+                    x,
+                    state,
+                    plain,
+                    aligned[:GREEDY_GATES],
+                    device,
+                    fisher=fisher,
                 )
             if landed[i] is None:
                 nearest = ranked[:GREEDY_GATES]
-                landed[i] = _greedy(source, config, before, x, state, plain, nearest, device)
+                landed[i] = _greedy(
+                    source, config, before, x, state, plain, nearest, device, fisher=fisher
+                )
     if None in landed or len(set(landed)) == 1:
         return None
     named = dict.fromkeys(g for found in landed if found for g in found)
@@ -211,6 +229,8 @@ def _greedy(
     plain: dict[str, np.ndarray],
     gates: list[Gate],
     device: str | torch.device,
+    *,
+    fisher: Mapping[str, torch.Tensor] | None = None,
 ) -> tuple[Gate, ...] | None:
     """The gates whose flips together take the SDK's step to ``side``, or None.
 

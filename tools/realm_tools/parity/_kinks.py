@@ -207,6 +207,8 @@ def step_branches(
     before: Path,
     x: np.ndarray,
     device: str | torch.device = "cpu",
+    *,
+    fisher: Mapping[str, torch.Tensor] | None = None,
 ) -> Iterator[tuple[Gate | None, dict[str, np.ndarray]]]:
     """The SDK's step from ``before`` on ``x``, as it is and with one gate flipped.
 
@@ -220,9 +222,10 @@ def step_branches(
         before: a state file from before the step (the SDK's or a runtime's).
         x: the step's input.
         device: where the SDK runs.
+        fisher: EATA's λ_F·F as the SDK side holds it (None: a method without it).
     """
-    gates = step_gates(source, config, before, x, device)
-    yield None, flipped_step(source, config, before, x, (), device)
+    gates = step_gates(source, config, before, x, device, fisher=fisher)
+    yield None, flipped_step(source, config, before, x, (), device, fisher=fisher)
     for gate in gates[:KINK_CANDIDATES]:
         for slope in gate.slopes:
             yield gate, flipped_step(source, config, before, x, ((gate, slope),), device)
@@ -234,10 +237,12 @@ def step_gates(
     before: Path,
     x: np.ndarray,
     device: str | torch.device = "cpu",
+    *,
+    fisher: Mapping[str, torch.Tensor] | None = None,
 ) -> list[Gate]:
     """The gates of the SDK's forward from ``before`` on ``x``, ranked by a float64 twin."""
     xt = torch.from_numpy(np.ascontiguousarray(x)).to(device)
-    plain = _restored(source, config, before, device)
+    plain = _restored(source, config, before, device, fisher=fisher)
     wide = copy.deepcopy(plain.model).to(torch.float64)
     return near_gates(plain.model, xt, wide)
 
@@ -249,10 +254,12 @@ def flipped_step(
     x: np.ndarray,
     flips: tuple[tuple[Gate, float], ...],
     device: str | torch.device = "cpu",
+    *,
+    fisher: Mapping[str, torch.Tensor] | None = None,
 ) -> dict[str, np.ndarray]:
     """The SDK's step from ``before`` on ``x`` with each ``(gate, slope)`` of ``flips`` set."""
     xt = torch.from_numpy(np.ascontiguousarray(x)).to(device)
-    twin = _restored(source, config, before, device)
+    twin = _restored(source, config, before, device, fisher=fisher)
     if flips:
         with _Watch(twin.model, _flipper(flips)):
             twin.adapt(xt)
@@ -296,9 +303,14 @@ def _slopes(call: _Call, kink: float) -> tuple[float, float, float]:
 
 
 def _restored(
-    source: nn.Module, config: RealmConfig, before: Path, device: str | torch.device
+    source: nn.Module,
+    config: RealmConfig,
+    before: Path,
+    device: str | torch.device,
+    *,
+    fisher: Mapping[str, torch.Tensor] | None = None,
 ) -> RealmAdapter:
-    twin = RealmAdapter(copy.deepcopy(source).to(device), config)
+    twin = RealmAdapter(copy.deepcopy(source).to(device), config, fisher=fisher)
     twin.restore(before)
     return twin
 

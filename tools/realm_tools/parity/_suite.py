@@ -73,15 +73,20 @@ def run_case(
         One report per backend, in the order of ``backends``.
     """
     model, config, shape = build_case(case)
+    clean = clean_images(shape) if config.rules.clean_state else None
     reports = []
     # The float32 SDK runs the same path for every backend: one float64 run serves them all.
-    arbiter = _float64_path(case, model, config, shape, reference_device) if case.arbiter else None
+    arbiter = (
+        _float64_path(case, model, config, shape, reference_device, clean) if case.arbiter else None
+    )
     with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
         cache = exports if exports is not None else ExportCache(tmp)
         backends = case.backends if backends is None else backends
         legacy_gap = method_named(case.method).legacy_training
         training = "ort-training" in backends and legacy_gap is None  # asked for where run
-        artifacts, overrides = cache.artifacts(case.model, model, config, shape, training=training)
+        artifacts, overrides = cache.artifacts(
+            case.model, model, config, shape, training=training, clean=clean
+        )
         for index, backend in enumerate(backends):
             progress = None
             if on_step is not None:  # one count over all backends: k + the steps before
@@ -118,6 +123,7 @@ def run_case(
                     threads,
                     progress,
                     arbiter,
+                    clean,
                 )
             reports.append(report)
     return reports
@@ -156,6 +162,7 @@ def _run_stream(
     threads: int | None,
     on_step: Callable[[int], None] | None,
     arbiter: _Float64Path | None = None,
+    clean: np.ndarray | None = None,
 ) -> None:
     from realm_runtime import RealmRuntime
 
@@ -169,7 +176,7 @@ def _run_stream(
         backend=report.backend,  # type: ignore[arg-type]
     )
     ref = torch.device(report.reference_device)
-    adapter = RealmAdapter(copy.deepcopy(model).to(ref), config)
+    adapter = RealmAdapter(copy.deepcopy(model).to(ref), config, clean_images=clean)
     with tempfile.TemporaryDirectory() as scratch, _full_float32(ref):
         sync = Path(scratch) / "sdk-state.npz"
         before = Path(scratch) / "sdk-before.npz"
@@ -237,6 +244,12 @@ def _run_stream(
     )
 
 
+def clean_images(shape: tuple[int, ...], count: int = 16) -> np.ndarray:
+    """Seeded finite inputs standing for an app's clean images (EATA's Fisher)."""
+    rng = np.random.default_rng(1234)
+    return rng.standard_normal((count, *shape)).astype(np.float32)
+
+
 @dataclass(frozen=True)
 class _Float64Path:
     """A float64 SDK run beside the float32 one, while the two decide alike."""
@@ -251,6 +264,7 @@ def _float64_path(
     config: RealmConfig,
     shape: tuple[int, ...],
     reference_device: str,
+    clean: np.ndarray | None = None,
 ) -> _Float64Path:
     """Run the case's stream through a float32 and a float64 SDK side by side.
 
@@ -260,8 +274,9 @@ def _float64_path(
     part, and only the float32 SDK judges the runtime.
     """
     ref = torch.device(reference_device)
-    single = RealmAdapter(copy.deepcopy(model).to(ref), config)
-    double = RealmAdapter(copy.deepcopy(model).to(ref, torch.float64), config)
+    single = RealmAdapter(copy.deepcopy(model).to(ref), config, clean_images=clean)
+    fisher = single.fisher or None  # the float32 F the graphs hold, for both
+    double = RealmAdapter(copy.deepcopy(model).to(ref, torch.float64), config, fisher=fisher)
     states: list[dict[str, dict[str, np.ndarray]]] = []
     worst, scale = {"params": 0.0, "momentum": 0.0}, 0.0
     with _full_float32(ref):
