@@ -435,3 +435,20 @@ def test_a_run_log_keeps_runs_made_before_a_setting_existed_while_it_holds_its_d
     assert not log.holds("a", {"lr": 0.001, "patch_grid": 4}, defaults)  # a stored one moved
     assert not log.holds("a", {"patch_grid": 4}, defaults)  # a stored one is gone
     assert not log.holds("a", {"lr": 0.005, "other": 1}, defaults)  # no default known
+
+
+def test_an_eata_row_estimates_its_fisher_on_the_clean_split(shift, digits_model):
+    """EATA needs clean images: the digits' clean split gives them, and its row runs beside
+    ETA's (with λ_F = 1 the two may well agree; here only that it ran and updated)."""
+    runs = bench_streams(
+        shift,
+        digits_model,
+        settings=["continual"],
+        seeds=[5],
+        corruptions=DOMAINS[:2],
+        methods=["eta", "eata"],
+        stream_settings=StreamSettings(passes=1, limit=20),
+    )
+    by = {r.method: r for r in runs}
+    assert set(by) == {"eta", "eata"} and by["eata"].updates > 0
+    assert "EATA" in streams_tables(runs) and "ETA" in streams_tables(runs)

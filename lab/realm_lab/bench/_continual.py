@@ -21,6 +21,7 @@ from realm_tools.data import JUNK, ShiftDataset, StreamSettings
 from realm_tools.models import weights_digest
 
 from ..rows import row_named
+from ._clean_state import clean_state_images
 from ._runlog import RunLog
 from ._stream_pool import Cell, Job, progress_of, run_pool
 from ._stream_run import (
@@ -91,7 +92,16 @@ def bench_streams(
     shape = stream_settings or StreamSettings()
     # The overrides are the same fields for every row: a bad one fails here, before any run.
     check_overrides(preset, dataset.num_classes, overrides)
-    job = Job(dataset, source, clean, tuple(corruptions), preset, shape, dict(overrides or {}))
+    job = Job(
+        dataset,
+        source,
+        clean,
+        tuple(corruptions),
+        preset,
+        shape,
+        dict(overrides or {}),
+        clean_state_images(dataset, tuple(methods)),
+    )
     cells = [
         Cell(setting, seed, method, part)
         for setting in settings

@@ -30,6 +30,7 @@ from realm_tools.data import DigitsShift, LazyImages, ShiftDataset, load_digits
 from realm_tools.models import train_digits_model
 
 from ..rows import QUALITY_DEFAULT, ROWS, Row, rows_where
+from ._clean_state import clean_state_images
 from ._table1 import episodic_table
 
 # Every row an episodic run can hold, in table order: no-adapt, each method, REALM in the
@@ -125,6 +126,7 @@ def bench_quality(
             f"unknown corruptions {bad} for {dataset.name}; known: {list(dataset.corruptions)}"
         )
     clean = dataset.clean()
+    clean_state = clean_state_images(dataset, [r.key for r in rows])  # EATA's Fisher images
     # No-adapt leaves the model as it was: its clean accuracy is the source's, measured once.
     adapting = all(r.adapts for r in rows)
     source_clean = None if adapting else _clean_accuracy(_torch_predict(source), clean)
@@ -164,6 +166,7 @@ def bench_quality(
                             preset,
                             artifacts,
                             progress,
+                            clean_state=clean_state,
                         )
                     )
     return runs
@@ -183,6 +186,8 @@ def _one_run(
     preset: str,
     artifacts: Path | None,
     progress: Callable[[int], None] | None,
+    *,
+    clean_state: np.ndarray | None = None,
 ) -> QualityRun:
     if row.runtime:
         from realm_runtime import RealmRuntime
@@ -197,7 +202,7 @@ def _one_run(
     else:
         model = copy.deepcopy(source)
         cfg = RealmConfig.preset(preset, num_classes=num_classes, method=row.method)  # type: ignore[arg-type]
-        adapter = RealmAdapter(model, cfg)
+        adapter = RealmAdapter(model, cfg, clean_images=clean_state)
         result = run_online(adapter, x, y, progress=progress)  # type: ignore[arg-type]
         after = _clean_accuracy(_torch_predict(model), clean)
     return QualityRun(

@@ -51,6 +51,8 @@ class Job:
     preset: str
     shape: StreamSettings
     overrides: dict[str, Any]  # configuration fields of every adapting row
+    # Clean images for a method with clean state (EATA's Fisher); None: no row needs them.
+    clean_state: np.ndarray | None = None
 
     def run(self, cell: Cell, progress: Callable[[int, int], None] | None) -> StreamRun:
         if cell.part is not None:
@@ -76,6 +78,7 @@ class Job:
             clean=self.clean,
             progress=progress,
             overrides=self.overrides,
+            clean_images=self.clean_state,
         )
         run.seed = cell.seed
         return run

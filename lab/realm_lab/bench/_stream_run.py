@@ -133,6 +133,7 @@ def run_stream(
     clean: tuple[Any, np.ndarray] | None,
     progress: Callable[[int, int], None] | None = None,
     overrides: dict[str, Any] | None = None,
+    clean_images: np.ndarray | None = None,
 ) -> StreamRun:
     """One method through one stream, sample by sample, on a private copy of ``source``.
 
@@ -141,7 +142,11 @@ def run_stream(
     started = time.perf_counter()
     model = copy.deepcopy(source).eval()
     adapter = (
-        RealmAdapter(model, method_config(method, preset, num_classes, overrides))
+        RealmAdapter(
+            model,
+            method_config(method, preset, num_classes, overrides),
+            clean_images=clean_images,
+        )
         if row_named(method).adapts
         else None
     )
