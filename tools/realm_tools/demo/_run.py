@@ -85,7 +85,7 @@ def run_demo(
         ms = float("nan")
         for method in METHOD_ORDER:
             cfg = RealmConfig.preset(preset, num_classes=NUM_CLASSES, method=method)  # type: ignore[arg-type]
-            adapter = RealmAdapter(copy.deepcopy(source), cfg)
+            adapter = RealmAdapter(copy.deepcopy(source), cfg, clean_images=clean_x)
             progress = on_stream(f"{corruption}/{method}", len(x)) if on_stream else None
             start = time.perf_counter()
             result = run_online(adapter, x, y, progress=progress)
