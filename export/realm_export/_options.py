@@ -230,7 +230,8 @@ class ExportOptions:
         if rules is not None and rules.clean_state and self.clean_of() is None:
             errors.append(
                 f"{rules.label} needs {rules.clean_state}: pass clean_images=x (clean inputs "
-                f"of your own, (N, C, ...)), or use method 'eta', {rules.label} without it"
+                f"of your own, (N, C, ...); realm export --clean-images FILE.npz), or use "
+                f"method 'eta', {rules.label} without it"
             )
         return errors
 

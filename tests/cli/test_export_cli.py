@@ -220,3 +220,24 @@ def test_a_shipped_model_is_named_as_the_registry_names_it():
             model.state_dict().values(), ResNet26GN().state_dict().values(), strict=True
         )
     )  # the shipped weights, not an init
+
+
+def test_eata_exports_with_clean_images_and_says_what_to_pass_without(tmp_path, capsys):
+    """``--clean-images`` feeds EATA's Fisher; without it (or --drift-check) one sentence."""
+    import numpy as np
+
+    images = np.random.default_rng(0).normal(size=(40, 1, 32, 32)).astype(np.float32)
+    np.savez(tmp_path / "clean.npz", images=images)
+    base = ["export", "--model", "digits", "--method", "eata", "--cache-dir", str(tmp_path)]
+    assert main([*base, "--out", str(tmp_path / "a")]) == 1
+    err = capsys.readouterr().err
+    assert "EATA needs the Fisher information" in err and "--clean-images" in err
+    assert not (tmp_path / "a").exists()
+    code = main(
+        [*base, "--out", str(tmp_path / "b"), "--clean-images", str(tmp_path / "clean.npz")]
+    )
+    assert code == 0
+    manifest = json.loads((tmp_path / "b" / "realm.json").read_text())
+    assert (
+        manifest["config"]["method"] == "eata" and manifest["config"]["eata"]["fisher_alpha"] == 1.0
+    )

@@ -37,12 +37,13 @@ def setting_owners(name: str) -> tuple[Method, ...]:
 
 
 def methods_costing(at_most: float) -> tuple[str, ...]:
-    """Names of the methods whose update costs at most ``at_most`` of Tent's, REALM last.
+    """Names of the methods on the model alone costing at most ``at_most`` of Tent's, REALM last.
 
     What a command shows by default where every method would cost too long: the demo's
     columns, the speed bench's rows (``methods_costing(1)``: one forward and one backward).
     """
-    cheap = [m.name for m in BY_NAME.values() if m.cost <= at_most]
+    # A method that needs clean images of the app's own (EATA) runs where a command has them.
+    cheap = [m.name for m in BY_NAME.values() if m.cost <= at_most and m.clean_state is None]
     return tuple(sorted(cheap, key=lambda name: name == REALM.name))
 
 

@@ -126,9 +126,34 @@ def add_export_parser(sub: Any) -> None:
         default=2.0,
         help="points of clean accuracy the worst case inside max_drift may lose (default 2)",
     )
+    p.add_argument(
+        "--clean-images",
+        metavar="NPZ",
+        default=None,
+        help="clean images of the app's own (an .npz with 'images' (N, C, ...), preprocessed "
+        "as the model's inputs) for a method that needs them: EATA's Fisher information "
+        "(default: --drift-check's images)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.add_argument("--cache-dir", default=".cache", help="where the digits model is cached")
     p.set_defaults(func=run_export)
+
+
+def _clean_images(path: str | None) -> Any:
+    """The images of ``--clean-images`` (None: not given; ValueError: not an .npz of them)."""
+    if path is None:
+        return None
+    import numpy as np
+
+    try:
+        with np.load(path) as data:
+            if "images" not in data.files:
+                raise ValueError("no array 'images' (N, C, ...)")
+            return data["images"]
+    except ValueError as exc:
+        raise ValueError(f"--clean-images {path}: {exc}") from None
+    except OSError as exc:
+        raise ValueError(f"--clean-images {path}: not a readable .npz ({exc})") from None
 
 
 def _drift_check(path: str, allowed_drop: float) -> Any:
@@ -199,6 +224,7 @@ def run_export(args: argparse.Namespace) -> int:
         drift = (
             None if args.drift_check is None else _drift_check(args.drift_check, args.allowed_drop)
         )
+        clean = _clean_images(args.clean_images)
     except (ValueError, FileNotFoundError) as exc:
         print(f"realm export: {exc}", file=sys.stderr)
         return 2
@@ -232,6 +258,7 @@ def run_export(args: argparse.Namespace) -> int:
                 model_info=info,
                 memory=memory,
                 drift_check=drift,
+                clean_images=clean,
             ),
             progress=progress,
         )
