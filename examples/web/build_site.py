@@ -8,8 +8,9 @@ where the page's import map looks), onnxruntime-web's WebGPU and plain WASM buil
 artifacts and a shifted stream. By default the model is ``realm demo``'s: the ResNet-26-GN the
 package ships, on a Fashion-MNIST-C stream, or the digits model on shifted digits where
 Fashion-MNIST is not installed (the page says so); it is exported once for every method of
-the registry (``realm_runtime.methods.BY_NAME``), which the page offers to switch between, and
-the stream carries the exported model's own predictions without adapting (no-adapt's line).
+the registry that exports (``realm_runtime.methods.EXPORTED``), which the page offers to
+switch between, and the stream carries the exported model's own predictions without adapting
+(no-adapt's line).
 ``--artifacts`` names artifacts of your own instead. Serve it over http://127.0.0.1 or https
 (WebCrypto and WebGPU need a secure context) with the COOP/COEP headers that ``--serve``
 sends: without cross-origin isolation the WASM provider runs on one thread.
@@ -32,7 +33,7 @@ import numpy as np
 
 from realm_runtime import RealmRuntime
 from realm_runtime.contract import MANIFEST_NAME, SIGNATURE_NAME
-from realm_runtime.methods import BY_NAME
+from realm_runtime.methods import BY_NAME, EXPORTED
 
 if TYPE_CHECKING:
     from realm_tools.demo import DemoTask
@@ -41,7 +42,7 @@ HERE = Path(__file__).resolve().parent
 PAGE_FILES = ("index.html", "style.css", "app.js", "axes.js", "draw.js", "preprocess.js")
 CLIENT = HERE.parents[1] / "clients" / "js"  # the library's modules: every *.js there
 CLIENT_DIR = "realm-tta-client"  # where the page's import map looks for it
-METHODS = tuple(BY_NAME)  # the page's method choices: the one registry, in its order
+METHODS = EXPORTED  # the page's method choices: the registry's that export, in its order
 TASKS = ("auto", "fmnist", "digits")  # realm demo's: auto is Fashion-MNIST where installed
 # onnxruntime-web's WebGPU build (WebGPU and WASM) and its plain WASM build (the page loads it
 # where WebGPU does not run: its WebAssembly module is half the size).
@@ -213,7 +214,7 @@ def build(
     keygen``'s ``.pub`` files) go into ``site.json``: the page then loads only artifacts one
     of them signed.
     """
-    unknown = [m for m in methods if m not in BY_NAME]
+    unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
         raise ValueError(f"methods must be some of {METHODS}, got {list(methods)}")
     dist = ort_dist()
@@ -284,6 +285,7 @@ def build(
                 "signed": m.name in built and (out / built[m.name] / SIGNATURE_NAME).is_file(),
             }
             for m in BY_NAME.values()
+            if m.exports
         ],
     }
     (out / "site.json").write_text(json.dumps(site, indent=1))

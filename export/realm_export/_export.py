@@ -31,6 +31,7 @@ from realm_runtime.contract import (
     INFERENCE_MODEL,
     LAMBDA_NAME,
 )
+from realm_runtime.methods import EXPORTED
 from realm_sdk import RealmAdapter, RealmConfig, select_trainable
 
 from ._directory import empty_dir, write_manifest, written_files
@@ -145,6 +146,13 @@ def _settle(
         raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
     shape = options.input_shape if options.input_shape is not None else _declared_shape(model)
     config = options.config if options.config is not None else _default_config(model, shape)
+    rules = config.rules
+    if not rules.exports:
+        raise UnsupportedModelError(
+            f"{rules.label} cannot be exported: {rules.sdk_only}; it runs in the PyTorch SDK "
+            f"(realm_sdk.RealmAdapter with method {rules.name!r}), or export one of "
+            f"{list(EXPORTED)}"
+        )
     attempt, skipped = training_wanted(options.training, config)
     signing_key = options.signing_key
     if signing_key is not None:

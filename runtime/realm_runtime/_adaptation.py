@@ -37,6 +37,7 @@ from ._names import (
     COUNTERS,
     REASON_DIVERSITY,
     REASON_ENTROPY,
+    REASON_FIXED,
     REASON_NONFINITE,
     REASON_UPDATED,
 )
@@ -320,6 +321,8 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
         if not finite:
             self._counters[COUNTER_SKIPPED_NONFINITE] += batch
             return self._result(logits, None, False, None, REASON_NONFINITE)
+        if not self.config.rules.updates:  # TTAug: the prediction was all of it
+            return self._result(logits, None, False, None, REASON_FIXED)
 
         sel = self._select(logits, forward)
         self._counters[COUNTER_SKIPPED_ENTROPY] += sel.uncertain
@@ -345,6 +348,8 @@ class OnlineAdaptation(ABC, Generic[ArrayT, ResultT]):
         self._guard_update()
         if self.config.rules.recovery:
             self._recover(candidate.loss)
+        if self.config.rules.predicts_after_step:  # MEMO's order: the sample after its step
+            logits = self._infer(x)
         return self._result(logits, sel, True, candidate.loss, REASON_UPDATED)
 
     def _guard_update(self) -> None:

@@ -187,8 +187,16 @@ class RealmConfig:
                 raise ValueError(f"num_classes must be an integer ≥ 2, got {num_classes!r}")
             lr = 0.00025 / 16  # SAR's batch-size-1 scaling of the ImageNet learning rate
             base = dict(lr=lr, momentum=0.9, diversity_margin=0.05, freeze_last_block=True)
+            rules = BY_NAME.get(method)
+            if rules is not None and rules.augments:
+                # A batch of views is a batch: the REALM paper's App. B leaves SFT's rate unscaled.
+                base["lr"] = lr = 0.00025
+            if rules is not None and rules.adapts != "norm":
+                base["freeze_last_block"] = False  # SAR's rule is about norm layers
         else:
             raise ValueError(f"unknown preset {name!r}: choose one of {PRESETS}")
+        if method in BY_NAME and BY_NAME[method].episodic:
+            base["episodic"] = True
         if method not in BY_NAME:  # the constructor names the problem
             return cls(num_classes=num_classes, method=method, preset_name=name, **base)
         shared, own, settings = _split(overrides, method_named(method))

@@ -210,7 +210,8 @@ REASON_UPDATED = "updated"
 REASON_DIVERSITY = "diversity"  # every sample too similar to the EMA (S_div)
 REASON_ENTROPY = "entropy"  # every sample too uncertain (EATA's, SAR's cut)
 REASON_NONFINITE = "nonfinite"  # the logits, the loss or a gradient was not finite
-ADAPT_REASONS = (REASON_UPDATED, REASON_DIVERSITY, REASON_ENTROPY, REASON_NONFINITE)
+REASON_FIXED = "fixed"  # the method never updates (TTAug): it only predicts
+ADAPT_REASONS = (REASON_UPDATED, REASON_DIVERSITY, REASON_ENTROPY, REASON_NONFINITE, REASON_FIXED)
 
 # ------------------------------------------------------------------ watch figures
 

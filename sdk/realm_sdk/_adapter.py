@@ -110,6 +110,7 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
             config.frozen,
             freeze_last_block=config.freeze_last_block,
             adapt_stages=config.adapt_stages,
+            adapts=config.rules.adapts,
         )
         named = dict(model.named_parameters())
         self._params: dict[str, nn.Parameter] = {n: named[n] for n in self._names}
@@ -195,6 +196,12 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
         return logits
 
     def _forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        form = torch_form(self.config)
+        if form.predict is not None:  # a method that predicts its own way updates nothing
+            with torch.no_grad():
+                logits = form.predict(x, self.model, self.config, self._sample_index)
+            self._check_logits(logits, x)
+            return logits, logits
         with torch.enable_grad():
             logits = self.model(x)  # (B, C), graph kept for the backward
         self._check_logits(logits, x)
@@ -282,7 +289,10 @@ class RealmAdapter(OnlineAdaptation[Tensor, AdaptResult]):
             probs = F.softmax(logits, dim=-1)
             keep = torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
         else:
-            probs, keep = sel.probs, sel.keep
+            keep = sel.keep
+            # After the step (MEMO) the logits are new: their probabilities are too.
+            after = self.config.rules.predicts_after_step and updated
+            probs = F.softmax(logits, dim=-1) if after else sel.probs
         return AdaptResult(logits, probs, logits.argmax(dim=1), keep, updated, loss, reason)
 
     def _init_adaptation_state(self) -> None:

@@ -228,14 +228,44 @@ def stage_count(model: nn.Module) -> int:
     return len(model_stages(model, norm_affine_names(model)).body)
 
 
+def first_conv_names(model: nn.Module) -> list[str]:
+    """The parameters of the model's first convolution (registration order): SFT's θ.
+
+    The layer the input meets first in the usual model (a ResNet's stem, a ViT's patch
+    embedding), the one :func:`~realm_sdk._inputs.infer_sample_shape` reads the channels of.
+
+    Raises:
+        ValueError: the model has no convolution, in one sentence.
+    """
+    for module_name, module in model.named_modules():
+        if isinstance(module, nn.modules.conv._ConvNd):
+            prefix = f"{module_name}." if module_name else ""
+            own = {f"{prefix}{n}" for n, _ in module.named_parameters(recurse=False)}
+            return [n for n, _ in model.named_parameters() if n in own]
+    raise ValueError(
+        f"{type(model).__name__} has no convolution: SFT adapts only the first one, so there "
+        "is nothing to adapt; choose a method that adapts the norm layers (tent, realm)"
+    )
+
+
+def _candidates(model: nn.Module, adapts: str) -> list[str]:
+    """The parameters a method may adapt, by ``Method.adapts``, before any freezing."""
+    if adapts == "all":
+        return [n for n, _ in model.named_parameters()]
+    if adapts == "first_conv":
+        return first_conv_names(model)
+    return norm_affine_names(model)
+
+
 def select_trainable(
     model: nn.Module,
     frozen: Iterable[str] = (),
     *,
     freeze_last_block: bool = False,
     adapt_stages: int | None = None,
+    adapts: str = "norm",
 ) -> list[str]:
-    """The norm affine parameter names that adapt, in ``named_parameters()`` order.
+    """The parameter names that adapt, in ``named_parameters()`` order.
 
     Args:
         model: the classifier.
@@ -243,6 +273,8 @@ def select_trainable(
         freeze_last_block: also exclude :func:`last_block_patterns` of the model.
         adapt_stages: also exclude every norm but those of the last this many stages and
             after them (``realm_sdk._stages``); None: no such cut.
+        adapts: what the method adapts (``Method.adapts``): the norm layers' affine
+            parameters (SPEC §1), the first convolution, or every parameter.
 
     Returns:
         The selected names.
@@ -261,9 +293,11 @@ def select_trainable(
             compiled.append(re.compile(p))
         except re.error as exc:
             raise ValueError(f"frozen pattern {p!r} is not a valid regex: {exc}") from exc
-    candidates = norm_affine_names(model)
+    candidates = _candidates(model, adapts)
     selected = [n for n in candidates if not any(c.match(n) for c in compiled)]
     if not selected:
+        if not candidates and adapts == "all":
+            raise ValueError(f"{type(model).__name__} has no parameters: nothing to adapt")
         if not candidates:
             raise ValueError(
                 f"{type(model).__name__} has no normalisation layer with affine parameters "
@@ -275,8 +309,9 @@ def select_trainable(
             causes.append("freeze_last_block=True")
         if adapt_stages is not None:
             causes.append(f"adapt_stages={adapt_stages}")
+        what = "norm affine parameters" if adapts == "norm" else "adaptable parameters"
         raise ValueError(
-            f"all {len(candidates)} norm affine parameters of {type(model).__name__} are frozen "
+            f"all {len(candidates)} {what} of {type(model).__name__} are frozen "
             f"by {' and '.join(causes)}: nothing is left to adapt; freeze less (a larger "
             "adapt_stages, or freeze_last_block=False)."
         )

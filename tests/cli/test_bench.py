@@ -191,9 +191,9 @@ def test_sides_take_turns_on_the_same_samples():
 
 def test_speed_cli_rejects_unknown_names(capsys):
     assert main(["bench", "speed", "--models", "nope"]) == 2
-    assert main(["bench", "speed", "--quick", "--methods", "memo"]) == 2
+    assert main(["bench", "speed", "--quick", "--methods", "cotta"]) == 2
     err = capsys.readouterr().err
-    assert "unknown models ['nope']" in err and "methods ['memo']" in err
+    assert "unknown models ['nope']" in err and "methods ['cotta']" in err
 
 
 def test_block_ratios_follow_take_turns_blocks():

@@ -204,6 +204,21 @@ def test_every_method_and_preset_of_the_sdk_can_be_exported():
             assert (args.method, args.preset) == (method, preset)
 
 
+def test_a_method_only_the_sdk_runs_is_refused_in_one_sentence(tmp_path, capsys):
+    """MEMO's AugMix views have no ONNX form: the export says so and where it runs."""
+    from realm_runtime.methods import BY_NAME
+
+    sdk_only = [m for m in BY_NAME.values() if not m.exports]
+    assert {m.name for m in sdk_only} == {"memo", "sft", "ttaug"}
+    for rules in sdk_only:
+        out = tmp_path / rules.name
+        flags = ["--model", "digits", "--method", rules.name, "--cache-dir", str(tmp_path)]
+        assert main(["export", *flags, "--out", str(out)]) == 1
+        err = capsys.readouterr().err
+        assert f"{rules.label} cannot be exported" in err and "realm_sdk.RealmAdapter" in err
+        assert "Traceback" not in err and not out.exists()
+
+
 def test_a_shipped_model_is_named_as_the_registry_names_it():
     from realm_tools.models import model_from_spec
 

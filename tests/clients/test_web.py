@@ -27,7 +27,7 @@ import pytest
 from helpers import assert_same_state, flip, manifest_offset, needs_fashion_mnist
 
 from realm_runtime import RealmRuntime
-from realm_runtime.methods import BY_NAME
+from realm_runtime.methods import EXPORTED
 from realm_tools.parity import TOLERANCES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -462,7 +462,7 @@ def test_default_page_adapts_fashion_beside_no_adapt(default_site, server, tmp_p
     assert run["summary"]["accuracy"] == pytest.approx(100 * np.mean(adapted == labels))
     assert run["series"]["plot-accuracy"] == ["no-adapt", "realm"]
 
-    assert [m["name"] for m in run["methods"]] == list(BY_NAME)
+    assert [m["name"] for m in run["methods"]] == list(EXPORTED)
     assert [m["name"] for m in run["methods"] if m["enabled"]] == ["realm"]
     assert set(run["ticks"]) == {
         "plot-accuracy",
@@ -494,5 +494,5 @@ def test_site_runs_the_digits_where_fashion_mnist_is_missing(tmp_path, monkeypat
     assert meta["source_top1"] == [int(runtime.predict(x[i : i + 1]).argmax()) for i in range(5)]
     methods = json.loads((site / "site.json").read_text())["methods"]
     assert [(m["name"], m["artifacts"]) for m in methods] == [
-        (name, "artifacts" if name == "tent" else None) for name in BY_NAME
+        (name, "artifacts" if name == "tent" else None) for name in EXPORTED
     ]

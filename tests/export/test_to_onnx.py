@@ -182,9 +182,8 @@ def test_a_written_graph_the_checker_refuses_is_named_with_the_reason(tmp_path):
 
 
 def test_only_a_method_that_draws_takes_the_samples_index():
-    from realm_runtime import METHODS
     from realm_runtime.contract import SAMPLE_INDEX_NAME
-    from realm_runtime.methods import method_named
+    from realm_runtime.methods import EXPORTED, method_named
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(
@@ -197,7 +196,7 @@ def test_only_a_method_that_draws_takes_the_samples_index():
     ).eval()
     example = torch.randn(1, 1, 8, 8)
     drawing = set()
-    for name in METHODS:
+    for name in EXPORTED:
         config = RealmConfig.preset("cifar", num_classes=10).with_overrides(method=name)
         adapter = RealmAdapter(model, config, clean_images=torch.randn(4, 1, 8, 8))
         fisher = adapter.fisher or None  # EATA's regulariser, from those clean images
@@ -206,4 +205,4 @@ def test_only_a_method_that_draws_takes_the_samples_index():
         )
         if SAMPLE_INDEX_NAME in {i.name for i in graphs.step.graph.input}:
             drawing.add(name)
-    assert drawing == {n for n in METHODS if method_named(n).draws} == {"deyo"}
+    assert drawing == {n for n in EXPORTED if method_named(n).draws} == {"deyo"}

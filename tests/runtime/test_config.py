@@ -96,7 +96,7 @@ def test_overrides_apply_after_the_preset():
         ("diversity_margin", 0.0, "diversity_margin"),
         ("diversity_margin", 1.5, "diversity_margin"),
         ("ema_beta", 1.0, "ema_beta"),
-        ("method", "memo", "method"),
+        ("method", "cotta", "method"),
         ("sam_rho", 0.0, "sam_rho"),
         ("recovery_loss", -0.1, "recovery_loss"),
         ("loss_scale", "two", "loss_scale"),

@@ -34,6 +34,7 @@ from ._stream_run import (
     config_defaults,
     method_config,
 )
+from ._views import view_overrides
 
 # An episodic part's traces are kept in the run log at this resolution: no plot draws them,
 # and their course (α, λ, the update rate) is all a per-corruption look needs.
@@ -90,6 +91,8 @@ def bench_streams(
             "the junk settings out"
         )
     shape = stream_settings or StreamSettings()
+    # The rows that draw AugMix views undo the data's normalisation: the data says which.
+    overrides = {**view_overrides(dataset), **(overrides or {})}
     # The overrides are the same fields for every row: a bad one fails here, before any run.
     check_overrides(preset, dataset.num_classes, overrides)
     job = Job(
@@ -99,7 +102,7 @@ def bench_streams(
         tuple(corruptions),
         preset,
         shape,
-        dict(overrides or {}),
+        overrides,
         clean_state_images(dataset, tuple(methods)),
     )
     cells = [

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from realm_runtime import RealmConfig
+from realm_runtime.methods import method_named
 from realm_sdk import RealmAdapter
 from realm_tools.bench import run_online
 from realm_tools.data import DigitsShift, LazyImages, ShiftDataset, load_digits
@@ -32,6 +33,7 @@ from realm_tools.models import train_digits_model
 from ..rows import QUALITY_DEFAULT, ROWS, Row, rows_where
 from ._clean_state import clean_state_images
 from ._table1 import episodic_table
+from ._views import view_overrides
 
 # Every row an episodic run can hold, in table order: no-adapt, each method, REALM in the
 # runtime (rows with guardrails or periodic resets belong to the long-running streams).
@@ -167,6 +169,7 @@ def bench_quality(
                             artifacts,
                             progress,
                             clean_state=clean_state,
+                            views=view_overrides(dataset),
                         )
                     )
     return runs
@@ -188,6 +191,7 @@ def _one_run(
     progress: Callable[[int], None] | None,
     *,
     clean_state: np.ndarray | None = None,
+    views: dict[str, Any] | None = None,
 ) -> QualityRun:
     if row.runtime:
         from realm_runtime import RealmRuntime
@@ -201,7 +205,8 @@ def _one_run(
         after = source_clean
     else:
         model = copy.deepcopy(source)
-        cfg = RealmConfig.preset(preset, num_classes=num_classes, method=row.method)  # type: ignore[arg-type]
+        own = (views or {}) if method_named(row.method).augments else {}  # type: ignore[arg-type]
+        cfg = RealmConfig.preset(preset, num_classes=num_classes, method=row.method, **own)  # type: ignore[arg-type]
         adapter = RealmAdapter(model, cfg, clean_images=clean_state)
         result = run_online(adapter, x, y, progress=progress)  # type: ignore[arg-type]
         after = _clean_accuracy(_torch_predict(model), clean)

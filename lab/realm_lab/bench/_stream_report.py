@@ -143,8 +143,9 @@ def plot_streams(runs: Sequence[StreamRun], out_dir: str | Path) -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    colors = dict(zip(STREAM_METHODS, palette, strict=False))  # six rows, ten colours
+    # One colour per row the bench can run (tab20's twenty: more rows than the default ten).
+    palette = [plt.get_cmap("tab20")(k % 20) for k in range(len(STREAM_METHODS))]
+    colors = dict(zip(STREAM_METHODS, palette, strict=True))
     for setting in dict.fromkeys(r.setting for r in runs if r.trace):
         mine = [r for r in runs if r.setting == setting]
         seed = min(r.seed for r in mine)  # one seed drawn; the tables have all of them

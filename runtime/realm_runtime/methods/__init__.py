@@ -7,16 +7,24 @@ there.
 
 from __future__ import annotations
 
-from ._method import Method
+from ._augmix import AugMixSettings
+from ._method import ADAPTS, Method
 from ._settings import MethodSettings
 from .deyo import DEYO, DeyoSettings
 from .eata import EATA, EataSettings
 from .eta import ETA
+from .memo import MEMO
 from .realm import REALM, RealmSettings
 from .sar import SAR, SarSettings
+from .sft import SFT
 from .tent import TENT
+from .ttaug import TTAUG
 
-BY_NAME: dict[str, Method] = {m.name: m for m in (REALM, TENT, ETA, EATA, SAR, DEYO)}
+# Table order: the paper's Table 1 (the augmenting baselines, then the online ones).
+BY_NAME: dict[str, Method] = {
+    m.name: m for m in (REALM, TTAUG, MEMO, SFT, TENT, ETA, EATA, SAR, DEYO)
+}
+EXPORTED: tuple[str, ...] = tuple(m.name for m in BY_NAME.values() if m.exports)
 
 
 def method_named(name: str) -> Method:
@@ -43,18 +51,28 @@ def methods_costing(at_most: float) -> tuple[str, ...]:
     columns, the speed bench's rows (``methods_costing(1)``: one forward and one backward).
     """
     # A method that needs clean images of the app's own (EATA) runs where a command has them.
-    cheap = [m.name for m in BY_NAME.values() if m.cost <= at_most and m.clean_state is None]
+    cheap = [
+        m.name
+        for m in BY_NAME.values()
+        if m.cost <= at_most and m.clean_state is None and m.exports
+    ]
     return tuple(sorted(cheap, key=lambda name: name == REALM.name))
 
 
 __all__ = [
+    "ADAPTS",
     "BY_NAME",
     "DEYO",
     "EATA",
     "ETA",
+    "EXPORTED",
+    "MEMO",
     "REALM",
     "SAR",
+    "SFT",
     "TENT",
+    "TTAUG",
+    "AugMixSettings",
     "DeyoSettings",
     "EataSettings",
     "Method",

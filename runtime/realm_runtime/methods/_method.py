@@ -7,6 +7,10 @@ from dataclasses import dataclass
 from .._guardrails import Guardrails
 from ._settings import MethodSettings
 
+# What θ is, by Method.adapts: the normalisation layers' affine parameters (SPEC §1), the
+# model's first convolution (surgical fine-tuning), or every parameter (MEMO).
+ADAPTS = ("norm", "first_conv", "all")
+
 
 @dataclass(frozen=True)
 class Method:
@@ -50,3 +54,21 @@ class Method:
     batch_norm_rate: bool = False
     # What an update costs against one forward and one backward (Tent's), for scheduling runs.
     cost: float = 1.0
+    adapts: str = "norm"  # which parameters θ are: one of ADAPTS
+    # Its step (or its prediction) reads AugMix views of each sample (AugMixSettings).
+    augments: bool = False
+    updates: bool = True  # False: it predicts and never changes the model (TTAug)
+    # Its prediction is the clean sample's after the step (MEMO's order), not the one before.
+    predicts_after_step: bool = False
+    episodic: bool = False  # its presets reset the model after every sample (MEMO)
+    # Why no exported graph holds it, as a clause (None: every form does): the SDK runs it.
+    sdk_only: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.adapts not in ADAPTS:
+            raise ValueError(f"{self.name}: adapts must be one of {ADAPTS}, got {self.adapts!r}")
+
+    @property
+    def exports(self) -> bool:
+        """Whether the export, the runtime and the clients run it (else the SDK alone)."""
+        return self.sdk_only is None

@@ -13,10 +13,11 @@ from importlib import import_module
 from realm_runtime import RealmConfig
 from realm_runtime.methods import method_named
 
-from . import deyo, eata, eta, realm, sar, tent
-from ._form import LogitsAt, PerSampleLoss, StepInputs, StepLoss, TorchForm
+from . import deyo, eata, eta, memo, realm, sar, sft, tent, ttaug
+from ._form import LogitsAt, PerSampleLoss, Predict, StepInputs, StepLoss, TorchForm
 from .eata import fisher_penalty
 from .eta import eata_loss
+from .memo import marginal_entropy
 from .realm import robust_loss
 
 
@@ -39,6 +40,7 @@ def torch_form(config: RealmConfig) -> TorchForm:
 __all__ = [
     "LogitsAt",
     "PerSampleLoss",
+    "Predict",
     "StepInputs",
     "StepLoss",
     "TorchForm",
@@ -47,9 +49,13 @@ __all__ = [
     "eata_loss",
     "eta",
     "fisher_penalty",
+    "marginal_entropy",
+    "memo",
     "realm",
     "robust_loss",
     "sar",
+    "sft",
     "tent",
     "torch_form",
+    "ttaug",
 ]

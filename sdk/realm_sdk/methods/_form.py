@@ -71,6 +71,11 @@ def _as_is(config: RealmConfig) -> RealmConfig:
     return config
 
 
+# (inputs, the model at its current θ, config, the first sample's index) → the method's own
+# logits of the batch (TTAug's: the log of the mean softmax over views).
+Predict = Callable[[Tensor, Callable[[Tensor], Tensor], RealmConfig, int], Tensor]
+
+
 @dataclass(frozen=True)
 class TorchForm:
     """A method in torch (``realm_sdk.methods.<name>.FORM``)."""
@@ -83,6 +88,8 @@ class TorchForm:
     cut_margin: CutMargin = field(default=_no_cut)
     # The configuration with its own cut open, so validation sees a gradient on every input.
     open_cut: Callable[[RealmConfig], RealmConfig] = field(default=_as_is)
+    # Its own prediction (a method that never updates); None: the model's logits.
+    predict: Predict | None = None
 
     @classmethod
     def weighted(cls, per_sample: PerSampleLoss) -> TorchForm:

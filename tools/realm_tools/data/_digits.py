@@ -107,6 +107,11 @@ class DigitsShift:
         return (1, 1, 32, 32)
 
     @property
+    def pixel_normalisation(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """The ``(mean, std)`` per channel its samples were normalised with from [0, 1] pixels."""
+        return (self.data.mean,), (self.data.std,)
+
+    @property
     def corruptions(self) -> tuple[str, ...]:
         return ("clean", *sorted(CORRUPTIONS))
 

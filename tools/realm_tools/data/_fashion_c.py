@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ._cifar_c import CIFAR_C_CORRUPTIONS, CIFAR_C_EXTRAS, corrupt_gray32
-from ._fashion import FashionMNIST, load_fashion_mnist, normalise
+from ._fashion import MEAN, STD, FashionMNIST, load_fashion_mnist, normalise
 from ._realdata import check_severity, stream_order
 
 SPLITS = ("test", "val")
@@ -65,6 +65,11 @@ class FashionMNISTC:
     def input_shape(self) -> tuple[int, int, int, int]:
         """``(1, 1, 32, 32)``."""
         return (1, 1, 32, 32)
+
+    @property
+    def pixel_normalisation(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """The ``(mean, std)`` its samples were normalised with from [0, 1] pixels."""
+        return (MEAN,), (STD,)
 
     def corrupted(self, corruption: str, severity: int) -> np.ndarray:
         """The whole split under one corruption: uint8 ``(N, 32, 32)``, built or read once."""

@@ -51,6 +51,11 @@ class ImageNetC:
         return (1, 3, self.image_size, self.image_size)
 
     @property
+    def pixel_normalisation(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """The ``(mean, std)`` per channel its samples were normalised with from [0, 1] pixels."""
+        return self.mean, self.std
+
+    @property
     def default_corruptions(self) -> tuple[str, ...]:
         """The papers' 15 where present (all found corruptions if none of those is)."""
         return tuple(c for c in self.corruptions if c in BENCHMARK_CORRUPTIONS) or self.corruptions

@@ -90,6 +90,14 @@ class ShiftDataset(Protocol):
         """One corruption at one severity, shuffled by ``seed``, the first ``limit`` samples."""
         ...
 
+    @property
+    def pixel_normalisation(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """The ``(mean, std)`` per channel the samples were normalised with from [0, 1] pixels.
+
+        What a method that draws AugMix views of the pixels (MEMO, SFT, TTAug) undoes.
+        """
+        ...
+
     def clean(self) -> tuple[np.ndarray | LazyImages, np.ndarray] | None:
         """Uncorrupted test data to measure forgetting on, or None where there is none."""
         ...
@@ -148,6 +156,11 @@ class Cifar10C:
     def input_shape(self) -> tuple[int, int, int, int]:
         """``(1, 3, 32, 32)``."""
         return (1, 3, 32, 32)
+
+    @property
+    def pixel_normalisation(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """The ``(mean, std)`` per channel its samples were normalised with from [0, 1] pixels."""
+        return self.mean, self.std
 
     @property
     def default_corruptions(self) -> tuple[str, ...]:

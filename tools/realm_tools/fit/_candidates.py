@@ -19,8 +19,8 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from realm_runtime import METHODS, Guardrails, RealmConfig
-from realm_runtime.methods import REALM, method_named
+from realm_runtime import Guardrails, RealmConfig
+from realm_runtime.methods import EXPORTED, REALM, method_named
 
 LR_FACTORS = (0.25, 0.5, 2.0)  # tier 1: around the preset's rate
 BATCH_NORM_SHARE = 0.2  # tier 2: BatchNorm's rate as REALM's preset sets it, a fifth of lr
@@ -97,7 +97,7 @@ def candidates(
         tiers: how many tiers (1–3).
     """
     out: list[Candidate] = []
-    for method in METHODS:
+    for method in EXPORTED:  # the fit's answer is artifacts: the methods that export
         rules = method_named(method)
         base = RealmConfig.preset(preset, num_classes=num_classes, method=method)
         base = dataclasses.replace(base, adapt_stages=adapt_stages)

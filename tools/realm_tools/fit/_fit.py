@@ -28,8 +28,8 @@ from realm_export import (
     export_realm_artifacts,
 )
 from realm_export.bound import BoundLadder, NormBall, climb_bounds
-from realm_runtime import METHODS
 from realm_runtime.measure import cpu_name
+from realm_runtime.methods import EXPORTED
 from realm_sdk import RealmAdapter, RealmConfig, batch_norm_names, select_trainable
 
 from ..bench import run_online
@@ -429,7 +429,7 @@ def _too_small(
 ) -> FitBudgetError:
     """The sentence for a budget that cannot measure each method once, with what would."""
     search = least_cost(
-        len(METHODS),
+        len(EXPORTED),
         streams=streams,
         max_length=length,
         seconds_per_sample=per_sample * SAFETY,

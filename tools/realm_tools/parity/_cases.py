@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from realm_runtime import Guardrails, RealmConfig
-from realm_runtime.methods import BY_NAME, ETA, REALM, SAR, TENT
+from realm_runtime.methods import ETA, EXPORTED, REALM, SAR, TENT
 
 from ..data import load_digits, load_fmnistc
 from ..models import MODELS
@@ -94,7 +94,7 @@ CASES: tuple[ParityCase, ...] = (
     # Every other method of the registry on the demo model, at its paper's settings.
     *(
         ParityCase(f"digits-cifar-{name}", "digits_gn", "cifar", name, steps=100)
-        for name in BY_NAME
+        for name in EXPORTED
         if name != REALM.name
     ),
     ParityCase(
