@@ -32,7 +32,7 @@ class AugMixSettings(MethodSettings):
 
     augmentations: int = 64  # views per sample (the REALM paper's App. B, after EATA's batch)
     # torchvision's AugMix severity: 2 draws each operation at 0 or 1/9 of its range, the
-    # nearest to MEMO's level 1 (uniform on 1–10 % of the range); SPEC §4.
+    # nearest to MEMO's own level 1 (SPEC §4).
     severity: int = 2
     crop_flip: bool = True  # MEMO's pre-augmentation: a crop padded by 1/8 of the side, a flip
     # The inputs are (pixels in [0, 1] − pixel_mean) / pixel_std, per channel (one value: every
