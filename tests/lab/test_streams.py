@@ -413,14 +413,18 @@ def test_an_episodic_part_keeps_a_short_trace_in_the_run_log(shift, digits_model
 
     settings = StreamSettings(passes=1, limit=40)
     mark = streams_fingerprint(
-        shift, digits_model, corruptions=DOMAINS[:1], preset="cifar", stream_settings=settings
+        shift, digits_model, corruptions=DOMAINS[:2], preset="cifar", stream_settings=settings
     )
     path = tmp_path / "runs.jsonl"
-    common = dict(settings=["episodic"], seeds=[0], corruptions=DOMAINS[:1], methods=["realm"])
+    common = dict(settings=["episodic"], seeds=[0], corruptions=DOMAINS[:2], methods=["realm"])
     bench_streams(shift, digits_model, **common, stream_settings=settings, log=RunLog(path, mark))
-    run = json.loads(path.read_text().splitlines()[1])["run"]
-    assert 10 <= len(run["trace_at"]) <= 20 and run["trace_at"][-1] == 39
-    assert all(len(v) == len(run["trace_at"]) for v in run["trace"].values())
+    lines = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+    runs = {line["label"].split("/")[1]: line["run"] for line in lines}
+    coarse, fine = runs["defocus_blur"], runs["gaussian_noise"]  # the paper's Fig. 3 has it
+    assert 10 <= len(coarse["trace_at"]) <= 20 and coarse["trace_at"][-1] == 39
+    assert len(fine["trace_at"]) == 40  # every point of a short stream, for the figure
+    for run in (coarse, fine):
+        assert all(len(v) == len(run["trace_at"]) for v in run["trace"].values())
 
 
 def test_a_run_log_keeps_runs_made_before_a_setting_existed_while_it_holds_its_default(tmp_path):
@@ -452,3 +456,53 @@ def test_an_eata_row_estimates_its_fisher_on_the_clean_split(shift, digits_model
     by = {r.method: r for r in runs}
     assert set(by) == {"eta", "eata"} and by["eata"].updates > 0
     assert "EATA" in streams_tables(runs) and "ETA" in streams_tables(runs)
+
+
+def test_the_runtime_backend_runs_every_exported_row_and_the_sdk_the_rest(shift, digits_model):
+    """``backend="runtime"``: each exported row is exported once and run by RealmRuntime;
+    TTAug (no export) stays in the SDK. The parity suite checks the two twins step by step;
+    here a float32 tie may flip at most one decision of the 60."""
+    common = dict(
+        settings=["episodic"],
+        seeds=[0],
+        corruptions=DOMAINS[:1],
+        methods=["none", "tent", "realm", "ttaug"],
+        stream_settings=StreamSettings(limit=60),
+    )
+    sdk = {r.method: r for r in bench_streams(shift, digits_model, **common)}
+    rt = {r.method: r for r in bench_streams(shift, digits_model, **common, backend="runtime")}
+    for method in ("tent", "realm"):
+        assert abs(rt[method].accuracy - sdk[method].accuracy) <= 100 / 60 + 1e-9
+        assert abs(rt[method].updates - sdk[method].updates) <= 1
+    assert rt["ttaug"].accuracy == sdk["ttaug"].accuracy and rt["ttaug"].updates == 0
+    with pytest.raises(ValueError, match="backend must be one of"):
+        bench_streams(shift, digits_model, **common, backend="onnx")
+
+
+def test_held_out_checkpoints_score_the_model_as_it_was_after_n_samples(shift, digits_model):
+    """Table 4 from one run: after N samples the model (not updating) scores the tail."""
+    import copy
+
+    import torch
+
+    from realm_lab.bench import HeldOut, method_config, run_stream
+    from realm_sdk import RealmAdapter
+    from realm_tools.data import Stream
+
+    x, y = shift.stream("gaussian_noise", 5, seed=0, limit=60)
+    rows = np.stack([np.zeros(len(y)), np.arange(len(y))], 1).astype(np.int64)
+    stream = Stream("episodic", (x,), rows, y, ((0, "gaussian_noise"),))
+    held = HeldOut(at=(10, 30), last=20)
+    common = dict(preset="cifar", num_classes=10, clean=None, heldout=held)
+    run = run_stream("tent", digits_model, stream, **common)
+    adapter = RealmAdapter(copy.deepcopy(digits_model), method_config("tent", "cifar", 10))
+    for i in range(10):
+        adapter.adapt(torch.from_numpy(x[i : i + 1]))
+    want = (adapter.predict(torch.from_numpy(x[40:])).argmax(1).numpy() == y[40:]).mean() * 100
+    assert set(run.heldout) == {"10", "30"} and run.heldout["10"] == pytest.approx(want)
+    frozen = run_stream("none", digits_model, stream, **common)
+    assert frozen.heldout["10"] == frozen.heldout["30"]  # the source does not move
+    assert run.trace["online"][-1] == pytest.approx(run.accuracy)
+    assert run.trace["updates"][-1] == run.updates == 60
+    short = run_stream("tent", digits_model, stream, **{**common, "heldout": HeldOut()})
+    assert short.heldout == {}  # 60 samples hold no 8000th: nothing scored, nothing made up

@@ -38,6 +38,7 @@ from ._stream_report import plot_streams, streams_tables
 from ._stream_run import (
     DEFAULT_STREAM_METHODS,
     STREAM_METHODS,
+    HeldOut,
     StreamRun,
     method_config,
     run_stream,
@@ -51,6 +52,7 @@ __all__ = [
     "STREAM_METHODS",
     "Calibration",
     "EndlessRow",
+    "HeldOut",
     "QualityRun",
     "RowResult",
     "RunLog",

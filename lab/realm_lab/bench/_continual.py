@@ -9,14 +9,20 @@ windowed accuracy, α, λ, the drift from the source and the update rate, for th
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from torch import nn
 
+from realm_runtime import RealmConfig
+from realm_runtime.methods import method_named
 from realm_tools.data import JUNK, ShiftDataset, StreamSettings
 from realm_tools.models import weights_digest
 
@@ -28,6 +34,7 @@ from ._stream_run import (
     DEFAULT_STREAM_METHODS,
     EVENTS,
     STREAM_METHODS,
+    HeldOut,
     StreamRun,
     check_overrides,
     comparable_config,
@@ -39,6 +46,11 @@ from ._views import view_overrides
 # An episodic part's traces are kept in the run log at this resolution: no plot draws them,
 # and their course (α, λ, the update rate) is all a per-corruption look needs.
 PART_TRACE_POINTS = 20
+# The paper's Fig. 3 and Table 4 corruptions: their parts keep finer traces, and score the
+# held-out tail where a run asks for it.
+FIGURE_PARTS = ("gaussian_noise", "snow")
+FIGURE_TRACE_POINTS = 200
+BACKENDS = ("sdk", "runtime")  # what adapts a row that exports: the torch SDK or the runtime
 
 
 def bench_streams(
@@ -55,6 +67,8 @@ def bench_streams(
     jobs: int = 1,
     log: RunLog | None = None,
     overrides: dict[str, Any] | None = None,
+    backend: str = "sdk",
+    heldout: HeldOut | None = None,
 ) -> list[StreamRun]:
     """Every method × setting × seed; ``episodic``: each corruption from the source, averaged.
 
@@ -73,6 +87,10 @@ def bench_streams(
         log: keeps each run as it finishes, and gives back the runs it already holds
             instead of running them again (made with :func:`streams_fingerprint`).
         overrides: configuration fields every adapting row gets (see :func:`method_config`).
+        backend: ``"runtime"``: every row whose method exports is exported once (its own
+            configuration) and run by ``RealmRuntime``, several times faster than the SDK
+            at batch 1; the other rows (MEMO, SFT, TTAug) by the SDK. A run keeps which.
+        heldout: Table 4's checkpoints, scored on the :data:`FIGURE_PARTS` streams.
 
     Returns:
         One :class:`StreamRun` per combination, in settings × seeds × methods order.
@@ -82,6 +100,8 @@ def bench_streams(
         raise ValueError(f"unknown methods {unknown}; known: {STREAM_METHODS}")
     if jobs < 1:
         raise ValueError(f"jobs must be ≥ 1, got {jobs}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     clean = dataset.clean()
     junk = [s for s in settings if s in JUNK]
     if junk and clean is None:  # before hours of other runs, not after
@@ -112,8 +132,12 @@ def bench_streams(
         for method in methods
         for part in (corruptions if setting == "episodic" else (None,))
     ]
+    exported = [m for m in methods if backend == "runtime" and _exports(m)]
     configs: dict[str, Any] = {  # a row that does not adapt has no configuration
-        m: method_config(m, preset, dataset.num_classes, overrides).to_dict()
+        m: {
+            **method_config(m, preset, dataset.num_classes, overrides).to_dict(),
+            **({"backend": "runtime"} if m in exported else {}),
+        }
         if row_named(m).adapts
         else None
         for m in methods
@@ -128,16 +152,26 @@ def bench_streams(
 
     def keep(cell: Cell, run: StreamRun) -> StreamRun:
         if log is not None:
-            points = PART_TRACE_POINTS if cell.part is not None else None
+            points = None if cell.part is None else PART_TRACE_POINTS
+            if cell.part in FIGURE_PARTS:
+                points = FIGURE_TRACE_POINTS
             log.add(cell.label, _compact(run, points), configs[cell.method])
         return run
 
-    if not todo:
-        ran = []
-    elif jobs == 1:
-        ran = [keep(c, job.run(c, progress_of(on_run, c))) for c in todo]
-    else:
-        ran = run_pool(job, todo, jobs, on_run, keep)
+    with tempfile.TemporaryDirectory() as tmp:
+        wanted = {c.method for c in todo} & set(exported)
+        job = dataclasses.replace(
+            job,
+            artifacts=_exports_of(job, sorted(wanted), configs, Path(tmp)),
+            heldout=heldout,
+            heldout_parts=FIGURE_PARTS if heldout is not None else (),
+        )
+        if not todo:
+            ran = []
+        elif jobs == 1:
+            ran = [keep(c, job.run(c, progress_of(on_run, c))) for c in todo]
+        else:
+            ran = run_pool(job, todo, jobs, on_run, keep)
     fresh = {c.label: r for c, r in zip(todo, ran, strict=True)}
     done = [fresh[c.label] if c.label in fresh else _run_from_dict(kept[c.label]) for c in cells]
     runs: list[StreamRun] = []
@@ -151,6 +185,31 @@ def bench_streams(
                 ]
                 runs.append(_episodic(mine, corruptions) if setting == "episodic" else mine[0])
     return runs
+
+
+def _exports(row: str) -> bool:
+    """Whether the runtime can run ``row``: it adapts, by a method that exports, as it is."""
+    r = row_named(row)
+    return r.method is not None and method_named(r.method).exports and r.reset_every is None
+
+
+def _exports_of(
+    job: Job, rows: Sequence[str], configs: dict[str, Any], folder: Path
+) -> dict[str, str]:
+    """Each row exported with its own configuration (EATA's Fisher on the job's images)."""
+    from realm_export import ExportOptions, export_realm_artifacts
+
+    out = {}
+    for row in rows:
+        config = {k: v for k, v in configs[row].items() if k != "backend"}
+        options = ExportOptions(
+            config=RealmConfig.from_dict(config),
+            input_shape=job.dataset.input_shape,
+            clean_images=job.clean_state if method_named(config["method"]).clean_state else None,
+        )
+        export_realm_artifacts(copy.deepcopy(job.source), folder / row, options)
+        out[row] = str(folder / row)
+    return out
 
 
 def _episodic(parts: list[StreamRun], corruptions: Sequence[str]) -> StreamRun:

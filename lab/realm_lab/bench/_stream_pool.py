@@ -6,7 +6,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -16,7 +16,7 @@ from torch import nn
 from realm_tools.data import ShiftDataset, Stream, StreamSettings, build_stream
 
 from ..rows import row_named
-from ._stream_run import StreamRun, run_stream
+from ._stream_run import HeldOut, StreamRun, run_stream
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,10 @@ class Job:
     overrides: dict[str, Any]  # configuration fields of every adapting row
     # Clean images for a method with clean state (EATA's Fisher); None: no row needs them.
     clean_state: np.ndarray | None = None
+    # Row → an export of its configuration, run by RealmRuntime (else the SDK runs it).
+    artifacts: dict[str, str] = field(default_factory=dict)
+    heldout: HeldOut | None = None  # Table 4's checkpoints, on the heldout_parts' streams
+    heldout_parts: tuple[str, ...] = ()
 
     def run(self, cell: Cell, progress: Callable[[int, int], None] | None) -> StreamRun:
         if cell.part is not None:
@@ -79,6 +83,8 @@ class Job:
             progress=progress,
             overrides=self.overrides,
             clean_images=self.clean_state,
+            artifacts=self.artifacts.get(cell.method),
+            heldout=self.heldout if cell.part in self.heldout_parts else None,
         )
         run.seed = cell.seed
         return run

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 from torch import nn
 
 from realm_runtime import Guardrails, RealmConfig
@@ -29,7 +30,24 @@ STREAM_METHODS: tuple[str, ...] = tuple(
 DEFAULT_STREAM_METHODS: tuple[str, ...] = STREAMS_DEFAULT
 STREAM_LABELS = {key: ROWS[key].label for key in STREAM_METHODS}
 TRACE_POINTS = 400  # samples of each trace: enough for a plot, small in the JSON
+SCORE_BATCH = 250  # held-out samples per forward: a few MB of activations
 EVENTS = INTERVENTIONS
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """The REALM paper's Table 4 from a stream's run: adapt on the first N, score the rest.
+
+    At each of ``at`` samples the model as it then is (no update) predicts the stream's last
+    ``last`` samples, which it has not seen yet; the stream then goes on as before.
+    """
+
+    at: tuple[int, ...] = (1024, 2048, 4096, 8000)  # the paper's lengths, 8000 for its 10k
+    last: int = 2000  # the held-out tail (the paper holds out ImageNet-C's last 10,000)
+
+    def fits(self, length: int) -> bool:
+        """Whether a stream this long has every checkpoint before its tail."""
+        return max(self.at) <= length - self.last
 
 
 @dataclass
@@ -49,6 +67,9 @@ class StreamRun:
     trace_at: list[int] = field(default_factory=list)  # sample index of each trace point
     trace: dict[str, list[float]] = field(default_factory=dict)  # accuracy, alpha, lam, ...
     seconds: float = 0.0  # wall time of the stream and the clean check (0: not recorded)
+    # HeldOut: "N" → % correct on the stream's tail after adapting on its first N samples.
+    heldout: dict[str, float] = field(default_factory=dict)
+    backend: str = "sdk"  # what adapted: the torch SDK, or RealmRuntime on an export
 
 
 def method_config(
@@ -134,28 +155,36 @@ def run_stream(
     progress: Callable[[int, int], None] | None = None,
     overrides: dict[str, Any] | None = None,
     clean_images: np.ndarray | None = None,
+    artifacts: str | None = None,
+    heldout: HeldOut | None = None,
 ) -> StreamRun:
     """One method through one stream, sample by sample, on a private copy of ``source``.
 
-    ``progress(done, total)`` is called every 64 samples and at the end.
+    ``progress(done, total)`` is called every 64 samples and at the end. ``artifacts``: an
+    export of the row's configuration, run by ``RealmRuntime`` (one thread) instead of the
+    SDK. ``heldout``: Table 4's checkpoints, where the stream is long enough.
     """
     started = time.perf_counter()
     model = copy.deepcopy(source).eval()
-    adapter = (
-        RealmAdapter(
-            model,
-            method_config(method, preset, num_classes, overrides),
-            clean_images=clean_images,
-        )
-        if row_named(method).adapts
-        else None
-    )
+    adapter: Any = None
+    if row_named(method).adapts and artifacts is not None:
+        from realm_runtime import RealmRuntime
+
+        adapter = RealmRuntime(artifacts, threads=1)
+    elif row_named(method).adapts:
+        config = method_config(method, preset, num_classes, overrides)
+        adapter = RealmAdapter(model, config, clean_images=clean_images)
+    predict = _predictor(adapter, model)
     n = len(stream)
     every = max(1, n // TRACE_POINTS)
-    trace: dict[str, list[float]] = {k: [] for k in ("alpha", "lam", "drift", "update_rate")}
+    names = ("alpha", "lam", "drift", "update_rate", "updates")
+    trace: dict[str, list[float]] = {k: [] for k in names}
     trace_at: list[int] = []
     reset_at: list[int] = []
     resets = 0
+    checkpoints = heldout.at if heldout is not None and heldout.fits(n) else ()
+    tail = np.arange(n - heldout.last, n) if checkpoints and heldout is not None else None
+    scored: dict[str, float] = {}
 
     def on_step(done: int) -> None:
         nonlocal resets
@@ -167,9 +196,12 @@ def run_stream(
             trace["lam"].append(float(st.lam or 0.0))
             trace["drift"].append(st.drift)
             trace["update_rate"].append(float(st.update_rate or 0.0))
+            trace["updates"].append(float(st.updates))
             if st.resets_recovery + st.resets_collapse != resets:
                 reset_at.append(i)  # at trace resolution
                 resets = st.resets_recovery + st.resets_collapse
+        if done in checkpoints and tail is not None:
+            scored[str(done)] = _score(predict, stream, tail)
         if progress is not None and (done % 64 == 0 or done == n):
             progress(done, n)
 
@@ -181,6 +213,7 @@ def run_stream(
     labelled = stream.labels != NO_LABEL
     at = trace_at if adapter is not None else sorted({*range(every - 1, n, every), n - 1})
     window = _windowed(correct, labelled, at)
+    online = _cumulative(correct, labelled, at)
     segment = stream.segment_of()
     segments = []
     for k, (_, name) in enumerate(stream.segments):
@@ -195,14 +228,41 @@ def run_stream(
         samples=n,
         accuracy=float(correct[labelled].mean() * 100) if labelled.any() else None,
         segments=segments,
-        clean_after=_clean_accuracy(_torch_predict(model), clean),
+        clean_after=_clean_accuracy(predict, clean),
         updates=state.updates if state is not None else 0,
         events={k: getattr(state, k) if state is not None else 0 for k in EVENTS},
         reset_at=reset_at,
         trace_at=at,
-        trace={**(trace if adapter is not None else {}), "accuracy": window},
+        trace={**(trace if adapter is not None else {}), "accuracy": window, "online": online},
         seconds=time.perf_counter() - started,
+        heldout=scored,
+        backend="runtime" if artifacts is not None and adapter is not None else "sdk",
     )
+
+
+def _predictor(adapter: Any, model: nn.Module) -> Callable[[np.ndarray], np.ndarray]:
+    """Classes of a numpy batch by the model as it is now, with no update (either twin)."""
+    if adapter is None:
+        return _torch_predict(model)
+    if isinstance(adapter, RealmAdapter):
+        return lambda x: adapter.predict(torch.from_numpy(x.copy())).argmax(1).numpy()
+    return lambda x: np.asarray(adapter.predict(np.ascontiguousarray(x))).argmax(1)
+
+
+def _score(predict: Callable[[np.ndarray], np.ndarray], stream: Stream, rows: np.ndarray) -> float:
+    """% correct on the stream's samples ``rows``, in batches, the model left as it is."""
+    hits = 0
+    for start in range(0, len(rows), SCORE_BATCH):
+        batch = rows[start : start + SCORE_BATCH]
+        x = np.concatenate([stream.sample(int(i)) for i in batch])
+        hits += int((predict(x) == stream.labels[batch]).sum())
+    return hits / len(rows) * 100
+
+
+def _cumulative(correct: np.ndarray, labelled: np.ndarray, at: Sequence[int]) -> list[float]:
+    """% correct over every labelled sample so far, at each trace point (online accuracy)."""
+    hits, seen = np.cumsum(correct & labelled), np.cumsum(labelled)
+    return [float(hits[i] / seen[i] * 100) if seen[i] else float("nan") for i in at]
 
 
 class _Samples:

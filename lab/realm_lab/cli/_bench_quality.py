@@ -147,6 +147,20 @@ def add_quality_parser(bench: Any) -> None:
         help="default: imagenet for imagenetc, cifar otherwise",
     )
     quality.add_argument("--limit", type=int, default=None, help="samples per stream")
+    quality.add_argument(
+        "--backend",
+        choices=("sdk", "runtime"),
+        default="sdk",
+        help="--settings: what adapts a row whose method exports: the torch SDK, or "
+        "RealmRuntime on an export of the row's configuration (several times faster at batch "
+        "1); MEMO, SFT and TTAug run in the SDK either way",
+    )
+    quality.add_argument(
+        "--heldout",
+        action="store_true",
+        help="--settings episodic: on gaussian noise and snow, score the model after 1024, "
+        "2048, 4096 and 8000 samples on the stream's last 2000 (the paper's Table 4)",
+    )
     add_endless_arguments(quality)
     quality.add_argument("--cache-dir", default=".cache")
     quality.add_argument("--out", default="docs/quality", help="output folder")

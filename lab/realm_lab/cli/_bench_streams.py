@@ -33,6 +33,7 @@ def bench_streams_command(
     from ..bench import (
         DEFAULT_STREAM_METHODS,
         STREAM_METHODS,
+        HeldOut,
         RunLog,
         bench_streams,
         plot_examples,
@@ -117,6 +118,8 @@ def bench_streams_command(
             jobs=args.jobs,
             log=log,
             overrides=overrides,
+            backend=args.backend,
+            heldout=HeldOut() if args.heldout else None,
         )
     except ValueError as exc:
         print(exc, file=sys.stderr)
@@ -147,6 +150,7 @@ def bench_streams_command(
             k: asdict(v) if isinstance(v, Guardrails) else v for k, v in overrides.items()
         },
         "streams": asdict(stream_settings),
+        "backend": args.backend,
         "batch_size": 1,
         "jobs": args.jobs,
         "minutes": round(minutes, 2),
