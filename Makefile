@@ -152,6 +152,7 @@ fmnist-full: $(STAMP) data
 	done
 	$(BIN)/realm-lab bench quality --dataset fmnist-c --jobs $(FMNIST_JOBS) --settings episodic \
 		--seeds 0 --limit 1000 --methods ttaug memo sft --out docs/fmnist-full/resnet26_gn-views
+	$(BIN)/realm-lab bench full-length --out docs/fmnist-full
 
 # The memory tables of docs/BENCHMARKS.md and docs/memory/, and what adapting fewer stages
 # costs on Fashion-MNIST-C (docs/fmnist.md), by this one command: about an hour on two cores.

@@ -9,6 +9,7 @@ from realm_tools.cli import command_parser, run_command
 
 from ._bench_attack import add_attack_parser
 from ._bench_fit import add_fit_parser
+from ._bench_full import add_full_length_parser
 from ._bench_quality import add_quality_parser
 from ._train import add_train_parser
 
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_quality_parser(benches)
     add_attack_parser(benches)
     add_fit_parser(benches)
+    add_full_length_parser(benches)
     add_train_parser(sub)
     return parser
 

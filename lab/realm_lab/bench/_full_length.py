@@ -1,0 +1,266 @@
+"""The paper's protocol at its length, as a page: Table 1, Fig. 3, Fig. 4 and Table 4.
+
+Read from the run logs ``make fmnist-full`` keeps (one per model, and one of the rows that
+draw AugMix views), beside the 1,000-sample table's and the paper's own CIFAR-10-C row. A
+row that ran shorter or on fewer seeds says so beside it; a run not yet made is counted, not
+guessed: the page shows how much of the plan it holds.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..rows import ROWS, in_table_order
+
+PAPER_TABLE = Path(__file__).with_name("data") / "realm_paper_table1.csv"
+FIGURE_CORRUPTIONS = ("gaussian_noise", "snow")  # the paper's Fig. 3 and 4
+BASELINE = "realm"  # the row the headline compares every other with
+
+
+@dataclass
+class Cells:
+    """One model's runs, by row, corruption and seed."""
+
+    runs: dict[str, dict[str, dict[int, dict[str, Any]]]] = field(default_factory=dict)
+
+    def add(self, label: str, run: dict[str, Any]) -> None:
+        """Take one run log line (``episodic/<corruption>/s<seed>/<row>``)."""
+        parts = label.split("/")
+        if len(parts) != 4 or parts[0] != "episodic":
+            return
+        _, corruption, seed, row = parts
+        self.runs.setdefault(row, {}).setdefault(corruption, {})[int(seed[1:])] = run
+
+    def rows(self) -> list[str]:
+        """The rows present, in table order."""
+        return in_table_order(list(self.runs))
+
+    def accuracy(self, row: str, corruption: str) -> list[float]:
+        """The row's accuracy on one corruption, one value per seed run."""
+        got = self.runs.get(row, {}).get(corruption, {})
+        return [r["accuracy"] for _, r in sorted(got.items()) if r.get("accuracy") is not None]
+
+    def shape(self, row: str) -> tuple[set[int], set[int], set[str]]:
+        """Stream lengths, seeds and backends the row's runs have."""
+        runs = [r for seeds in self.runs.get(row, {}).values() for r in seeds.values()]
+        seeds = {s for per in self.runs.get(row, {}).values() for s in per}
+        return {r["samples"] for r in runs}, seeds, {r.get("backend", "sdk") for r in runs}
+
+
+def read_cells(*paths: Path) -> Cells:
+    """Every episodic run of the run logs at ``paths`` (missing files: none)."""
+    cells = Cells()
+    for path in paths:
+        if not path.is_file():
+            continue
+        for line in path.read_text().splitlines():
+            data = json.loads(line)
+            if "label" in data and "run" in data:
+                cells.add(data["label"], data["run"])
+    return cells
+
+
+def paper_rows() -> dict[str, dict[str, float]]:
+    """The paper's CIFAR-10-C Table 1, by row key and corruption (and ``average``)."""
+    lines = [x for x in PAPER_TABLE.read_text().splitlines() if not x.startswith("#")]
+    return {
+        r["row"]: {k: float(v) for k, v in r.items() if k != "row"} for r in csv.DictReader(lines)
+    }
+
+
+def _label(row: str) -> str:
+    return ROWS[row].label if row in ROWS else row
+
+
+def _mean_std(values: Sequence[float]) -> str:
+    if not values:
+        return "…"
+    if len(values) == 1:
+        return f"{values[0]:.1f}"
+    return f"{np.mean(values):.1f} ± {np.std(values):.1f}"
+
+
+def _row_average(cells: Cells, row: str, corruptions: Sequence[str]) -> list[float] | None:
+    """Per seed, the mean over the corruptions; None until every corruption has that seed."""
+    per_seed: dict[int, list[float]] = {}
+    for c in corruptions:
+        for seed, run in cells.runs.get(row, {}).get(c, {}).items():
+            per_seed.setdefault(seed, []).append(run["accuracy"])
+    full = [float(np.mean(v)) for v in per_seed.values() if len(v) == len(corruptions)]
+    return full or None
+
+
+def _shape_note(cells: Cells, row: str) -> str:
+    lengths, seeds, backends = cells.shape(row)
+    length = "/".join(f"{n:,}" for n in sorted(lengths))
+    return f"{length} × seeds {','.join(map(str, sorted(seeds)))}, {'/'.join(sorted(backends))}"
+
+
+def table1(
+    cells: Cells, corruptions: Sequence[str], short: Cells | None, paper: dict[str, Any]
+) -> list[str]:
+    """Table 1 at full length: a row per method, the 1,000-sample average and the paper's."""
+    head = ["method", *[c.replace("_", " ") for c in corruptions], "average"]
+    lines = [
+        "| " + " | ".join([*head, "at 1,000", "paper (CIFAR-10-C)", "ran"]) + " |",
+        "|" + "---|" * (len(head) + 3),
+    ]
+    for row in cells.rows():
+        avg = _row_average(cells, row, corruptions)
+        at_1000 = _row_average(short, row, corruptions) if short is not None else None
+        theirs = paper.get(row, {}).get("average")
+        cols = [_mean_std(cells.accuracy(row, c)) for c in corruptions]
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    _label(row),
+                    *cols,
+                    _mean_std(avg or []),
+                    _mean_std(at_1000 or []),
+                    f"{theirs:.1f}" if theirs is not None else "",
+                    _shape_note(cells, row),
+                ]
+            )
+            + " |"
+        )
+    return lines
+
+
+def table4(cells: Cells) -> list[str]:
+    """Table 4: the model after N samples scored on the stream's held-out tail."""
+    out: list[str] = []
+    for corruption in FIGURE_CORRUPTIONS:
+        points = sorted(
+            {
+                int(n)
+                for row in cells.rows()
+                for run in cells.runs[row].get(corruption, {}).values()
+                for n in run.get("heldout", {})
+            }
+        )
+        if not points:
+            continue
+        out += [
+            f"**{corruption.replace('_', ' ')}**, % correct on the held-out tail:",
+            "",
+            "| method | " + " | ".join(f"{n:,}" for n in points) + " |",
+            "|" + "---|" * (len(points) + 1),
+        ]
+        for row in cells.rows():
+            runs = cells.runs[row].get(corruption, {}).values()
+            cols = [
+                _mean_std([r["heldout"][str(n)] for r in runs if str(n) in r.get("heldout", {})])
+                for n in points
+            ]
+            if any(c != "…" for c in cols):
+                out.append(f"| {_label(row)} | " + " | ".join(cols) + " |")
+        out.append("")
+    return out
+
+
+def headline(cells: Cells, corruptions: Sequence[str]) -> list[str]:
+    """REALM's average against every other complete row's, and where it loses."""
+    mine = _row_average(cells, BASELINE, corruptions)
+    if mine is None:
+        return ["REALM's row is not complete yet: no headline."]
+    out = []
+    for row in cells.rows():
+        other = _row_average(cells, row, corruptions)
+        if row == BASELINE or other is None:
+            continue
+        gap = float(np.mean(mine) - np.mean(other))
+        verb = "beats" if gap > 0 else "loses to"
+        out.append(f"- REALM {verb} {_label(row)} by {abs(gap):.1f} points on average")
+    return out
+
+
+def plot_figures(cells: Cells, model: str, out_dir: Path) -> list[Path]:
+    """Fig. 3 (online accuracy over samples) and Fig. 4 (updates over samples), seed-means."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for key, name, ylabel in (
+        ("online", "fig3", "online accuracy (%)"),
+        ("updates", "fig4", "updates so far"),
+    ):
+        fig, axes = plt.subplots(1, len(FIGURE_CORRUPTIONS), figsize=(11, 3.8))
+        drawn = False
+        for ax, corruption in zip(axes, FIGURE_CORRUPTIONS, strict=True):
+            for row in cells.rows():
+                runs = list(cells.runs[row].get(corruption, {}).values())
+                traces = [r for r in runs if key in r.get("trace", {})]
+                if not traces:
+                    continue
+                at = traces[0]["trace_at"]
+                same = [r["trace"][key] for r in traces if r["trace_at"] == at]
+                ax.plot(np.asarray(at) + 1, np.mean(same, axis=0), label=_label(row))
+                drawn = True
+            ax.set_title(f"{model}: {corruption.replace('_', ' ')}, severity 5")
+            ax.set_xlabel("samples")
+            ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3)
+        if drawn:
+            for ax in axes:
+                if ax.lines:
+                    ax.legend(fontsize=7)
+            path = out_dir / f"{name}-{model}.png"
+            fig.tight_layout()
+            fig.savefig(path, dpi=110)
+            written.append(path)
+        plt.close(fig)
+    return written
+
+
+def full_length_page(
+    models: Sequence[str],
+    runs_home: Path,
+    short_home: Path,
+    out_dir: Path,
+    corruptions: Sequence[str],
+) -> str:
+    """The page: for each model, its tables and figures from the kept runs."""
+    paper = paper_rows()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lines: list[str] = []
+    for model in models:
+        cells = read_cells(
+            runs_home / model / "runs.jsonl", runs_home / f"{model}-views" / "runs.jsonl"
+        )
+        if not cells.runs:
+            lines += [f"## {model}", "", "No runs yet.", ""]
+            continue
+        short = read_cells(short_home / model / "runs.jsonl")
+        seconds = sum(
+            r.get("seconds", 0.0)
+            for s in cells.runs.values()
+            for c in s.values()
+            for r in c.values()
+        )
+        count = sum(len(c) for s in cells.runs.values() for c in s.values())
+        lines += [
+            f"## {model}",
+            "",
+            f"{count} runs kept, {seconds / 3600:.1f} core-hours (one thread each).",
+            "",
+            *table1(cells, corruptions, short if short.runs else None, paper),
+            "",
+            *headline(cells, corruptions),
+            "",
+            "### Table 4: adapting on the first N samples, scored on the held-out rest",
+            "",
+            *table4(cells),
+        ]
+        for path in plot_figures(cells, model, out_dir):
+            lines += [f"![{path.stem}]({path.name})", ""]
+    return "\n".join(lines)

@@ -1,0 +1,59 @@
+"""``realm-lab bench full-length``: the page of the paper's protocol at its length."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from ._args import runs_folder
+
+MODELS = ("resnet26_gn", "mobilenetv3_bn", "vit_ln")  # the shipped Fashion-MNIST models
+
+
+def add_full_length_parser(benches: Any) -> None:
+    """Register ``bench full-length``."""
+    p = benches.add_parser(
+        "full-length",
+        help="Table 1, Fig. 3, Fig. 4 and Table 4 from the runs make fmnist-full keeps",
+        description="Write OUT/README.md and its figures from the run logs of "
+        "`make fmnist-full` (OUT/<model> and OUT/<model>-views, kept under lab/runs/), "
+        "beside the 1,000-sample table's runs (SHORT/<model>) and the paper's CIFAR-10-C "
+        "row. Runs not made yet are counted, not guessed.",
+    )
+    p.add_argument("--models", nargs="+", default=list(MODELS))
+    p.add_argument("--out", default="docs/fmnist-full", help="the page's folder")
+    p.add_argument("--short", default="docs/fmnist", help="the 1,000-sample tables' folder")
+    p.set_defaults(func=run_full_length)
+
+
+def run_full_length(args: argparse.Namespace) -> int:
+    """Write the page; 2 where a folder holds no runs at all."""
+    from realm_tools.data import CIFAR_C_CORRUPTIONS
+
+    from ..bench._full_length import full_length_page
+
+    out = Path(args.out)
+    page = full_length_page(
+        args.models, runs_folder(out), runs_folder(args.short), out, CIFAR_C_CORRUPTIONS
+    )
+    if "runs kept" not in page:
+        print(f"no runs under {runs_folder(out)}: run make fmnist-full first", file=sys.stderr)
+        return 2
+    (out / "README.md").write_text(HEADER + page + "\n")
+    print(f"written: {out / 'README.md'}")
+    return 0
+
+
+HEADER = """# Fashion-MNIST-C at the paper's length (Table 1, Fig. 3, Fig. 4, Table 4)
+
+Written by `realm-lab bench full-length` from the runs `make fmnist-full` keeps. Each
+corruption of the test split at severity 5 from the source model, batch 1, online accuracy
+over the whole stream (10,000 samples: the paper's CIFAR-10-C length), mean ± std over the
+stream seeds, the CIFAR preset. The rows that export ran on `RealmRuntime` (one thread); MEMO,
+SFT and TTAug in the SDK. `at 1,000`: the same row's average over the first 1,000 samples
+([fmnist.md](../fmnist.md)). `paper`: the REALM paper's CIFAR-10-C average, another data set:
+read it for the ordering of the rows, not the figures. `ran`: stream length × seeds, backend.
+
+"""

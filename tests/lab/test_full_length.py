@@ -1,0 +1,75 @@
+"""The full-length page: Table 1, Table 4 and the figures from kept runs, and the paper's row."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from realm_lab.bench._full_length import full_length_page, paper_rows, read_cells
+from realm_lab.cli import main
+
+CORRUPTIONS = ("gaussian_noise", "snow")
+
+
+def _run(accuracy: float, samples: int = 100, heldout: dict | None = None) -> dict:
+    at = list(range(9, samples, 10))
+    return {
+        "accuracy": accuracy,
+        "samples": samples,
+        "updates": 50,
+        "seconds": 36.0,
+        "backend": "runtime",
+        "trace_at": at,
+        "trace": {"online": [accuracy] * len(at), "updates": list(np.linspace(1, 50, len(at)))},
+        "heldout": heldout or {},
+    }
+
+
+def _log(path, runs: dict[str, dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"fingerprint": {"dataset": "fmnist-c"}})]
+    lines += [json.dumps({"label": k, "config": None, "run": v}) for k, v in runs.items()]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_the_page_averages_seeds_counts_what_is_missing_and_names_the_gap(tmp_path):
+    runs = {}
+    for seed, (realm, tent) in enumerate(((80.0, 70.0), (82.0, 74.0))):
+        for c in CORRUPTIONS:
+            held = {"1024": realm - 1, "8000": realm}
+            runs[f"episodic/{c}/s{seed}/realm"] = _run(realm, heldout=held)
+            runs[f"episodic/{c}/s{seed}/tent"] = _run(tent)
+    runs["episodic/gaussian_noise/s0/sar"] = _run(60.0)  # SAR's row is not complete
+    _log(tmp_path / "runs" / "m" / "runs.jsonl", runs)
+    page = full_length_page(
+        ["m"], tmp_path / "runs", tmp_path / "short", tmp_path / "out", CORRUPTIONS
+    )
+    realm = next(line for line in page.splitlines() if line.startswith("| REALM |"))
+    assert "81.0 ± 1.0" in realm and "77.5" in realm and "100 × seeds 0,1, runtime" in realm
+    sar = next(line for line in page.splitlines() if line.startswith("| SAR |"))
+    assert sar.count("…") >= 2  # snow and the average: not made, not guessed
+    assert "REALM beats Tent by 9.0 points on average" in page
+    assert "| REALM | 80.0 ± 1.0 | 81.0 ± 1.0 |" in page  # Table 4, gaussian noise
+    assert (tmp_path / "out" / "fig3-m.png").is_file() and (
+        tmp_path / "out" / "fig4-m.png"
+    ).is_file()
+    assert "9 runs kept" in page  # 2 seeds × 2 corruptions × 2 rows, and SAR's one
+
+
+def test_the_paper_row_s_average_is_the_mean_of_its_corruptions():
+    """The CSV's averages, as the paper prints them, agree with its own 15 columns."""
+    for row, values in paper_rows().items():
+        columns = [v for k, v in values.items() if k != "average"]
+        assert len(columns) == 15, row
+        assert values["average"] == pytest.approx(np.mean(columns), abs=0.06), row
+
+
+def test_the_command_says_when_there_are_no_runs(tmp_path, capsys):
+    assert main(["bench", "full-length", "--out", str(tmp_path / "o"), "--models", "m"]) == 2
+    assert "run make fmnist-full first" in capsys.readouterr().err
+    _log(tmp_path / "o" / "m" / "runs.jsonl", {"episodic/snow/s0/none": _run(50.0)})
+    assert main(["bench", "full-length", "--out", str(tmp_path / "o"), "--models", "m"]) == 0
+    assert "no-adapt" in (tmp_path / "o" / "README.md").read_text()
+    assert read_cells(tmp_path / "nothing.jsonl").runs == {}
