@@ -17,11 +17,13 @@ from typing import Any
 
 import numpy as np
 
+from realm_runtime.methods import REALM
+
 from ..rows import ROWS, in_table_order
 
 PAPER_TABLE = Path(__file__).with_name("data") / "realm_paper_table1.csv"
 FIGURE_CORRUPTIONS = ("gaussian_noise", "snow")  # the paper's Fig. 3 and 4
-BASELINE = "realm"  # the row the headline compares every other with
+BASELINE = REALM.name  # the row the headline compares every other with
 
 
 @dataclass
