@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from realm_lab.bench._full_length import full_length_page, paper_rows, read_cells
+from realm_lab.bench import full_length_page, paper_rows, read_cells
 from realm_lab.cli import main
 
 CORRUPTIONS = ("gaussian_noise", "snow")

@@ -24,6 +24,7 @@ from ._fit_judge import (
     verdict,
     write_json,
 )
+from ._full_length import full_length_page, paper_rows, read_cells
 from ._quality import METHODS as QUALITY_METHODS  # the quality table's rows, not RealmConfig's
 from ._quality import (
     QualityRun,
@@ -64,13 +65,16 @@ __all__ = [
     "endless_to_json",
     "fitted_row",
     "format_endless",
+    "full_length_page",
     "import_runs",
     "method_config",
+    "paper_rows",
     "plot_endless",
     "plot_examples",
     "plot_quality",
     "plot_streams",
     "quality_table",
+    "read_cells",
     "row_result",
     "run_stream",
     "runs_from_json",

@@ -32,7 +32,7 @@ def run_full_length(args: argparse.Namespace) -> int:
     """Write the page; 2 where a folder holds no runs at all."""
     from realm_tools.data import CIFAR_C_CORRUPTIONS
 
-    from ..bench._full_length import full_length_page
+    from ..bench import full_length_page
 
     out = Path(args.out)
     page = full_length_page(
