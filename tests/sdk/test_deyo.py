@@ -142,6 +142,16 @@ def test_each_sample_gets_a_patch_order_of_its_own_drawn_alike_in_numpy_and_torc
         torch.testing.assert_close(got[b : b + 1], _shuffled(x[b : b + 1], 4, pair[b]))
 
 
+def test_samples_apart_only_in_their_high_bits_draw_unrelated_orders():
+    samples = np.arange(4000, dtype=np.int64)
+    base = patch_order(4, 0, samples)
+    for k in (12, 16, 24, 31, 32, 40):
+        other = patch_order(4, 0, samples + (1 << k))
+        same = (base == other).mean()  # 1/16 of the places for independent orders
+        spread = np.sqrt((1 / 16) * (15 / 16) / base.size)
+        assert abs(same - 1 / 16) < 5 * spread, (k, same)
+
+
 def test_a_reset_draws_the_orders_again_from_the_first_sample():
     cfg = _config(plpd_threshold=0.1)
     rng = np.random.default_rng(3)

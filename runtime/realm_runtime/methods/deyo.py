@@ -74,42 +74,58 @@ DEYO = Method(
 WEIGHT_MARGIN_SHARE = 0.8  # the weight's margin over the filter's: 0.4·ln C / 0.5·ln C
 
 
-# The draw's integer hash: multiplications, XORs and masks inside 31 bits, so that every
-# product fits int64 and no runtime rounds (a division would go through float in a graph).
-MASK = 0x7FFFFFFF
-SAMPLE_STRIDE = 65599  # spreads the samples' indices
-PATCH_STRIDE = 0x9E3779B  # spreads the patches (a fraction of the golden ratio)
-MULTIPLIERS = (0x45D9F3B, 0x2C1B3C6D, 0x297A2D39, 0x1B873593)  # odd, below 2^30
-SALTS = (0x5BD1E995, 0x68E31DA4)  # XORed in between
-HIGH = 0x7FFF0000  # the key's bits: a product's high bits depend on all of its factor's
-MAX_GRID = 256  # the patch index fills the bits below HIGH
+# The draw's integer hash: Wellons' lowbias32 on 32-bit words held in int64, its products
+# split in 16-bit halves so that none passes 2^49 and no runtime rounds or overflows; right
+# shifts, never a division (a traced division went through float32).
+WORD = 0xFFFFFFFF
+HALF = 0xFFFF
+MIX = (0x7FEB352D, 0x846CA68B)  # lowbias32's multipliers: its avalanche is measured
+SHIFTS = (16, 15, 16)  # lowbias32's xorshifts
+GOLDEN = 0x9E3779B9  # spreads the patches' indices before they are mixed
+MAX_PATCHES = 1 << 16  # the patch index fills the key's low 16 bits
+MAX_GRID = 256  # grid² patches within MAX_PATCHES
+
+
+def mul32(x: np.ndarray, m: int) -> np.ndarray:
+    """``x · m mod 2^32`` for 32-bit ``x`` in int64, from products below 2^49."""
+    return (x * (m & HALF) + ((x * (m >> 16)) & HALF) * (HALF + 1)) & WORD
+
+
+def mix32(x: np.ndarray) -> np.ndarray:
+    """lowbias32: a bijection of 32-bit words whose output bits each depend on every input bit."""
+    x = x ^ (x >> SHIFTS[0])
+    x = mul32(x, MIX[0])
+    x = x ^ (x >> SHIFTS[1])
+    x = mul32(x, MIX[1])
+    return x ^ (x >> SHIFTS[2])
+
+
+def seed_word(seed: int) -> int:
+    """``shuffle_seed`` folded to a mixed 32-bit word (a constant of the graph)."""
+    seed = int(seed) & ((1 << 64) - 1)
+    return int(mix32(np.int64(mix32(np.int64(seed & WORD)) ^ (seed >> 32))))
 
 
 def patch_keys(grid: int, seed: int, samples: np.ndarray) -> np.ndarray:
     """The sort keys of each sample's patches: their order is the keys' ascending order.
 
-    Multiplicative hashing (Knuth's: the high bits of a product) of the sample's index and
-    the seed, then of each patch's index XORed in; the patch's index in the low bits makes
-    the keys distinct, so no sort has a tie to break.
+    The sample's index (both 32-bit halves) and the seed are hashed by :func:`mix32`; each
+    patch's key is the hash of that word XORed with the patch's spread index, above the
+    patch's index, which makes the keys distinct: no sort has a tie to break.
 
     Args:
-        grid: patches per side (at most ``MAX_GRID``).
+        grid: patches per side (at most 256).
         seed: ``DeyoSettings.shuffle_seed``.
         samples: ``(B,)`` int64, each sample's index in the stream (samples before it).
 
     Returns:
         ``(B, grid²)`` int64.
     """
-    a, b, c, d = MULTIPLIERS
     n = grid * grid
-    x = ((np.asarray(samples, np.int64) & MASK) * SAMPLE_STRIDE + (int(seed) & MASK)) & MASK
-    h = (((x * a) & MASK) ^ SALTS[0]) & MASK
-    h = (h * b) & MASK
+    s = np.asarray(samples, np.int64)
+    h = mix32(mix32((s & WORD) ^ seed_word(seed)) ^ ((s >> 32) & WORD))
     patches = np.arange(n, dtype=np.int64)
-    v = (h[:, None] ^ (patches * PATCH_STRIDE)) & MASK
-    v = (((v * c) & MASK) ^ SALTS[1]) & MASK
-    v = (v * d) & MASK
-    return (v & HIGH) + patches
+    return mix32(h[:, None] ^ mul32(patches, GOLDEN)) * MAX_PATCHES + patches
 
 
 def patch_order(grid: int, seed: int, samples: np.ndarray) -> np.ndarray:

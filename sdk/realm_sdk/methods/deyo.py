@@ -44,30 +44,41 @@ def check_image(x: Tensor, grid: int) -> None:
         )
 
 
+def _mul32(x: Tensor, m: int) -> Tensor:
+    """``x · m mod 2^32`` in int64, from products below 2^49 (the twin's ``mul32``)."""
+    lo = x * (m & twin.HALF)
+    hi = torch.bitwise_and(x * (m >> 16), twin.HALF) * (twin.HALF + 1)
+    return torch.bitwise_and(lo + hi, twin.WORD)
+
+
+def _mix32(x: Tensor) -> Tensor:
+    """lowbias32 on 32-bit words in int64 (the twin's ``mix32``)."""
+    x = torch.bitwise_xor(x, torch.bitwise_right_shift(x, twin.SHIFTS[0]))
+    x = _mul32(x, twin.MIX[0])
+    x = torch.bitwise_xor(x, torch.bitwise_right_shift(x, twin.SHIFTS[1]))
+    x = _mul32(x, twin.MIX[1])
+    return torch.bitwise_xor(x, torch.bitwise_right_shift(x, twin.SHIFTS[2]))
+
+
 def patch_order(grid: int, seed: int, samples: Tensor) -> Tensor:
     """Each sample's patch order (``(B, grid²)`` int64), as the runtime's twin draws it.
 
     ``realm_runtime.methods.deyo.patch_keys`` in torch ops the step graph traces to Mul,
-    BitwiseXor, BitwiseAnd and TopK, all exact in int64.
+    Add, BitwiseXor, BitwiseAnd, BitShift and TopK, all exact in int64.
 
     Args:
         grid: patches per side.
         seed: ``DeyoSettings.shuffle_seed``.
         samples: ``(B,)`` int64, each sample's index in the stream.
     """
-    a, b, c, d = twin.MULTIPLIERS
-    mask, n = twin.MASK, grid * grid
-    x = torch.bitwise_and(
-        torch.bitwise_and(samples, mask) * twin.SAMPLE_STRIDE + (seed & mask), mask
-    )
-    h = torch.bitwise_and(torch.bitwise_xor(torch.bitwise_and(x * a, mask), twin.SALTS[0]), mask)
-    h = torch.bitwise_and(h * b, mask)
+    n = grid * grid
+    low = torch.bitwise_xor(torch.bitwise_and(samples, twin.WORD), twin.seed_word(seed))
+    high = torch.bitwise_and(torch.bitwise_right_shift(samples, 32), twin.WORD)
+    h = _mix32(torch.bitwise_xor(_mix32(low), high))
     patches = torch.arange(n, dtype=torch.int64, device=samples.device)
-    v = torch.bitwise_and(torch.bitwise_xor(h.unsqueeze(1), patches * twin.PATCH_STRIDE), mask)
-    v = torch.bitwise_and(torch.bitwise_xor(torch.bitwise_and(v * c, mask), twin.SALTS[1]), mask)
-    v = torch.bitwise_and(v * d, mask)
-    keys = torch.bitwise_and(v, twin.HIGH) + patches  # distinct: the order has no tie to break
-    return torch.topk(keys, n, dim=1, largest=False, sorted=True).indices
+    spread = _mul32(patches, twin.GOLDEN)
+    keys = _mix32(torch.bitwise_xor(h.unsqueeze(1), spread)) * twin.MAX_PATCHES + patches
+    return torch.topk(keys, n, dim=1, largest=False, sorted=True).indices  # keys distinct
 
 
 def patch_shuffle(x: Tensor, grid: int, order: Tensor) -> Tensor:
