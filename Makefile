@@ -136,7 +136,8 @@ fmnist-tables: $(STAMP) data
 			--passes 2 --horizon 10000 --junk-length 500 --out docs/fmnist/$$m-streams || exit 1; \
 	done
 
-# The paper's protocol at its length (docs/fmnist-full.md): each corruption's whole test split
+# The paper's protocol at its length (docs/fmnist-full/; its Table 1 also into docs/fmnist.md
+# and the README's headline, between their markers): each corruption's whole test split
 # (10,000 samples), 3 seeds, every shipped model; the rows that export run on RealmRuntime
 # (--backend runtime), with Table 4's held-out checkpoints. MEMO, SFT and TTAug step on 64
 # AugMix views a sample in the SDK (about 0.3-0.6 s a sample): 1,000 samples of seed 0 on the

@@ -7,8 +7,16 @@ import json
 import numpy as np
 import pytest
 
-from realm_lab.bench import full_length_page, paper_rows, read_cells
+from realm_lab.bench import (
+    full_length_page,
+    marked,
+    paper_rows,
+    read_cells,
+    readme_headline,
+    replace_block,
+)
 from realm_lab.cli import main
+from realm_tools.data import CIFAR_C_CORRUPTIONS
 
 CORRUPTIONS = ("gaussian_noise", "snow")
 
@@ -67,9 +75,57 @@ def test_the_paper_row_s_average_is_the_mean_of_its_corruptions():
 
 
 def test_the_command_says_when_there_are_no_runs(tmp_path, capsys):
-    assert main(["bench", "full-length", "--out", str(tmp_path / "o"), "--models", "m"]) == 2
+    args = ["bench", "full-length", "--out", str(tmp_path / "o"), "--models", "m"]
+    args += ["--doc", "", "--readme", ""]
+    assert main(args) == 2
     assert "run make fmnist-full first" in capsys.readouterr().err
     _log(tmp_path / "o" / "m" / "runs.jsonl", {"episodic/snow/s0/none": _run(50.0)})
-    assert main(["bench", "full-length", "--out", str(tmp_path / "o"), "--models", "m"]) == 0
+    assert main(args) == 0
     assert "no-adapt" in (tmp_path / "o" / "README.md").read_text()
     assert read_cells(tmp_path / "nothing.jsonl").runs == {}
+
+
+def _complete(tmp_path, rows: dict[str, float], corruptions=CORRUPTIONS) -> None:
+    runs = {
+        f"episodic/{c}/s{seed}/{row}": _run(acc + seed, samples=10_000)
+        for row, acc in rows.items()
+        for c in corruptions
+        for seed in (0, 1, 2)
+    }
+    _log(tmp_path / "o" / "m" / "runs.jsonl", runs)
+
+
+def test_the_readme_headline_says_where_realm_loses_and_marks_short_rows(tmp_path):
+    _complete(tmp_path, {"none": 70.0, "eata": 75.0, "realm": 74.0})
+    _log(
+        tmp_path / "o" / "m-views" / "runs.jsonl",
+        {f"episodic/{c}/s0/memo": _run(72.0, samples=1000) for c in CORRUPTIONS},
+    )
+    text = readme_headline(["m"], tmp_path / "o", CORRUPTIONS)
+    assert "REALM gains 4.0 points over not adapting; EATA is ahead of it by 1.0" in text
+    row = next(line for line in text.splitlines() if line.startswith("| m |"))
+    # Every row of Table 1 has a column, made or not; seed means (+1); MEMO ran short.
+    assert row == "| m | 71.0 | … | 72.0† | … | … | … | 76.0 | … | … | 75.0 | … | 20 |"
+
+
+def test_the_command_writes_its_blocks_into_the_pages_and_nothing_where_a_marker_is_missing(
+    tmp_path, capsys
+):
+    _complete(tmp_path, {"none": 70.0, "realm": 74.0}, CIFAR_C_CORRUPTIONS)
+    doc, readme = tmp_path / "doc.md", tmp_path / "README.md"
+    doc.write_text("# Doc\n\n" + marked("full-length tables", "old") + "\nafter\n")
+    readme.write_text("# Readme, no markers\n")
+    args = ["bench", "full-length", "--out", str(tmp_path / "o"), "--models", "m"]
+    args += ["--short", str(tmp_path / "s"), "--doc", str(doc), "--readme", str(readme)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "README.md needs one '<!-- full-length headline" in err and "add them" in err
+    assert "old" in doc.read_text() and not (tmp_path / "o" / "README.md").exists()
+    readme.write_text("# Readme\n" + marked("full-length headline", ""))
+    assert main(args) == 0
+    written = doc.read_text()
+    assert "old" not in written and written.endswith("after\n")
+    assert "| REALM |" in written and "**m** (90 runs kept)" in written
+    assert "REALM gains 4.0 points over not adapting" in readme.read_text()
+    again = replace_block(written, "full-length tables", "new")
+    assert "new" in again and "| REALM |" not in again

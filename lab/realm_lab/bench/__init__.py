@@ -24,7 +24,8 @@ from ._fit_judge import (
     verdict,
     write_json,
 )
-from ._full_length import full_length_page, paper_rows, read_cells
+from ._full_length import doc_tables, full_length_page, paper_rows, read_cells, readme_headline
+from ._marked import marked, replace_block, write_block
 from ._quality import METHODS as QUALITY_METHODS  # the quality table's rows, not RealmConfig's
 from ._quality import (
     QualityRun,
@@ -62,11 +63,13 @@ __all__ = [
     "bench_quality",
     "bench_streams",
     "calibrate",
+    "doc_tables",
     "endless_to_json",
     "fitted_row",
     "format_endless",
     "full_length_page",
     "import_runs",
+    "marked",
     "method_config",
     "paper_rows",
     "plot_endless",
@@ -75,6 +78,8 @@ __all__ = [
     "plot_streams",
     "quality_table",
     "read_cells",
+    "readme_headline",
+    "replace_block",
     "row_result",
     "run_stream",
     "runs_from_json",
@@ -85,5 +90,6 @@ __all__ = [
     "streams_to_json",
     "table1_best",
     "verdict",
+    "write_block",
     "write_json",
 ]

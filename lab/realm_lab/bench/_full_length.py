@@ -17,13 +17,17 @@ from typing import Any
 
 import numpy as np
 
-from realm_runtime.methods import REALM
+from realm_runtime.methods import BY_NAME, REALM
 
-from ..rows import ROWS, in_table_order
+from ..rows import NO_ADAPT, REALM_GUARDED, ROWS, in_table_order
 
 PAPER_TABLE = Path(__file__).with_name("data") / "realm_paper_table1.csv"
 FIGURE_CORRUPTIONS = ("gaussian_noise", "snow")  # the paper's Fig. 3 and 4
 BASELINE = REALM.name  # the row the headline compares every other with
+PLAN_SAMPLES, PLAN_SEEDS = 10_000, 3  # the protocol's stream length and seed count
+SHORT = "†"  # marks a row that ran shorter or on fewer seeds than the protocol
+# Table 1's rows: the source, every method of the registry, REALM with its guardrails.
+TABLE1_ROWS = tuple(in_table_order([NO_ADAPT.key, *BY_NAME, REALM_GUARDED.key]))
 
 
 @dataclass
@@ -114,7 +118,10 @@ def table1(
         "| " + " | ".join([*head, "at 1,000", "paper (CIFAR-10-C)", "ran"]) + " |",
         "|" + "---|" * (len(head) + 3),
     ]
-    for row in cells.rows():
+    for row in in_table_order(list({*TABLE1_ROWS, *cells.rows()})):
+        if row not in cells.runs:
+            lines.append(f"| {_label(row)} | " + "… | " * (len(head) + 1) + "not yet |")
+            continue
         avg = _row_average(cells, row, corruptions)
         at_1000 = _row_average(short, row, corruptions) if short is not None else None
         theirs = paper.get(row, {}).get("average")
@@ -224,6 +231,95 @@ def plot_figures(cells: Cells, model: str, out_dir: Path) -> list[Path]:
     return written
 
 
+def model_cells(model: str, runs_home: Path) -> Cells:
+    """A model's full-length runs and its AugMix rows' (the ``-views`` log)."""
+    return read_cells(runs_home / model / "runs.jsonl", runs_home / f"{model}-views" / "runs.jsonl")
+
+
+def _count(cells: Cells) -> int:
+    return sum(len(c) for s in cells.runs.values() for c in s.values())
+
+
+def _short_of_plan(cells: Cells, row: str) -> bool:
+    lengths, seeds, _ = cells.shape(row)
+    return lengths != {PLAN_SAMPLES} or len(seeds) < PLAN_SEEDS
+
+
+def doc_tables(
+    models: Sequence[str], runs_home: Path, short_home: Path, corruptions: Sequence[str]
+) -> str:
+    """Table 1 at full length for each model, for docs/fmnist.md's generated block."""
+    paper = paper_rows()
+    lines: list[str] = []
+    for model in models:
+        cells = model_cells(model, runs_home)
+        if not cells.runs:
+            lines += [f"**{model}**: no runs yet.", ""]
+            continue
+        short = read_cells(short_home / model / "runs.jsonl")
+        lines += [
+            f"**{model}** ({_count(cells)} runs kept):",
+            "",
+            *table1(cells, corruptions, short if short.runs else None, paper),
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def readme_headline(models: Sequence[str], runs_home: Path, corruptions: Sequence[str]) -> str:
+    """The README's answer from the full-length table: each row's average, then REALM's place.
+
+    A row not complete yet prints ``…``; one that ran shorter or on fewer seeds than the
+    protocol carries ``†``. The sentences compare only complete rows.
+    """
+    per_model = {m: model_cells(m, runs_home) for m in models}
+    rows = in_table_order(list({*TABLE1_ROWS, *(r for c in per_model.values() for r in c.runs)}))
+    lines = [
+        "| model | " + " | ".join(_label(r) for r in rows) + " | runs |",
+        "|" + "---|" * (len(rows) + 2),
+    ]
+    said: list[str] = []
+    for model, cells in per_model.items():
+        averages = {r: _row_average(cells, r, corruptions) for r in rows}
+        cols = []
+        for r in rows:
+            avg = averages[r]
+            mark = SHORT if r in cells.runs and _short_of_plan(cells, r) else ""
+            cols.append(f"{np.mean(avg):.1f}{mark}" if avg else "…")
+        lines.append(f"| {model} | " + " | ".join(cols) + f" | {_count(cells)} |")
+        said += _place(model, {r: float(np.mean(a)) for r, a in averages.items() if a})
+    return "\n".join(
+        [
+            *lines,
+            "",
+            f"{SHORT} ran shorter or on fewer seeds than 10,000 × 3 (the page's `ran` column); "
+            "… not complete yet.",
+            "",
+            *said,
+        ]
+    )
+
+
+def _place(model: str, averages: dict[str, float]) -> list[str]:
+    """REALM against not adapting and against the best other complete row, in words."""
+    mine = averages.get(BASELINE)
+    source = averages.get("none")
+    if mine is None or source is None:
+        return [f"- **{model}**: REALM's or no-adapt's row is not complete yet."]
+    others = {r: a for r, a in averages.items() if r not in (BASELINE, "none")}
+    gain = mine - source
+    text = f"- **{model}**: REALM {'gains' if gain >= 0 else 'loses'} {abs(gain):.1f} points "
+    text += "over not adapting"
+    if others:
+        best = max(others, key=lambda r: others[r])
+        gap = mine - others[best]
+        if gap < 0:
+            text += f"; {_label(best)} is ahead of it by {-gap:.1f}"
+        else:
+            text += f"; the best other row, {_label(best)}, is {gap:.1f} behind it"
+    return [text + "."]
+
+
 def full_length_page(
     models: Sequence[str],
     runs_home: Path,
@@ -236,9 +332,7 @@ def full_length_page(
     out_dir.mkdir(parents=True, exist_ok=True)
     lines: list[str] = []
     for model in models:
-        cells = read_cells(
-            runs_home / model / "runs.jsonl", runs_home / f"{model}-views" / "runs.jsonl"
-        )
+        cells = model_cells(model, runs_home)
         if not cells.runs:
             lines += [f"## {model}", "", "No runs yet.", ""]
             continue
@@ -249,7 +343,7 @@ def full_length_page(
             for c in s.values()
             for r in c.values()
         )
-        count = sum(len(c) for s in cells.runs.values() for c in s.values())
+        count = _count(cells)
         lines += [
             f"## {model}",
             "",

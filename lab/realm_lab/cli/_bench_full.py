@@ -25,25 +25,69 @@ def add_full_length_parser(benches: Any) -> None:
     p.add_argument("--models", nargs="+", default=list(MODELS))
     p.add_argument("--out", default="docs/fmnist-full", help="the page's folder")
     p.add_argument("--short", default="docs/fmnist", help="the 1,000-sample tables' folder")
+    p.add_argument(
+        "--doc",
+        default="docs/fmnist.md",
+        help=f"the page whose '{TABLES}' block gets Table 1 of each model ('' for none)",
+    )
+    p.add_argument(
+        "--readme",
+        default="README.md",
+        help=f"the page whose '{HEADLINE}' block gets the headline ('' for none)",
+    )
     p.set_defaults(func=run_full_length)
 
 
 def run_full_length(args: argparse.Namespace) -> int:
     """Write the page; 2 where a folder holds no runs at all."""
+    from realm_tools.cli import write_atomic
     from realm_tools.data import CIFAR_C_CORRUPTIONS
 
-    from ..bench import full_length_page
+    from ..bench import (
+        doc_tables,
+        full_length_page,
+        readme_headline,
+        replace_block,
+        write_block,
+    )
 
     out = Path(args.out)
-    page = full_length_page(
-        args.models, runs_folder(out), runs_folder(args.short), out, CIFAR_C_CORRUPTIONS
-    )
+    runs, short = runs_folder(out), runs_folder(args.short)
+    blocks = [
+        (Path(path), name) for path, name in ((args.doc, TABLES), (args.readme, HEADLINE)) if path
+    ]
+    for path, name in blocks:  # checked before anything is written
+        if not path.is_file():
+            flag = "doc" if name == TABLES else "readme"
+            print(
+                f"{path} is not a file: give --{flag} the page to write into, or '' for none",
+                file=sys.stderr,
+            )
+            return 2
+        try:
+            replace_block(path.read_text(), name, "", where=str(path))
+        except ValueError as e:
+            print(e, file=sys.stderr)
+            return 2
+    page = full_length_page(args.models, runs, short, out, CIFAR_C_CORRUPTIONS)
     if "runs kept" not in page:
-        print(f"no runs under {runs_folder(out)}: run make fmnist-full first", file=sys.stderr)
+        print(f"no runs under {runs}: run make fmnist-full first", file=sys.stderr)
         return 2
-    (out / "README.md").write_text(HEADER + page + "\n")
+    write_atomic(out / "README.md", HEADER + page + "\n")
     print(f"written: {out / 'README.md'}")
+    for path, name in blocks:
+        text = (
+            doc_tables(args.models, runs, short, CIFAR_C_CORRUPTIONS)
+            if name == TABLES
+            else readme_headline(args.models, runs, CIFAR_C_CORRUPTIONS)
+        )
+        write_block(path, name, text)
+        print(f"written: {path} ({name})")
     return 0
+
+
+TABLES = "full-length tables"  # docs/fmnist.md's generated block
+HEADLINE = "full-length headline"  # README.md's generated block
 
 
 HEADER = """# Fashion-MNIST-C at the paper's length (Table 1, Fig. 3, Fig. 4, Table 4)
