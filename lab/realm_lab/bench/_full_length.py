@@ -287,7 +287,8 @@ def readme_headline(models: Sequence[str], runs_home: Path, corruptions: Sequenc
             mark = SHORT if r in cells.runs and _short_of_plan(cells, r) else ""
             cols.append(f"{np.mean(avg):.1f}{mark}" if avg else "…")
         lines.append(f"| {model} | " + " | ".join(cols) + f" | {_count(cells)} |")
-        said += _place(model, {r: float(np.mean(a)) for r, a in averages.items() if a})
+        seeds = min((len(a) for a in averages.values() if a), default=0)
+        said += _place(model, {r: float(np.mean(a)) for r, a in averages.items() if a}, seeds)
     return "\n".join(
         [
             *lines,
@@ -300,13 +301,16 @@ def readme_headline(models: Sequence[str], runs_home: Path, corruptions: Sequenc
     )
 
 
-def _place(model: str, averages: dict[str, float]) -> list[str]:
-    """REALM against not adapting and against the best other complete row, in words."""
+def _place(model: str, averages: dict[str, float], seeds: int) -> list[str]:
+    """REALM against not adapting and the best other complete row, in words.
+
+    ``seeds``: the fewest complete seeds among the rows compared.
+    """
     mine = averages.get(BASELINE)
-    source = averages.get("none")
+    source = averages.get(NO_ADAPT.key)
     if mine is None or source is None:
         return [f"- **{model}**: REALM's or no-adapt's row is not complete yet."]
-    others = {r: a for r, a in averages.items() if r not in (BASELINE, "none")}
+    others = {r: a for r, a in averages.items() if r not in (BASELINE, NO_ADAPT.key)}
     gain = mine - source
     text = f"- **{model}**: REALM {'gains' if gain >= 0 else 'loses'} {abs(gain):.1f} points "
     text += "over not adapting"
@@ -317,6 +321,8 @@ def _place(model: str, averages: dict[str, float]) -> list[str]:
             text += f"; {_label(best)} is ahead of it by {-gap:.1f}"
         else:
             text += f"; the best other row, {_label(best)}, is {gap:.1f} behind it"
+    if seeds < PLAN_SEEDS:
+        text += f" (so far: {seeds} of {PLAN_SEEDS} seeds in the thinnest row)"
     return [text + "."]
 
 
