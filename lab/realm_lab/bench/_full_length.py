@@ -279,6 +279,7 @@ def readme_headline(models: Sequence[str], runs_home: Path, corruptions: Sequenc
         "|" + "---|" * (len(rows) + 2),
     ]
     said: list[str] = []
+    waiting: list[str] = []  # models whose REALM or no-adapt row is not complete
     for model, cells in per_model.items():
         averages = {r: _row_average(cells, r, corruptions) for r in rows}
         cols = []
@@ -287,8 +288,11 @@ def readme_headline(models: Sequence[str], runs_home: Path, corruptions: Sequenc
             mark = SHORT if r in cells.runs and _short_of_plan(cells, r) else ""
             cols.append(f"{np.mean(avg):.1f}{mark}" if avg else "…")
         lines.append(f"| {model} | " + " | ".join(cols) + f" | {_count(cells)} |")
-        seeds = min((len(a) for a in averages.values() if a), default=0)
-        said += _place(model, {r: float(np.mean(a)) for r, a in averages.items() if a}, seeds)
+        placed = _place(model, {r: a for r, a in averages.items() if a})
+        if placed is None:
+            waiting.append(model)
+        else:
+            said.append(placed)
     return "\n".join(
         [
             *lines,
@@ -297,33 +301,37 @@ def readme_headline(models: Sequence[str], runs_home: Path, corruptions: Sequenc
             "… not complete yet.",
             "",
             *said,
+            *([f"- Not complete yet: {', '.join(waiting)}."] if waiting else []),
         ]
     )
 
 
-def _place(model: str, averages: dict[str, float], seeds: int) -> list[str]:
+def _place(model: str, per_seed: dict[str, list[float]]) -> str | None:
     """REALM against not adapting and the best other complete row, in words.
 
-    ``seeds``: the fewest complete seeds among the rows compared.
+    ``per_seed``: each complete row's seed averages. None: REALM's or no-adapt's row is not
+    complete.
     """
-    mine = averages.get(BASELINE)
-    source = averages.get(NO_ADAPT.key)
-    if mine is None or source is None:
-        return [f"- **{model}**: REALM's or no-adapt's row is not complete yet."]
-    others = {r: a for r, a in averages.items() if r not in (BASELINE, NO_ADAPT.key)}
-    gain = mine - source
+    if BASELINE not in per_seed or NO_ADAPT.key not in per_seed:
+        return None
+    averages = {r: float(np.mean(a)) for r, a in per_seed.items()}
+    mine, compared = averages[BASELINE], [BASELINE, NO_ADAPT.key]
+    gain = mine - averages[NO_ADAPT.key]
     text = f"- **{model}**: REALM {'gains' if gain >= 0 else 'loses'} {abs(gain):.1f} points "
     text += "over not adapting"
+    others = {r: a for r, a in averages.items() if r not in compared}
     if others:
         best = max(others, key=lambda r: others[r])
+        compared.append(best)
         gap = mine - others[best]
         if gap < 0:
             text += f"; {_label(best)} is ahead of it by {-gap:.1f}"
         else:
             text += f"; the best other row, {_label(best)}, is {gap:.1f} behind it"
+    seeds = min(len(per_seed[r]) for r in compared)
     if seeds < PLAN_SEEDS:
-        text += f" (so far: {seeds} of {PLAN_SEEDS} seeds in the thinnest row)"
-    return [text + "."]
+        text += f" (so far on {seeds} of {PLAN_SEEDS} seeds)"
+    return text + "."
 
 
 def full_length_page(
