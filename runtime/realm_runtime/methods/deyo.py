@@ -76,7 +76,7 @@ WEIGHT_MARGIN_SHARE = 0.8  # the weight's margin over the filter's: 0.4·ln C / 
 
 # The draw's integer hash: Wellons' lowbias32 on 32-bit words held in int64, its products
 # split in 16-bit halves so that none passes 2^49 and no runtime rounds or overflows; right
-# shifts, never a division (a traced division went through float32).
+# shifts, never a division (a traced integer division goes through float32).
 WORD = 0xFFFFFFFF
 HALF = 0xFFFF
 MIX = (0x7FEB352D, 0x846CA68B)  # lowbias32's multipliers: its avalanche is measured
