@@ -37,9 +37,10 @@ Two tracers, two sets of forms, one module (the math they share is written once,
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -47,8 +48,10 @@ from torch import Tensor
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 
 from ._errors import UnsupportedModelError
+from ._provenance import layer
 
 aten = torch.ops.aten
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 # --------------------------------------------------------------------- shared math
@@ -164,6 +167,20 @@ def export_friendly_norms() -> Iterator[None]:
 # ------------------------------------------- make_fx forms (their own compact backward)
 
 
+def _labelled(name: str) -> Callable[[_F], _F]:
+    """``fn``'s traced nodes labelled as layer form ``name``, for a profile to group them."""
+
+    def wrap(fn: _F) -> _F:
+        @functools.wraps(fn)
+        def labelled(*args: Any, **kwargs: Any) -> Any:
+            with layer(name):
+                return fn(*args, **kwargs)
+
+        return labelled  # type: ignore[return-value]
+
+    return wrap
+
+
 def _standardized_grad(g: Tensor, xhat: Tensor, rstd: Tensor, dims: Sequence[int]) -> Tensor:
     """``∂L/∂x`` of ``x̂ = (x − mean) · rstd`` given ``g = ∂L/∂x̂``, statistics over ``dims``."""
     mean_g = g.mean(dim=list(dims), keepdim=True)
@@ -201,6 +218,7 @@ class _GroupNorm(torch.autograd.Function):
         return y
 
     @staticmethod
+    @_labelled("group_norm")
     def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:
         # Per-sample, per-channel sums first (two passes over dy), then everything per group
         # on (N, C)-sized tensors: dx = a·dy − c·x̂ − b with a = rstd·γ, b = rstd·mean(g),
@@ -261,6 +279,7 @@ class _LayerNorm(torch.autograd.Function):
         return y
 
     @staticmethod
+    @_labelled("layer_norm")
     def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:
         x, mean, rstd, weight = ctx.saved_tensors
         norm_dims = list(range(x.dim() - ctx.dims, x.dim()))
@@ -332,7 +351,26 @@ def _batch_norm(
     shift = -running_mean * scale
     if bias is not None:
         shift = shift + bias
-    return x * scale.reshape(shape) + shift.reshape(shape)
+    return _FrozenAffine.apply(x, scale.reshape(shape), shift.reshape(shape))
+
+
+class _FrozenAffine(torch.autograd.Function):
+    """``x·s + t`` per channel, its backward autograd's own ops, labelled a batch norm's."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, scale: Tensor, shift: Tensor) -> Tensor:  # type: ignore[override]
+        ctx.save_for_backward(x, scale)
+        return x * scale + shift
+
+    @staticmethod
+    @_labelled("batch_norm")
+    def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:
+        x, scale = ctx.saved_tensors
+        dims = [d for d in range(dy.dim()) if scale.shape[d] == 1]
+        dx = dy * scale if ctx.needs_input_grad[0] else None
+        ds = (dy * x).sum(dim=dims, keepdim=True) if ctx.needs_input_grad[1] else None
+        dt = dy.sum(dim=dims, keepdim=True) if ctx.needs_input_grad[2] else None
+        return dx, ds, dt
 
 
 @contextlib.contextmanager
@@ -361,7 +399,7 @@ def traceable_layers() -> Iterator[None]:
         "avg_pool1d": avg_pool1d,
     }
     for name, fn in replacements.items():
-        setattr(F, name, fn)
+        setattr(F, name, _labelled(name)(fn))
     patched_fast = _patch_timm_fast_norm()
     try:
         yield

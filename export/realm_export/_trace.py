@@ -26,13 +26,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from ._errors import UnsupportedModelError
 from ._layers import traceable_layers
-from ._rewrites import aten, restride_, rewrite_backward_ops
-
-
-def _threshold_backward(grad: Tensor, value: Tensor, threshold: float) -> Tensor:
-    # ReLU's backward as a multiply by a mask: ORT's Where runs several times slower than
-    # Greater + Cast + Mul on a feature map.
-    return grad * (value > threshold).to(grad.dtype)
+from ._provenance import recording
+from ._rewrites import ACTIVATION_FORMS, ACTIVATIONS_WHOLE, aten, restride_, rewrite_backward_ops
 
 
 def _squeeze_dims(x: Tensor, dims: Sequence[int]) -> Tensor:
@@ -44,7 +39,7 @@ def _squeeze_dims(x: Tensor, dims: Sequence[int]) -> Tensor:
 def decompositions() -> dict[Any, Callable[..., Any]]:
     """Core aten decompositions, with the backward ops the rewrites below handle kept whole."""
     table = dict(core_aten_decompositions())
-    table[aten.threshold_backward.default] = _threshold_backward
+    table.update(ACTIVATION_FORMS)
     table[aten.squeeze.dims] = _squeeze_dims
     table[aten.as_strided_.default] = restride_
     for op in (
@@ -54,6 +49,7 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
         # mean's decomposition restrides its result to the input's memory format (as_strided_,
         # whose backward is as_strided_scatter: no ONNX form); ONNX has ReduceMean anyway.
         aten.mean.dim,
+        *ACTIVATIONS_WHOLE,
     ):
         table.pop(op, None)
     return table
@@ -90,7 +86,7 @@ def trace(fn: Callable[..., Any], args: Sequence[Tensor]) -> fx.GraphModule:
     try:
         # The math attention backend: its backward is plain matmuls and softmax (the flash
         # and efficient kernels' backward ops have no ONNX translation).
-        with traceable_layers(), sdpa_kernel(SDPBackend.MATH), _one_fake_mode():
+        with traceable_layers(), sdpa_kernel(SDPBackend.MATH), _one_fake_mode(), recording():
             gm = make_fx(fn, decomposition_table=decompositions())(*args)
     except UnsupportedModelError:
         raise

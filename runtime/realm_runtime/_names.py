@@ -131,6 +131,19 @@ COUNTERS_NAME = "realm.counters"  # (9,) int64: the counters, in COUNTERS order
 SETTINGS_NAME = "realm.settings"  # (K,) float32: the settings, ADAPT_SETTINGS order
 NEXT_SUFFIX = ".next"  # a state input's next value is the output named input + NEXT_SUFFIX
 
+# ------------------------------------------------------------------ node provenance
+
+# Each node of the exported graphs carries, as ONNX metadata_props, the part of the step it
+# belongs to and the aten op it was written for: a profile groups its time by them.
+NODE_PART_KEY = "realm.part"
+NODE_SOURCE_KEY = "realm.source"  # e.g. "aten.hardswish_backward.default"
+# The parts of a step, in the order it runs them.
+PART_FORWARD = "forward"  # the model on the sample, at the current parameters
+PART_LOSS = "loss"  # the method's loss, its decision and any extra forward it takes
+PART_BACKWARD = "backward"  # the gradient of the loss with respect to the parameters
+PART_UPDATE = "update"  # the optimiser's step and the projection
+STEP_PARTS = (PART_FORWARD, PART_LOSS, PART_BACKWARD, PART_UPDATE)
+
 # ------------------------------------------------------------------ settings slots
 
 # The step graph's hyper-parameter inputs (scalars), and the adapt graph's settings besides

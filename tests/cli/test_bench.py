@@ -214,3 +214,28 @@ def test_export_bench_prints_the_ratio_and_where_the_time_goes(tmp_path, capsys)
     assert "validating the adapt graph against the PyTorch reference" in row["stages"]
     printed = capsys.readouterr().out
     assert f"{row['export'] / row['bare']:.1f}×" in printed and "target ≤ 4×" in printed
+
+
+def test_profile_bench_groups_a_step_by_what_it_computes(capsys):
+    from realm_tools.bench import PROFILE_GROUPS
+
+    code = main(
+        [
+            "bench", "profile", "--models", "timm:mobilenetv3_small_050",
+            "--image-size", "32", "--runs", "3", "--threads", "1", "--no-progress",
+        ]
+    )  # fmt: skip
+    assert code == 0
+    printed = capsys.readouterr().out
+    rows = {}
+    for line in printed.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| ") and cells[0] in PROFILE_GROUPS:
+            rows[cells[0]] = cells
+    # A BatchNorm MobileNetV3: depthwise gradients, hard-swish masks, the norms' backward.
+    for group in ("input gradients, depthwise", "activation masks", "norm backward", "update"):
+        assert int(rows[group][1]) > 0 and float(rows[group][3]) >= 0, group
+    step_ms = sum(float(r[3]) for r in rows.values())
+    unattributed = float(rows.get("unattributed", [0, 0, 0, 0])[3])
+    assert step_ms > 0 and unattributed < 0.25 * step_ms
+    assert "forwards**" in printed

@@ -54,5 +54,5 @@ def test_realm_help_lists_what_a_user_runs_on_their_own_model():
     assert commands == {"demo", "keygen", "bench", "parity", "export", "fit", "coverage"}
     bench = parser._subparsers._group_actions[0].choices["bench"]  # type: ignore[union-attr]
     assert set(bench._subparsers._group_actions[0].choices) == {  # type: ignore[union-attr]
-        "speed", "adapt", "memory", "export"
+        "speed", "adapt", "memory", "export", "profile"
     }  # fmt: skip

@@ -92,4 +92,8 @@ def test_the_adapt_benchmark_runs_the_rates_it_names():
     assert row.target_ms(0.0) == row.forward_ms and row.target_ms(1.0) == row.step_ms
     assert row.today_ms(1.0) == row.step_ms
     table = format_adapt_costs([row], rates=(0.0, 0.5, 1.0))
-    assert table.count("| digits |") == 4 and "share of the floor" in table
+    # A row per rate, one of the paths and floor, one of the update in forwards.
+    assert table.count("| digits |") == 5 and "share of the floor" in table
+    assert row.plain_ms > 0 and row.torch_forward_ms > 0 and row.torch_update_ms > 0
+    assert f"**{row.update_ms / row.plain_ms:.2f}**" in table
+    assert f"{row.torch_update_ms / row.torch_forward_ms:.2f}" in table

@@ -8,6 +8,7 @@ import torch
 from torch import fx
 
 from .._errors import UnsupportedModelError
+from .._provenance import inherit
 from ._buffers import fold_dense_copy, fold_restride_backward, functionalize_buffer
 from ._conv import conv_input_grad
 from ._max_pool import max_pool_input_grad
@@ -43,13 +44,16 @@ def rewrite_backward_ops(gm: fx.GraphModule) -> None:
         if node.op != "call_function":
             continue
         if node.target in _INDEX_PUT:
-            _int64_indices(graph, node)
+            with inherit(graph, node):
+                _int64_indices(graph, node)
             continue
         if node.target == aten.copy_.default:
-            fold_restride_backward(graph, node) or fold_dense_copy(graph, node)
+            with inherit(graph, node):
+                fold_restride_backward(graph, node) or fold_dense_copy(graph, node)
             continue
         if node.target == aten.convolution_backward.default:
-            replacement = conv_input_grad(graph, node)
+            with inherit(graph, node):
+                replacement = conv_input_grad(graph, node)
             for user in list(node.users):
                 if user.target is operator.getitem and user.args[1] == 0:
                     # The shape of what it replaces: a later rewrite may read it (conv → conv).
@@ -65,20 +69,23 @@ def rewrite_backward_ops(gm: fx.GraphModule) -> None:
             node.target in UPSAMPLE_BACKWARD
             or node.target == aten._adaptive_avg_pool2d_backward.default
         ):
-            replacement = upsample_input_grad(gm, node)
+            with inherit(graph, node):
+                replacement = upsample_input_grad(gm, node)
             replacement.meta.update(node.meta)
             node.replace_all_uses_with(replacement)
             graph.erase_node(node)
         elif node.target == aten.max_pool2d_with_indices_backward.default:
             if len(node_shape(node.args[1])) != 4:
                 raise UnsupportedModelError("max pooling backward is written for 2-d inputs only")
-            replacement = max_pool_input_grad(graph, node)
+            with inherit(graph, node):
+                replacement = max_pool_input_grad(graph, node)
             replacement.meta.update(node.meta)
             node.replace_all_uses_with(replacement)
             graph.erase_node(node)
     for node in list(graph.nodes):
         if node.target == aten.full.default and node.users:
-            functionalize_buffer(gm, node)
+            with inherit(graph, node):
+                functionalize_buffer(gm, node)
     graph.eliminate_dead_code()
     graph.lint()
     gm.recompile()

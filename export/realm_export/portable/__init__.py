@@ -4,9 +4,13 @@ Traced once from torch (``_step``) and written as ONNX by torch.onnx's translato
 (``_to_onnx``, checked by ``_checks``); the forward, adapt and decide graphs derived by graph
 surgery (``_step``, ``_adapt``, ``_decide``), validated against the PyTorch reference
 (``_validate_adapt``) and written with the manifest (``_write``). The onnxruntime-training
-artifacts are ``realm_export.legacy``, beside this.
+artifacts are ``realm_export.legacy``, beside this. :func:`trace` (one step as an aten
+graph, its backward rewritten) and :data:`ACTIVATION_FORMS` (the activations' backward as
+the graph writes it) are here for tests and tools that check a form alone.
 """
 
+from .._rewrites import ACTIVATION_FORMS
+from .._trace import trace
 from ._checks import check_written
 from ._functionalize import functionalize_in_place
 from ._step import PortableGraphs, build_portable_graphs, forward_of
@@ -14,11 +18,13 @@ from ._to_onnx import to_onnx
 from ._write import write_portable
 
 __all__ = [
+    "ACTIVATION_FORMS",
     "PortableGraphs",
     "build_portable_graphs",
     "check_written",
     "forward_of",
     "functionalize_in_place",
     "to_onnx",
+    "trace",
     "write_portable",
 ]

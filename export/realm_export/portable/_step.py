@@ -66,6 +66,10 @@ from realm_runtime.contract import (
     NEW_PARAMS_NAME,
     NEW_VELOCITY_NAME,
     PARAMS_NAME,
+    PART_BACKWARD,
+    PART_FORWARD,
+    PART_LOSS,
+    PART_UPDATE,
     RELAX_NAME,
     SAMPLE_INDEX_NAME,
     SAMPLE_WEIGHT_NAME,
@@ -79,6 +83,7 @@ from realm_sdk.methods import StepInputs, torch_form
 
 from .._errors import UnsupportedModelError
 from .._onnx_builder import GraphBuilder
+from .._provenance import part as step_part
 from .._trace import count_ops, trace
 from ._checks import check_portable
 from ._to_onnx import to_onnx
@@ -186,42 +191,46 @@ def build_portable_graphs(
         # drawn: the sample's index in the stream, for a method that draws (DeYO); else none
         sample = drawn[0] if drawn else 0
         params = unflatten(flat)
-        logits = logits_of(x, params)
+        with step_part(PART_FORWARD):
+            logits = logits_of(x, params)
         learned = params[n_norm:]  # REALM's α, λ; empty for the others
-        inputs = StepInputs(
-            logits_at,
-            x,
-            [flat],
-            logits,
-            entropy(logits),
-            weight,
-            learned,
-            e0,
-            knob,
-            config,
-            sample=sample,
-            origin=origin,
-            fisher=weights,
-        )
-        out = form.step_loss(inputs)
-        (grad,) = torch.autograd.grad(out.loss, [flat])
-        # g·0 is 0 for every finite g and NaN otherwise: a finiteness test that cannot
-        # overflow, in two nodes over the whole parameter vector.
-        checked = out.loss + (grad * 0).sum()
-        if out.checked is not None:
-            checked = checked + out.checked
-        finite = torch.isfinite(checked)
-        p_new, v_new = update.step(
-            flat,
-            velocity,
-            grad,
-            lr=lr,
-            lr_alpha_lambda=lr_al,
-            lr_batch_norm=lr_bn,
-            momentum=mu,
-            anchor=anchor,
-            relax=knob,  # REALM's knob is relax; the update reads it only where α, λ learn
-        )
+        with step_part(PART_LOSS):
+            inputs = StepInputs(
+                logits_at,
+                x,
+                [flat],
+                logits,
+                entropy(logits),
+                weight,
+                learned,
+                e0,
+                knob,
+                config,
+                sample=sample,
+                origin=origin,
+                fisher=weights,
+            )
+            out = form.step_loss(inputs)
+        with step_part(PART_BACKWARD):
+            (grad,) = torch.autograd.grad(out.loss, [flat])
+        with step_part(PART_UPDATE):
+            # g·0 is 0 for every finite g and NaN otherwise: a finiteness test that cannot
+            # overflow, in two nodes over the whole parameter vector.
+            checked = out.loss + (grad * 0).sum()
+            if out.checked is not None:
+                checked = checked + out.checked
+            finite = torch.isfinite(checked)
+            p_new, v_new = update.step(
+                flat,
+                velocity,
+                grad,
+                lr=lr,
+                lr_alpha_lambda=lr_al,
+                lr_batch_norm=lr_bn,
+                momentum=mu,
+                anchor=anchor,
+                relax=knob,  # REALM's knob is relax; the update reads it only where α, λ learn
+            )
         kept = () if out.kept is None else (out.kept,)
         return out.loss, logits, finite, p_new, v_new, *kept
 

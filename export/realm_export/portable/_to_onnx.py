@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from .._errors import UnsupportedModelError
+from .._provenance import stamp
 from ._functionalize import functionalize, functionalize_in_place
 from ._optimize import optimize
 from ._program import program_of
@@ -80,6 +81,7 @@ def to_onnx(
                 proto = _public_export(gm, inputs, input_names, output_names)
     except Exception as exc:
         raise UnsupportedModelError(_exporter_reason(exc)) from exc
+    stamp(proto, gm.graph.nodes)
     return proto
 
 
@@ -104,7 +106,11 @@ def _public_export(
             artifacts_dir=scratch,
         )
         assert program is not None
-        return program.model_proto
+        proto = program.model_proto
+        captured = getattr(program, "exported_program", None)
+        if captured is not None:  # the capture renames nodes: stamp by its own graph's names
+            stamp(proto, captured.graph.nodes)
+        return proto
 
 
 def _lean_export(

@@ -9,6 +9,8 @@ What a developer measures on their own model:
   another interpreter;
 - the adapt graph (``realm bench adapt``): its cost per sample at several update rates
   (:func:`bench_adapt`);
+- where a step's time goes (``realm bench profile``): ONNX Runtime's profile of the step
+  and inference graphs, grouped by what each op computes (:func:`profile_step`);
 - memory (``realm bench memory``): the peak of each role of a torch-free process beside the
   floor the graphs allow, and each session setting's share (:func:`bench_memory`);
 - export time (``realm bench export``): each stage of an export (:func:`bench_export`);
@@ -27,21 +29,25 @@ from ._export_time import ExportTimeRow, bench_export, format_export_times
 from ._external import ExternalRuntime, ExternalSide
 from ._flops import MachinePeak, count_flops, machine_peak
 from ._memory import MemoryRow, bench_memory, format_memory, live_peak_mb, probe
+from ._profile import PROFILE_GROUPS, GroupCost, StepProfile, format_profiles, profile_step
 from ._speed import bench_model
 from ._speed_report import format_speed, plot_speed, rows_to_json
 from ._speed_rows import MethodRow, SpeedRow
 
 __all__ = [
+    "PROFILE_GROUPS",
     "TURN_BLOCKS",
     "AdaptCost",
     "ExportTimeRow",
     "ExternalRuntime",
     "ExternalSide",
+    "GroupCost",
     "MachinePeak",
     "MemoryRow",
     "MethodRow",
     "OnlineResult",
     "SpeedRow",
+    "StepProfile",
     "bench_adapt",
     "bench_export",
     "bench_memory",
@@ -53,6 +59,7 @@ __all__ = [
     "format_adapt_costs",
     "format_export_times",
     "format_memory",
+    "format_profiles",
     "format_speed",
     "live_peak_mb",
     "machine_peak",
@@ -60,6 +67,7 @@ __all__ = [
     "node_peak",
     "plot_speed",
     "probe",
+    "profile_step",
     "rows_to_json",
     "run_online",
     "take_turns",

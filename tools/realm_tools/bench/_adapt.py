@@ -15,6 +15,7 @@ them alike.
 
 from __future__ import annotations
 
+import copy
 import math
 import tempfile
 import time
@@ -35,6 +36,7 @@ from realm_runtime.contract import (
     ADAPT_STATE_KEY,
     EMA_NAME,
     FILE_KEY,
+    INFERENCE_MODEL,
     KNOWN_EMA,
     KNOWN_NAME,
     MANIFEST_NAME,
@@ -42,6 +44,8 @@ from realm_runtime.contract import (
     STATE_INPUT_KEY,
     STATE_OUTPUT_KEY,
 )
+from realm_runtime.measure import updating_overrides
+from realm_sdk import RealmAdapter
 
 from ..models import build_model
 from ._flops import MachinePeak, machine_peak, step_flops
@@ -64,6 +68,19 @@ class AdaptCost:
     peak_gflops: float  # the measured matmul peak
     threads: int
     onnxruntime: str
+    plain_ms: float = math.nan  # a plain InferenceSession on the export's inference graph
+    torch_forward_ms: float = math.nan  # RealmAdapter.predict (the reference's forward)
+    torch_update_ms: float = math.nan  # RealmAdapter.adapt, every sample updating
+
+    @property
+    def update_in_forwards(self) -> float:
+        """An updating adapt call in forwards of the same export's inference graph."""
+        return self.update_ms / self.plain_ms
+
+    @property
+    def torch_ratio(self) -> float:
+        """Torch's own: its updating step in its forwards."""
+        return self.torch_update_ms / self.torch_forward_ms
 
     def target_ms(self, u: float) -> float:
         """``F + u·(S − F)``."""
@@ -120,9 +137,18 @@ def bench_adapt(
         infer = RealmRuntime(directory, threads=threads, backend="onnx-steps")
         train = RealmRuntime(directory, threads=threads, backend="onnx-steps", schedule="train")
         graph = _AdaptGraph(directory, threads)
+        plain = plain_session(directory / INFERENCE_MODEL, threads)
+        plain_input = plain.get_inputs()[0].name
+        torch.set_num_threads(threads)
+        forward = RealmAdapter(copy.deepcopy(model), config)
+        updating = RealmAdapter(
+            copy.deepcopy(model), config.with_overrides(**updating_overrides(config))
+        )
         own = [_softmax(infer.predict(x)) for x in xs]  # each sample's S_div-refusing EMA
         for x, ema in zip(xs[:warmup], own, strict=False):  # first runs allocate and plan
             infer.predict(x), train.adapt(x), graph.run(x, None), graph.run(x, ema)
+            plain.run(None, {plain_input: x})
+            forward.predict(torch.from_numpy(x)), updating.adapt(torch.from_numpy(x))
         sides: dict[str, list[float]] = {}
         chosen: dict[str, list[float]] = {}  # the streams' selected samples, as run
         for r in range(rounds):
@@ -131,6 +157,10 @@ def bench_adapt(
                 _add(sides, "step", _time(lambda: train.adapt(x)))  # noqa: B023
                 _add(sides, "update", _time(lambda: graph.run(x, None)))  # noqa: B023
                 _add(sides, "skip", _time(lambda: graph.run(x, own[i])))  # noqa: B023
+                _add(sides, "plain", _time(lambda: plain.run(None, {plain_input: x})))  # noqa: B023
+                t = torch.from_numpy(x)
+                _add(sides, "torch forward", _time(lambda: forward.predict(t)))  # noqa: B023
+                _add(sides, "torch update", _time(lambda: updating.adapt(t)))  # noqa: B023
             for u in rates:
                 # Long enough that a low rate selects a few samples per round: ⌊n·u⌋ of n.
                 n = max(samples, math.ceil(2 / u)) if u > 0 else samples
@@ -159,25 +189,39 @@ def bench_adapt(
         peak_gflops=peak.measured_gflops,
         threads=threads,
         onnxruntime=ort_version,
+        plain_ms=mean["plain"],
+        torch_forward_ms=mean["torch forward"],
+        torch_update_ms=mean["torch update"],
     )
+
+
+def plain_session(path: Path, threads: int, profile_prefix: str | None = None) -> Any:
+    """An ``InferenceSession`` on ``path`` as the runtime opens one (CPU, its settings).
+
+    With ``profile_prefix``, ONNX Runtime's profile is written there, and idle workers do
+    not spin: the profiled sessions take turns with others.
+    """
+    ort = onnxruntime_module()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    for key, value in RealmRuntime.DEFAULT_SESSION_CONFIG.items():
+        options.add_session_config_entry(key, value)
+    if profile_prefix is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile_prefix
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 class _AdaptGraph:
     """The adapt graph fed like the docs' client, its S_div decision forced by the state."""
 
-    def __init__(self, directory: Path, threads: int) -> None:
+    def __init__(self, directory: Path, threads: int, profile_prefix: str | None = None) -> None:
         import json
 
-        ort = onnxruntime_module()
         self.spec = json.loads((directory / MANIFEST_NAME).read_text())[ADAPT_KEY]
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        for key, value in RealmRuntime.DEFAULT_SESSION_CONFIG.items():  # as the runtime's
-            options.add_session_config_entry(key, value)
-        self.session = ort.InferenceSession(
-            str(directory / self.spec[FILE_KEY]), options, providers=["CPUExecutionProvider"]
-        )
+        self.session = plain_session(directory / self.spec[FILE_KEY], threads, profile_prefix)
         self.names = [o.name for o in self.session.get_outputs()]
         self.state = {
             s[STATE_INPUT_KEY]: np.load(directory / s[STATE_INITIAL_KEY])
@@ -247,5 +291,18 @@ def format_adapt_costs(rows: Sequence[AdaptCost], rates: Sequence[float] = RATES
             f"{row.update_ms:.1f} | {row.skip_ms / row.forward_ms:.3f} | "
             f"{row.update_ms / row.step_ms:.3f} | {row.step_gflop:.2f} | {floor:.1f} | "
             f"{row.floor_share:.0%} |"
+        )
+    lines += [
+        "",
+        "| model | inference graph ms (plain session) | updating adapt ms | update in forwards | "
+        "torch forward ms | torch update ms | torch's ratio | ≤ 2.5 and ≤ torch's |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        met = row.update_in_forwards <= min(2.5, row.torch_ratio)
+        lines.append(
+            f"| {row.model} | {row.plain_ms:.1f} | {row.update_ms:.1f} | "
+            f"**{row.update_in_forwards:.2f}** | {row.torch_forward_ms:.1f} | "
+            f"{row.torch_update_ms:.1f} | {row.torch_ratio:.2f} | {'met' if met else 'not met'} |"
         )
     return "\n".join(lines)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from ._bench_adapt import add_adapt_parser
 from ._bench_export import add_export_time_parser
 from ._bench_memory import add_memory_parser
+from ._bench_profile import add_profile_parser
 from ._bench_speed import add_speed_parser
 from ._common import command_parser, run_command
 from ._coverage import add_coverage_parser
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     ).add_subparsers(dest="bench", required=True)
     add_speed_parser(bench)
     add_adapt_parser(bench)
+    add_profile_parser(bench)
     add_memory_parser(bench)
     add_export_time_parser(bench)
     add_parity_parser(sub)
