@@ -78,6 +78,7 @@ from realm_runtime.contract import (
 from ._adapt_builder import AdaptBuilder, DriftNorm, value_info
 from ._adapt_state import adapt_state, state_next
 from ._adapt_step import inline_decision, reason_of, step_branch
+from ._branch import local_weights_in_branches, names_read, recompute_in_branches
 
 
 def adapt_model(step: onnx.ModelProto, config: RealmConfig, source: np.ndarray) -> onnx.ModelProto:
@@ -133,6 +134,8 @@ def adapt_model(step: onnx.ModelProto, config: RealmConfig, source: np.ndarray) 
     )
     del graph.value_info[:]
     graph.name = "realm_adapt"
+    recompute_in_branches(model)
+    local_weights_in_branches(graph)
     return model
 
 
@@ -143,7 +146,7 @@ def _settings(graph: onnx.GraphProto) -> None:
     read takes it out of the vector, so a client changes a setting by writing its slot. A
     method that draws reads ``realm.sample_index``: the counter of samples, before this one.
     """
-    used = _names_read(graph)
+    used = names_read(graph)
     nodes = []
     for k, name in enumerate(ADAPT_SETTINGS):
         if name not in used:
@@ -169,21 +172,10 @@ def _settings(graph: onnx.GraphProto) -> None:
 
 def _drop_unused_initializers(graph: onnx.GraphProto) -> None:
     """Remove the initializers no node reads (the step's inputs the decision made constant)."""
-    used = _names_read(graph)
+    used = names_read(graph)
     kept = [t for t in graph.initializer if t.name in used]
     del graph.initializer[:]
     graph.initializer.extend(kept)
-
-
-def _names_read(graph: onnx.GraphProto) -> set[str]:
-    """Every name a node of ``graph`` or of its subgraphs reads."""
-    used: set[str] = set()
-    for node in graph.node:
-        used.update(node.input)
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                used |= _names_read(attr.g)
-    return used
 
 
 # ---------------------------------------------------------------------------- the split
