@@ -11,6 +11,7 @@ the graph writes it) are here for tests and tools that check a form alone.
 
 from .._rewrites import ACTIVATION_FORMS
 from .._trace import trace
+from ._branch import AGAIN_PREFIX
 from ._checks import check_written
 from ._functionalize import functionalize_in_place
 from ._step import PortableGraphs, build_portable_graphs, forward_of
@@ -19,6 +20,7 @@ from ._write import write_portable
 
 __all__ = [
     "ACTIVATION_FORMS",
+    "AGAIN_PREFIX",
     "PortableGraphs",
     "build_portable_graphs",
     "check_written",

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from realm_export.portable import AGAIN_PREFIX
 from realm_runtime import RealmConfig, onnxruntime_module
 from realm_runtime.contract import (
     ADAPT_MODEL,
@@ -283,6 +284,8 @@ def _match(name: str, op: str, nodes: dict[str, _Node]) -> str:
     """The group of the node ONNX Runtime timed as ``name``."""
     if op.startswith("Reorder"):
         return "layout reorders"
+    # The adapt graph's branch computes some forward values again under a prefixed name.
+    name = name.removeprefix(AGAIN_PREFIX)
     for candidate in (name, name.removesuffix("_nchwc"), "node_" + name.removesuffix("_nchwc")):
         if candidate in nodes:
             return nodes[candidate].group
