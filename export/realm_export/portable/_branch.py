@@ -89,14 +89,16 @@ def recompute_in_branches(model: onnx.ModelProto) -> int:
 
 
 def local_weights_in_branches(graph: onnx.GraphProto) -> None:
-    """Read each initializer that only one branch reads through a copy made in that branch.
+    """Read each convolution weight that only one branch reads through a copy in that branch.
 
     ONNX Runtime lays a convolution out for its fast (NCHWc) kernels only where its weight
     is a constant of the convolution's own graph: read from the outer scope, the backward's
     convolutions in the updating branch ran its generic kernels, several times slower (a
-    depthwise one up to seven times). An ``Identity`` in the branch is folded into such a
-    constant when the session loads; the tensor itself stays in the outer graph, where every
-    client reads external data (onnxruntime-web reads none in a branch).
+    depthwise one up to seven times). A ``Reshape`` to its own shape in the branch is folded
+    into such a constant when the session loads (an ``Identity`` is removed before folding);
+    the tensor itself stays in the outer graph, where every client reads external data
+    (onnxruntime-web reads none in a branch). Other tensors are left as they are: a copy of
+    them would buy nothing and cost memory.
     """
     readers: dict[str, set[tuple[int, int]]] = {}  # name -> {(node, attribute)}; -1: the graph
     for k, node in enumerate(graph.node):
@@ -107,10 +109,16 @@ def local_weights_in_branches(graph: onnx.GraphProto) -> None:
                 for name in names_read(attr.g):
                     readers.setdefault(name, set()).add((k, a))
     local: dict[tuple[int, int], dict[str, str]] = {}
+    weights: dict[tuple[int, int], set[str]] = {}
     for tensor in graph.initializer:
         owners = readers.get(tensor.name, set())
-        if len(owners) == 1 and next(iter(owners))[1] >= 0:
-            local.setdefault(next(iter(owners)), {})[tensor.name] = LOCAL_PREFIX + tensor.name
+        if len(owners) != 1 or next(iter(owners))[1] < 0:
+            continue
+        k, a = owner = next(iter(owners))
+        if owner not in weights:
+            weights[owner] = _conv_weights(graph.node[k].attribute[a].g)
+        if tensor.name in weights[owner]:
+            local.setdefault(owner, {})[tensor.name] = LOCAL_PREFIX + tensor.name
     for (k, a), renamed in local.items():
         branch = graph.node[k].attribute[a].g
         _rename_reads(branch, renamed)
@@ -123,6 +131,16 @@ def local_weights_in_branches(graph: onnx.GraphProto) -> None:
         rest = list(branch.node)
         del branch.node[:]
         branch.node.extend([*copies, *rest])
+
+
+def _conv_weights(graph: onnx.GraphProto) -> set[str]:
+    """The names ``graph``'s convolutions (its subgraphs' included) read as their weight."""
+    names = {n.input[1] for n in graph.node if n.op_type in ("Conv", "ConvTranspose")}
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                names |= _conv_weights(attr.g)
+    return names
 
 
 def _chain(
