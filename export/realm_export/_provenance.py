@@ -21,6 +21,8 @@ from torch import fx
 
 from realm_runtime.contract import NODE_PART_KEY, NODE_SOURCE_KEY
 
+from ._subgraphs import graphs_within
+
 try:
     from torch.fx import traceback as _fx_traceback
 except ImportError:  # pragma: no cover - every torch this package supports has it
@@ -84,7 +86,7 @@ def stamp(proto: onnx.ModelProto, nodes: Iterable[fx.Node]) -> int:
     """Write each fx node's provenance onto the ONNX nodes made of it; how many were stamped."""
     origin = {n.name: provenance(n) for n in nodes}
     stamped = 0
-    for node in _all_nodes(proto.graph):
+    for node in (n for graph in graphs_within(proto.graph) for n in graph.node):
         props = {p.key: p.value for p in node.metadata_props}
         label, source = origin.get(_fx_name(node, props), (None, None))
         for key, value in ((NODE_PART_KEY, label), (NODE_SOURCE_KEY, source)):
@@ -106,14 +108,3 @@ def _fx_name(node: onnx.NodeProto, props: dict[str, str]) -> str:
     scopes = props.get(_SCOPES, "").strip("[]").split(",")
     last = scopes[-1].strip().strip("'\"") if scopes else ""
     return last or node.name.removeprefix("node_")
-
-
-def _all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    """Every node of ``graph`` and of its subgraphs (If and Loop bodies)."""
-    for node in graph.node:
-        yield node
-        for attribute in node.attribute:
-            if attribute.type == onnx.AttributeProto.GRAPH:
-                yield from _all_nodes(attribute.g)
-            for sub in attribute.graphs:
-                yield from _all_nodes(sub)

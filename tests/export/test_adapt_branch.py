@@ -101,7 +101,7 @@ def test_recomputing_holds_less_and_changes_no_bit(artifacts, monkeypatch):
     source = np.load(artifacts / "source_params.npy")
     config = RealmConfig.from_dict(manifest["config"])
     again = _adapt.adapt_model(step, config, source)
-    monkeypatch.setattr(_adapt, "recompute_in_branches", lambda model: 0)
+    monkeypatch.setattr(_adapt, "recompute_in_branches", lambda model: None)
     held = _adapt.adapt_model(step, config, source)
 
     # The ReLUs' outputs and the BatchNorms' (hard-swish's input) are no longer held; the

@@ -10,6 +10,7 @@ the graph writes it) are here for tests and tools that check a form alone.
 """
 
 from .._rewrites import ACTIVATION_FORMS
+from .._subgraphs import graphs_within
 from .._trace import trace
 from ._branch import AGAIN_PREFIX
 from ._checks import check_written
@@ -26,6 +27,7 @@ __all__ = [
     "check_written",
     "forward_of",
     "functionalize_in_place",
+    "graphs_within",
     "to_onnx",
     "trace",
     "write_portable",

@@ -1,6 +1,8 @@
 """The adapt graph's updating branch as ONNX Runtime runs it fastest and smallest.
 
-What the branch computes again rather than holds: the forward's cheap values.
+Two rewrites: its convolution weights made constants of the branch
+(:func:`local_weights_in_branches`), and the forward's cheap values computed again inside it
+rather than held (:func:`recompute_in_branches`).
 
 ONNX Runtime keeps every outer value an ``If`` branch reads alive until the branch ends: the
 forward's activations the backward reads are all held at once, where the step graph frees
@@ -17,6 +19,8 @@ from collections.abc import Iterable
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
+
+from .._subgraphs import graphs_within
 
 # Elementwise operators, each reading its inputs once and writing one output of their shape:
 # computed again, they cost a memory pass, far less than holding the output for the update.
@@ -47,10 +51,11 @@ SMALL_BYTES = 16 << 10
 MAX_DEPTH = 4
 AGAIN_PREFIX = "adapt.again."
 LOCAL_PREFIX = "adapt.local."  # a branch's own copy of an outer initializer
+# Bytes per element of ONNX's tensor types; the rest (strings) do not occur in these graphs.
 _ELEMENT_BYTES = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 16: 2}
 
 
-def recompute_in_branches(model: onnx.ModelProto) -> int:
+def recompute_in_branches(model: onnx.ModelProto) -> None:
     """Make each cheap outer value a top-level ``If`` branch reads again inside the branch.
 
     A value is made again only from values the branch holds anyway, small values, the
@@ -58,17 +63,13 @@ def recompute_in_branches(model: onnx.ModelProto) -> int:
 
     Args:
         model: the adapt graph, changed in place.
-
-    Returns:
-        The bytes no longer held while a branch runs (each branch's, summed).
     """
     graph = model.graph
-    size = _sizes(model)
+    size = _value_bytes(model)
     producer = {out: node for node in graph.node for out in node.output}
     order = {id(node): k for k, node in enumerate(graph.node)}
     free = {t.name for t in graph.initializer} | {i.name for i in graph.input}
     free |= {name for name, n in size.items() if n <= SMALL_BYTES}
-    saved = 0
     for node in graph.node:
         for attr in node.attribute:
             if attr.type != onnx.AttributeProto.GRAPH:
@@ -81,11 +82,9 @@ def recompute_in_branches(model: onnx.ModelProto) -> int:
                 if chain is None or value not in size:
                     continue
                 held.discard(value)
-                saved += size[value]
                 chains.update((id(n), n) for n in chain)
             if chains:
-                _prepend(branch, sorted(chains.values(), key=lambda n: order[id(n)]))
-    return saved
+                _place_copies(branch, sorted(chains.values(), key=lambda n: order[id(n)]))
 
 
 def local_weights_in_branches(graph: onnx.GraphProto) -> None:
@@ -135,12 +134,12 @@ def local_weights_in_branches(graph: onnx.GraphProto) -> None:
 
 def _conv_weights(graph: onnx.GraphProto) -> set[str]:
     """The names ``graph``'s convolutions (its subgraphs' included) read as their weight."""
-    names = {n.input[1] for n in graph.node if n.op_type in ("Conv", "ConvTranspose")}
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                names |= _conv_weights(attr.g)
-    return names
+    return {
+        n.input[1]
+        for g in graphs_within(graph)
+        for n in g.node
+        if n.op_type in ("Conv", "ConvTranspose")
+    }
 
 
 def _chain(
@@ -163,7 +162,7 @@ def _chain(
     return nodes
 
 
-def _prepend(branch: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> None:
+def _place_copies(branch: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> None:
     """Put copies of ``nodes`` in ``branch``, each just before its first reader there.
 
     The backward reads the forward's values in reverse: made at the branch's start, the
@@ -197,20 +196,17 @@ def _prepend(branch: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> None:
                 place(sorted(names_read(attr.g)))
         placed.append(node)
     place(out.name for out in branch.output)
-    unread = [c for name, c in maker.items() if name not in done]
     del branch.node[:]
-    branch.node.extend([*unread, *placed])
+    branch.node.extend(placed)
 
 
 def _rename_reads(graph: onnx.GraphProto, renamed: dict[str, str]) -> None:
-    for node in graph.node:
-        _rename(node.input, renamed)
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                _rename_reads(attr.g, renamed)
-    for out in graph.output:
-        if out.name in renamed:
-            out.name = renamed[out.name]
+    for g in graphs_within(graph):
+        for node in g.node:
+            _rename(node.input, renamed)
+        for out in g.output:
+            if out.name in renamed:
+                out.name = renamed[out.name]
 
 
 def _rename(names: Iterable[str] | list[str], renamed: dict[str, str]) -> None:
@@ -220,34 +216,28 @@ def _rename(names: Iterable[str] | list[str], renamed: dict[str, str]) -> None:
 
 
 def names_read(graph: onnx.GraphProto) -> set[str]:
-    """Every name a node of ``graph`` or of its subgraphs reads, and its outputs."""
+    """Every name a node of ``graph`` or of its subgraphs reads, and their outputs."""
     used: set[str] = set()
-    for node in graph.node:
-        used.update(node.input)
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                used |= names_read(attr.g)
-    for out in graph.output:  # a branch may pass an outer value through as its output
-        used.add(out.name)
+    for g in graphs_within(graph):
+        for node in g.node:
+            used.update(node.input)
+        used.update(out.name for out in g.output)  # a branch may pass an outer value through
     return used
 
 
-def _sizes(model: onnx.ModelProto) -> dict[str, int]:
-    """Bytes of each value ONNX shape inference sizes (a symbolic dimension counted as 1)."""
+def _value_bytes(model: onnx.ModelProto) -> dict[str, int]:
+    """Bytes of each value ONNX shape inference sizes (a symbolic dimension counted as 1).
+
+    The values of ``model``'s graph and of the graphs nested in it; a value whose shape is
+    unknown is left out.
+    """
     inferred = onnx.shape_inference.infer_shapes(model)
     size: dict[str, int] = {}
-
-    def collect(graph: onnx.GraphProto) -> None:
+    for graph in graphs_within(inferred.graph):
         for info in (*graph.value_info, *graph.output, *graph.input):
             t = info.type.tensor_type
             if not t.HasField("shape"):
                 continue
             dims = [d.dim_value if d.dim_value > 0 else 1 for d in t.shape.dim]
             size[info.name] = int(np.prod(dims)) * _ELEMENT_BYTES.get(t.elem_type, 4)
-        for node in graph.node:
-            for attr in node.attribute:
-                if attr.type == onnx.AttributeProto.GRAPH:
-                    collect(attr.g)
-
-    collect(inferred.graph)
     return size

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from realm_export.portable import AGAIN_PREFIX
+from realm_export.portable import AGAIN_PREFIX, graphs_within
 from realm_runtime import RealmConfig, onnxruntime_module
 from realm_runtime.contract import (
     ADAPT_MODEL,
@@ -297,7 +297,7 @@ def _nodes(path: Path, *, step: bool) -> dict[str, _Node]:
     model = onnx.load(str(path), load_external_data=False)
     inferred = onnx.shape_inference.infer_shapes(model)
     shapes: dict[str, list[int]] = {}
-    for graph in _graphs(inferred.graph):
+    for graph in graphs_within(inferred.graph):
         for value in (*graph.value_info, *graph.input, *graph.output):
             dims = value.type.tensor_type.shape.dim
             if all(d.HasField("dim_value") for d in dims):
@@ -305,7 +305,7 @@ def _nodes(path: Path, *, step: bool) -> dict[str, _Node]:
         for init in graph.initializer:
             shapes[init.name] = list(init.dims)
     table: dict[str, _Node] = {}
-    for graph in _graphs(model.graph):
+    for graph in graphs_within(model.graph):
         for node in graph.node:
             if node.op_type == "If":
                 continue  # its branches' nodes are timed, not the If
@@ -322,17 +322,6 @@ def _nodes(path: Path, *, step: bool) -> dict[str, _Node]:
             if node.output:
                 table.setdefault(node.output[0], entry)
     return table
-
-
-def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
-    """``graph`` and every graph nested in its nodes' attributes (If branches)."""
-    found = [graph]
-    for node in graph.node:
-        for attribute in node.attribute:
-            nested = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else []
-            for sub in [*nested, *attribute.graphs]:
-                found += _graphs(sub)
-    return found
 
 
 def _conv_kind(node: onnx.NodeProto, shapes: dict[str, list[int]]) -> str:
