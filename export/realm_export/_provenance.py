@@ -47,14 +47,17 @@ def recording() -> contextlib.AbstractContextManager[Any]:
 
 def part(name: str) -> contextlib.AbstractContextManager[Any]:
     """Label the nodes traced inside as part ``name`` of the step (a ``PART_*`` name)."""
-    annotate = getattr(_fx_traceback, "annotate", None)
-    return annotate({_PART: name}) if annotate is not None else contextlib.nullcontext()
+    return _annotated(_PART, name)
 
 
 def layer(name: str) -> contextlib.AbstractContextManager[Any]:
     """Label the nodes traced inside as computing layer form ``name`` (either direction)."""
+    return _annotated(_LAYER, name)
+
+
+def _annotated(key: str, value: str) -> contextlib.AbstractContextManager[Any]:
     annotate = getattr(_fx_traceback, "annotate", None)
-    return annotate({_LAYER: name}) if annotate is not None else contextlib.nullcontext()
+    return annotate({key: value}) if annotate is not None else contextlib.nullcontext()
 
 
 def provenance(node: fx.Node) -> tuple[str | None, str | None]:

@@ -15,11 +15,12 @@ them alike.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,19 +122,9 @@ def bench_adapt(
         peak: the machine's measured matmul peak (None: measured here).
         on_round: called after each round with the number done.
     """
-    from realm_export import ExportOptions, export_realm_artifacts
-
-    model, shape, classes = build_model(name, image_size)
-    config = RealmConfig.preset("imagenet", num_classes=classes)
-    rng = np.random.default_rng(0)
-    xs = rng.standard_normal((samples, 1, *shape)).astype(np.float32)
-    with tempfile.TemporaryDirectory() as tmp:
-        directory = Path(tmp) / "artifacts"
-        export_realm_artifacts(
-            model,
-            directory,
-            ExportOptions(config=config, input_shape=(1, *shape), training=False, validate=False),
-        )
+    with exported(name, image_size) as (model, shape, config, directory):
+        rng = np.random.default_rng(0)
+        xs = rng.standard_normal((samples, 1, *shape)).astype(np.float32)
         infer = RealmRuntime(directory, threads=threads, backend="onnx-steps")
         train = RealmRuntime(directory, threads=threads, backend="onnx-steps", schedule="train")
         graph = _AdaptGraph(directory, threads)
@@ -193,6 +184,28 @@ def bench_adapt(
         torch_forward_ms=mean["torch forward"],
         torch_update_ms=mean["torch update"],
     )
+
+
+@contextlib.contextmanager
+def exported(
+    name: str, image_size: int | None
+) -> Iterator[tuple[torch.nn.Module, tuple[int, ...], RealmConfig, Path]]:
+    """``name`` built and exported for the benches (ImageNet preset, batch 1, unvalidated).
+
+    Yields the model, its input shape ``(C, H, W)``, the export's configuration and the
+    artifact folder, inside a temporary folder removed afterwards.
+    """
+    from realm_export import ExportOptions, export_realm_artifacts
+
+    model, shape, classes = build_model(name, image_size)
+    config = RealmConfig.preset("imagenet", num_classes=classes)
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp) / "artifacts"
+        options = ExportOptions(
+            config=config, input_shape=(1, *shape), training=False, validate=False
+        )
+        export_realm_artifacts(model, directory, options)
+        yield model, shape, config, directory
 
 
 def plain_session(path: Path, threads: int, profile_prefix: str | None = None) -> Any:

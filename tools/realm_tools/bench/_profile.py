@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
@@ -27,7 +26,7 @@ import numpy as np
 import onnx
 
 from realm_export.portable import AGAIN_PREFIX, graphs_within
-from realm_runtime import RealmConfig, onnxruntime_module
+from realm_runtime import onnxruntime_module
 from realm_runtime.contract import (
     ADAPT_MODEL,
     INFERENCE_MODEL,
@@ -44,8 +43,7 @@ from realm_runtime.contract import (
     STEP_MODEL,
 )
 
-from ..models import build_model
-from ._adapt import _AdaptGraph, plain_session
+from ._adapt import _AdaptGraph, exported, plain_session
 
 # The groups, in the order a table lists them, each with its counterpart in the forward:
 # the group whose time is this one's target (None: the group's own time is its target;
@@ -152,19 +150,10 @@ def profile_step(
         warmup: calls left out of every figure.
         on_stage: called with a word as each stage starts.
     """
-    from realm_export import ExportOptions, export_realm_artifacts
-
     say = on_stage or (lambda _stage: None)
-    model, shape, classes = build_model(name, image_size)
-    config = RealmConfig.preset("imagenet", num_classes=classes)
-    with tempfile.TemporaryDirectory() as tmp:
-        directory = Path(tmp) / "artifacts"
-        say("export")
-        export_realm_artifacts(
-            model,
-            directory,
-            ExportOptions(config=config, input_shape=(1, *shape), training=False, validate=False),
-        )
+    say("export")
+    with exported(name, image_size) as (_model, shape, _config, directory):
+        tmp = str(directory.parent)
         x = np.random.default_rng(0).standard_normal((1, *shape)).astype(np.float32)
         graphs = {
             "forward": directory / INFERENCE_MODEL,
