@@ -215,6 +215,52 @@ def test_a_step_tie_is_told_from_a_disagreement(digits_model, digits_artifacts, 
         assert step_tie(rt, adapter, sdk, x, before) is tie, f"lr {lr}"
 
 
+def test_a_step_that_changed_nothing_is_no_step_tie(
+    digits_model, digits_artifacts, digits, tmp_path
+):
+    """Sides apart before a skipped step stay apart: the redo from the SDK's state (a no-op
+    that lands on it) must not count as a tie that explains them."""
+    import copy
+
+    from realm_runtime import RealmRuntime
+    from realm_runtime.contract import PARAMS_NAME, read_state, write_state
+    from realm_sdk import RealmAdapter
+    from realm_tools.parity import step_tie, tolerance_ratio
+
+    directory, config = digits_artifacts
+    x = np.ascontiguousarray(digits.stream("gaussian_noise", 5, seed=0)[0][:1])
+    before, apart = tmp_path / "before.npz", tmp_path / "apart.npz"
+    adapter = RealmAdapter(copy.deepcopy(digits_model), config)
+    adapter.adapt(torch.from_numpy(x))  # the EMA is now this sample's prediction
+    adapter.save(before)
+    arrays, header = read_state(before)
+    arrays[PARAMS_NAME] = arrays[PARAMS_NAME] + np.float32(1e-3)
+    write_state(apart, arrays, header)
+    rt = RealmRuntime(directory, threads=1, backend="onnx-steps")
+    rt.restore(apart)
+    sdk = adapter.adapt(torch.from_numpy(x))  # the same sample again: S_div refuses it
+    assert not rt.adapt(x).updated and not sdk.updated and sdk.reason == "diversity"
+    gap = tolerance_ratio(rt, adapter)
+    assert gap > 50
+    assert step_tie(rt, adapter, sdk, x, before) is False
+    assert tolerance_ratio(rt, adapter) == gap  # left on its own state, not resynced
+
+
+def test_momentum_is_judged_against_the_runs_scale():
+    """A step's momentum gap is relative to the run's largest entry so far, as the report's."""
+    from realm_runtime.contract import PARAMS_NAME, VELOCITY_NAME
+    from realm_tools.parity import TOLERANCES, tolerance_ratio, within_tolerance
+
+    theirs = {PARAMS_NAME: np.zeros(4, np.float32), VELOCITY_NAME: np.full(4, 0.01, np.float32)}
+    gap = 3 * TOLERANCES["momentum"] * 0.01  # 3 tolerances of this young buffer's largest entry
+    mine = {PARAMS_NAME: theirs[PARAMS_NAME], VELOCITY_NAME: theirs[VELOCITY_NAME] + gap}
+    assert tolerance_ratio(mine, theirs) == pytest.approx(3.0, rel=1e-3)
+    assert not within_tolerance(mine, theirs)
+    assert tolerance_ratio(mine, theirs, momentum_scale=0.1) == pytest.approx(0.3, rel=1e-3)
+    assert within_tolerance(mine, theirs, momentum_scale=0.1)
+    assert not within_tolerance(mine, theirs, momentum_scale=0.001)  # never below its own
+
+
 class _GateOpenAtZero(torch.autograd.Function):
     """ReLU whose gradient passes at an input of exactly 0 (torch's does not): another kernel."""
 

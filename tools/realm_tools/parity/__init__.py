@@ -54,6 +54,7 @@ from ._judge import (
     judge_step,
     kink_split,
     step_tie,
+    tolerance_ratio,
     within_tolerance,
 )
 from ._kinks import KINK_CANDIDATES, Gate, flipped_step, near_gates, state_arrays, step_gates
@@ -85,5 +86,6 @@ __all__ = [
     "state_arrays",
     "step_gates",
     "step_tie",
+    "tolerance_ratio",
     "within_tolerance",
 ]

@@ -94,6 +94,7 @@ def step_tie(
     before: Path,
     notes: list[str] | None = None,
     source: nn.Module | None = None,
+    momentum_scale: float = 0.0,
 ) -> bool:
     """Whether a step that parted two sides' parameters is a tie of the step itself (SPEC §5).
 
@@ -116,17 +117,20 @@ def step_tie(
         before: the reference's state file from before the step.
         notes: where a kink's description is appended (its layer, position and input).
         source: the source model the reference adapts (None: no search for a kink).
+        momentum_scale: the run's largest momentum entry so far, which the momentum's
+            tolerance is relative to (:func:`tolerance_ratio`).
 
     Returns:
-        False where the sides lie within tolerance; else whether the step is a tie.
+        False where the sides lie within tolerance, or the reference's step changed no
+        parameter (a parting then came from an earlier step); else whether the step is a tie.
     """
-    if within_tolerance(side, reference):
+    if within_tolerance(side, reference, momentum_scale) or not result.updated:
         return False
     side.restore(before)
     again = side.adapt(np.ascontiguousarray(x))
     if judge_step(again, result, 0.0, 0.0) != "same":
         return False
-    if within_tolerance(side, reference):
+    if within_tolerance(side, reference, momentum_scale):
         return True
     if source is None:
         return False
@@ -134,7 +138,15 @@ def step_tie(
     device = next(model.parameters()).device if isinstance(model, nn.Module) else "cpu"
     fisher = getattr(reference, "fisher", None) or None  # EATA's F, as the SDK holds it
     kink = kink_split(
-        source, reference.config, before, x, side, reference, device=device, fisher=fisher
+        source,
+        reference.config,
+        before,
+        x,
+        side,
+        reference,
+        device=device,
+        fisher=fisher,
+        momentum_scale=momentum_scale,
     )
     if kink is None:
         return False
@@ -154,6 +166,7 @@ def kink_split(
     *sides: Any,
     device: str | torch.device = "cpu",
     fisher: Mapping[str, torch.Tensor] | None = None,
+    momentum_scale: float = 0.0,
 ) -> str | None:
     """The kink gates that explain why sides parted from one state, or None.
 
@@ -176,6 +189,7 @@ def kink_split(
             arrays (``realm.params``, and ``realm.velocity`` where the side has it).
         device: where the SDK runs.
         fisher: EATA's λ_F·F as the SDK side holds it (None: a method without it).
+        momentum_scale: the run's largest momentum entry so far (:func:`tolerance_ratio`).
 
     Returns:
         The gates that set the sides apart (``"<layer> call <k> position <i>: input <v>"``,
@@ -187,7 +201,7 @@ def kink_split(
     for gate, branch in step_branches(source, config, before, x, device, fisher=fisher):
         plain = branch if gate is None else plain
         for i, state in enumerate(states):
-            if landed[i] is None and within_tolerance(state, branch):
+            if landed[i] is None and within_tolerance(state, branch, momentum_scale):
                 landed[i] = () if gate is None else (gate,)
         if None not in landed:
             break
@@ -208,11 +222,21 @@ def kink_split(
                     aligned[:GREEDY_GATES],
                     device,
                     fisher=fisher,
+                    momentum_scale=momentum_scale,
                 )
             if landed[i] is None:
                 nearest = ranked[:GREEDY_GATES]
                 landed[i] = _greedy(
-                    source, config, before, x, state, plain, nearest, device, fisher=fisher
+                    source,
+                    config,
+                    before,
+                    x,
+                    state,
+                    plain,
+                    nearest,
+                    device,
+                    fisher=fisher,
+                    momentum_scale=momentum_scale,
                 )
     if None in landed or len(set(landed)) == 1:
         return None
@@ -231,6 +255,7 @@ def _greedy(
     device: str | torch.device,
     *,
     fisher: Mapping[str, torch.Tensor] | None = None,
+    momentum_scale: float = 0.0,
 ) -> tuple[Gate, ...] | None:
     """The gates whose flips together take the SDK's step to ``side``, or None.
 
@@ -238,46 +263,51 @@ def _greedy(
     squares, in tolerances): the largest entry's gap alone may belong to another gate.
     """
     chosen: list[tuple[Gate, float]] = []
-    distance = _spread(side, plain)
+    distance = _spread(side, plain, momentum_scale)
     for gate in gates:
         for slope in gate.slopes:
             branch = flipped_step(source, config, before, x, (*chosen, (gate, slope)), device)
-            nearer = _spread(side, branch)
+            nearer = _spread(side, branch, momentum_scale)
             if nearer < distance:
                 chosen.append((gate, slope))
                 distance = nearer
-                if within_tolerance(side, branch):
+                if within_tolerance(side, branch, momentum_scale):
                     return tuple(g for g, _ in chosen)
                 break
     return None
 
 
-def _spread(side: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> float:
+def _spread(
+    side: dict[str, np.ndarray], reference: dict[str, np.ndarray], momentum_scale: float = 0.0
+) -> float:
     """The root sum of squares of a side's gaps from the reference, each in tolerances."""
     n = min(side[PARAMS_NAME].size, reference[PARAMS_NAME].size)
     gaps = [(side[PARAMS_NAME][:n] - reference[PARAMS_NAME][:n]) / TOLERANCES["params"]]
     if VELOCITY_NAME in side and VELOCITY_NAME in reference:
         theirs = reference[VELOCITY_NAME][:n]
-        scale = max(float(np.abs(theirs).max(initial=0.0)), 1e-12)
+        scale = max(float(np.abs(theirs).max(initial=0.0)), momentum_scale, 1e-12)
         gaps.append((side[VELOCITY_NAME][:n] - theirs) / (TOLERANCES["momentum"] * scale))
     return float(np.sqrt(sum(float(np.sum(np.square(g, dtype=np.float64))) for g in gaps)))
 
 
-def within_tolerance(side: Any, reference: Any) -> bool:
+def within_tolerance(side: Any, reference: Any, momentum_scale: float = 0.0) -> bool:
     """A side's parameters and momentum lie within tolerance of the reference's.
 
     Either is a twin or a state file's arrays (:func:`state_arrays`); the trainable tensors
     are compared (α and λ, which close a file's vectors, are left out: no kink touches them).
-    Parameters absolutely; momentum relative to the reference's largest entry.
+    Parameters absolutely; momentum relative to :func:`tolerance_ratio`'s scale.
     """
-    return tolerance_ratio(side, reference) <= 1.0
+    return tolerance_ratio(side, reference, momentum_scale) <= 1.0
 
 
-def tolerance_ratio(side: Any, reference: Any) -> float:
+def tolerance_ratio(side: Any, reference: Any, momentum_scale: float = 0.0) -> float:
     """How far a side lies from the reference, in tolerances (1: at the edge).
 
     The larger of the parameters' distance over their tolerance and the momentum's, over
-    its tolerance times the reference's largest entry (:func:`within_tolerance`).
+    its tolerance times its scale: the reference's largest entry, or ``momentum_scale``
+    where larger. A run passes the run's largest entry so far, as its report's figure is
+    relative to the run's largest (:data:`TOLERANCES`): a young buffer's largest entry
+    alone would judge a step stricter than the run is.
     """
     state, branch = state_arrays(side), state_arrays(reference)
     n = min(state[PARAMS_NAME].size, branch[PARAMS_NAME].size)
@@ -285,5 +315,5 @@ def tolerance_ratio(side: Any, reference: Any) -> float:
     if VELOCITY_NAME not in state or VELOCITY_NAME not in branch:
         return ratio
     mine, theirs = state[VELOCITY_NAME][:n], branch[VELOCITY_NAME][:n]
-    scale = max(float(np.abs(theirs).max(initial=0.0)), 1e-12)
+    scale = max(float(np.abs(theirs).max(initial=0.0)), momentum_scale, 1e-12)
     return max(ratio, abs_diff(mine, theirs) / (TOLERANCES["momentum"] * scale))

@@ -212,8 +212,10 @@ def _run_stream(
             # An arbitrated case's float64 SDK judges such steps first (either SDK passes); a
             # runtime far from both may still have taken the step with other gates at a kink.
             found: list[str] = []
-            tie = verdict == "same" and (arbiter is None or not _near_float64(rt, arbiter, step))
-            if tie and step_tie(rt, adapter, s, x, before, found, model):
+            scale = worst.get("_v_scale", 0.0)  # the run's so far (_compare_state)
+            near64 = arbiter is not None and _near_float64(rt, arbiter, step, scale)
+            tie = verdict == "same" and not near64
+            if tie and step_tie(rt, adapter, s, x, before, found, model, scale):
                 report.step_ties += 1
                 report.kinks += [f"step {step}: {k}" for k in found]
             if np.isfinite(r.logits).all() and torch.isfinite(s.logits).all():
@@ -316,7 +318,7 @@ def _arbitrate(
         near[q] = max(near[q], gap)
 
 
-def _near_float64(rt: Any, arbiter: _Float64Path, step: int) -> bool:
+def _near_float64(rt: Any, arbiter: _Float64Path, step: int, momentum_scale: float) -> bool:
     """Whether the runtime lies within tolerance of the float64 SDK after ``step``."""
     if step >= len(arbiter.states):
         return False
@@ -325,7 +327,7 @@ def _near_float64(rt: Any, arbiter: _Float64Path, step: int) -> bool:
         PARAMS_NAME: np.concatenate([v.reshape(-1) for v in wide["params"].values()]),
         VELOCITY_NAME: np.concatenate([v.reshape(-1) for v in wide["momentum"].values()]),
     }
-    return within_tolerance(rt, flat)
+    return within_tolerance(rt, flat, momentum_scale)
 
 
 def _arrays(adapter: RealmAdapter) -> dict[str, dict[str, np.ndarray]]:
