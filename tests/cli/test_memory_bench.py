@@ -46,6 +46,31 @@ def test_live_peak_counts_what_is_alive_at_once(tmp_path):
     assert live_peak_mb(path) == 3.0
 
 
+def test_live_peak_never_releases_what_no_node_made(tmp_path):
+    # w, an initializer shape inference lists among the values, is read once: alive all
+    # along, it was never counted, so its last reader must not take it off the sum.
+    n = MB // 4
+    vec = [n]
+    info = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, vec)  # noqa: E731
+    w = helper.make_tensor("w", TensorProto.FLOAT, vec, np.zeros(n, np.float32))
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["a"]),
+            helper.make_node("Add", ["a", "w"], ["b"]),
+            helper.make_node("Neg", ["a"], ["c"]),
+            helper.make_node("Add", ["b", "c"], ["d"]),
+        ],
+        "weighted",
+        [info("x")],
+        [info("d")],
+        initializer=[w],
+        value_info=[info("w")],
+    )
+    path = tmp_path / "weighted.onnx"
+    onnx.save(helper.make_model(graph), path)
+    assert live_peak_mb(path) == 3.0  # a, b and c while the last Neg runs
+
+
 def test_the_probe_reports_each_role_without_torch(digits_artifacts, tmp_path):
     stream = tmp_path / "stream.npy"
     np.save(stream, np.random.default_rng(0).standard_normal((4, 1, 32, 32)).astype(np.float32))

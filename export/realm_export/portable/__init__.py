@@ -10,7 +10,7 @@ the graph writes it) are here for tests and tools that check a form alone.
 """
 
 from .._rewrites import ACTIVATION_FORMS
-from .._subgraphs import graphs_within
+from .._subgraphs import graphs_within, value_bytes
 from .._trace import trace
 from ._branch import AGAIN_PREFIX
 from ._checks import check_written
@@ -30,5 +30,6 @@ __all__ = [
     "graphs_within",
     "to_onnx",
     "trace",
+    "value_bytes",
     "write_portable",
 ]

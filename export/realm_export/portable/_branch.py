@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .._subgraphs import graphs_within
+from .._subgraphs import graphs_within, value_bytes
 
 # Elementwise operators, each reading its inputs once and writing one output of their shape:
 # computed again, they cost a memory pass, far less than holding the output for the update.
@@ -51,8 +51,6 @@ SMALL_BYTES = 16 << 10
 MAX_DEPTH = 4
 AGAIN_PREFIX = "adapt.again."
 LOCAL_PREFIX = "adapt.local."  # a branch's own copy of an outer initializer
-# Bytes per element of ONNX's tensor types; the rest (strings) do not occur in these graphs.
-_ELEMENT_BYTES = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 16: 2}
 
 
 def recompute_in_branches(model: onnx.ModelProto) -> None:
@@ -65,7 +63,7 @@ def recompute_in_branches(model: onnx.ModelProto) -> None:
         model: the adapt graph, changed in place.
     """
     graph = model.graph
-    size = _value_bytes(model)
+    size = value_bytes(onnx.shape_inference.infer_shapes(model).graph)
     producer = {out: node for node in graph.node for out in node.output}
     order = {id(node): k for k, node in enumerate(graph.node)}
     free = {t.name for t in graph.initializer} | {i.name for i in graph.input}
@@ -223,21 +221,3 @@ def names_read(graph: onnx.GraphProto) -> set[str]:
             used.update(node.input)
         used.update(out.name for out in g.output)  # a branch may pass an outer value through
     return used
-
-
-def _value_bytes(model: onnx.ModelProto) -> dict[str, int]:
-    """Bytes of each value ONNX shape inference sizes (a symbolic dimension counted as 1).
-
-    The values of ``model``'s graph and of the graphs nested in it; a value whose shape is
-    unknown is left out.
-    """
-    inferred = onnx.shape_inference.infer_shapes(model)
-    size: dict[str, int] = {}
-    for graph in graphs_within(inferred.graph):
-        for info in (*graph.value_info, *graph.output, *graph.input):
-            t = info.type.tensor_type
-            if not t.HasField("shape"):
-                continue
-            dims = [d.dim_value if d.dim_value > 0 else 1 for d in t.shape.dim]
-            size[info.name] = int(np.prod(dims)) * _ELEMENT_BYTES.get(t.elem_type, 4)
-    return size

@@ -24,6 +24,7 @@ import numpy as np
 import onnx
 import torch
 
+from realm_export.portable import value_bytes
 from realm_runtime import RealmConfig
 
 from ..models import build_model
@@ -40,8 +41,6 @@ VARIANTS: Mapping[str, Mapping[str, str]] = {
     "arena off": {"realm.cpu_arena": "0"},
     "pre-packing off": {"session.disable_prepacking": "1"},
 }
-# Bytes per element of ONNX's tensor types; the rest (strings) do not occur in these graphs.
-_ELEMENT_BYTES = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 16: 2}
 
 
 @dataclass(frozen=True)
@@ -85,18 +84,16 @@ def live_peak_mb(path: Path) -> float:
     A node's outputs are alive from it to their last reader (or to the end, for outputs).
     """
     graph = onnx.shape_inference.infer_shapes(onnx.load(path, load_external_data=False)).graph
-    size: dict[str, int] = {}
-    for info in (*graph.value_info, *graph.output):
-        t = info.type.tensor_type
-        dims = [d.dim_value if d.dim_value > 0 else 1 for d in t.shape.dim]
-        size[info.name] = int(np.prod(dims)) * _ELEMENT_BYTES.get(t.elem_type, 4)
+    size = value_bytes(graph)
     last = {name: k for k, node in enumerate(graph.node) for name in node.input}
+    made = {name for node in graph.node for name in node.output}  # all that is ever released
     kept = {o.name for o in graph.output}
     live = peak = 0
     for k, node in enumerate(graph.node):
         live += sum(size.get(o, 0) for o in node.output)
         peak = max(peak, live)
-        live -= sum(size.get(i, 0) for i in set(node.input) if last.get(i) == k and i not in kept)
+        done = {i for i in node.input if last.get(i) == k and i in made and i not in kept}
+        live -= sum(size.get(i, 0) for i in done)
     return peak / MB
 
 
