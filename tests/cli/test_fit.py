@@ -129,10 +129,12 @@ def test_a_fit_chooses_proves_and_exports_what_the_runtime_loads(tmp_path, capsy
     x, y = load_fashion_mnist().split("val")
     np.savez(tmp_path / "val.npz", images=x[:300], labels=y[:300])
     out = tmp_path / "fitted"
-    code = main([*_fit_args(out, minutes=3.5), "--data", str(tmp_path / "val.npz")])
+    # The fit's own floor here is CPU-bound: 3.9 minutes on a Zen 1 core pair (docs/fit.md).
+    minutes = 5.0
+    code = main([*_fit_args(out, minutes=minutes), "--data", str(tmp_path / "val.npz")])
     assert code == 0
     report = json.loads((out / "fit.json").read_text())
-    assert report["seconds"] <= 3.5 * 60 * 1.1  # the budget, kept to within a tenth
+    assert report["seconds"] <= minutes * 60 * 1.1  # the budget, kept to within a tenth
     assert report["data"]["images"] == 300 and report["data"]["held_out"] == 100
     assert len(report["proof"]["by_corruption"]) == 15
     assert (out / "fit.md").read_text().startswith("# realm fit")
