@@ -285,7 +285,7 @@ def _spread(
     gaps = [(side[PARAMS_NAME][:n] - reference[PARAMS_NAME][:n]) / TOLERANCES["params"]]
     if VELOCITY_NAME in side and VELOCITY_NAME in reference:
         theirs = reference[VELOCITY_NAME][:n]
-        scale = max(float(np.abs(theirs).max(initial=0.0)), momentum_scale, 1e-12)
+        scale = _momentum_scale(theirs, momentum_scale)
         gaps.append((side[VELOCITY_NAME][:n] - theirs) / (TOLERANCES["momentum"] * scale))
     return float(np.sqrt(sum(float(np.sum(np.square(g, dtype=np.float64))) for g in gaps)))
 
@@ -315,5 +315,10 @@ def tolerance_ratio(side: Any, reference: Any, momentum_scale: float = 0.0) -> f
     if VELOCITY_NAME not in state or VELOCITY_NAME not in branch:
         return ratio
     mine, theirs = state[VELOCITY_NAME][:n], branch[VELOCITY_NAME][:n]
-    scale = max(float(np.abs(theirs).max(initial=0.0)), momentum_scale, 1e-12)
+    scale = _momentum_scale(theirs, momentum_scale)
     return max(ratio, abs_diff(mine, theirs) / (TOLERANCES["momentum"] * scale))
+
+
+def _momentum_scale(reference: np.ndarray, momentum_scale: float) -> float:
+    """What the momentum's tolerance is relative to (:func:`tolerance_ratio`)."""
+    return max(float(np.abs(reference).max(initial=0.0)), momentum_scale, 1e-12)

@@ -213,8 +213,9 @@ def _run_stream(
             # runtime far from both may still have taken the step with other gates at a kink.
             found: list[str] = []
             scale = worst.get("_v_scale", 0.0)  # the run's so far (_compare_state)
-            near64 = arbiter is not None and _near_float64(rt, arbiter, step, scale)
-            tie = verdict == "same" and not near64
+            tie = verdict == "same" and (
+                arbiter is None or not _near_float64(rt, arbiter, step, scale)
+            )
             if tie and step_tie(rt, adapter, s, x, before, found, model, scale):
                 report.step_ties += 1
                 report.kinks += [f"step {step}: {k}" for k in found]
