@@ -77,6 +77,22 @@ def save_with_shared_weights(
     }
 
 
+def shared_table(model: onnx.ModelProto) -> list[list[Any]]:
+    """``[name, offset, shape]`` of each tensor ``model`` reads from :data:`SHARED_WEIGHTS`.
+
+    A graph written after the weights file (the adapt graph) may read its tensors in shapes
+    of its own (a 1×1 kernel as a matrix): its table comes from the graph itself.
+    """
+    table: list[list[Any]] = []
+    for tensor in model.graph.initializer:
+        info = {entry.key: entry.value for entry in tensor.external_data}
+        if tensor.data_location == onnx.TensorProto.EXTERNAL and info.get("location") == (
+            SHARED_WEIGHTS
+        ):
+            table.append([tensor.name, int(info.get("offset", 0)), [int(d) for d in tensor.dims]])
+    return table
+
+
 def _shared(tensor: onnx.TensorProto) -> bytes | None:
     """The little-endian float32 bytes of a tensor the weights file would hold, else None."""
     if (

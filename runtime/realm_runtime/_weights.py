@@ -56,7 +56,9 @@ class SharedWeights:
             if not isinstance(table, list):
                 raise ArtifactError(f"{where}.graphs.{role} must be a list, got {table!r}")
             self._tables[role] = [self._entry(e, f"{where}.graphs.{role}", size) for e in table]
-        self._values: dict[tuple[str, int], Any] | None = None  # one OrtValue per tensor
+        # One OrtValue per tensor and shape: graphs may read one tensor's bytes as different
+        # shapes (a 1×1 kernel as a matrix); each a view of the one buffer.
+        self._values: dict[tuple[str, int, tuple[int, ...]], Any] | None = None
 
     def _entry(self, entry: Any, where: str, size: int) -> tuple[str, int, list[int]]:
         ok = (
@@ -85,9 +87,10 @@ class SharedWeights:
             buffer = np.fromfile(self._path, dtype=np.uint8)  # one read, for every session
             for table in self._tables.values():
                 for name, offset, shape in table:
-                    if (name, offset) not in self._values:
+                    if (name, offset, tuple(shape)) not in self._values:
                         count = int(np.prod(shape, dtype=np.int64))
                         array = np.frombuffer(buffer, _F32, count, offset).reshape(shape)
-                        self._values[name, offset] = ort.OrtValue.ortvalue_from_numpy(array)
-        for name, offset, _ in self._tables.get(role, []):
-            options.add_initializer(name, self._values[name, offset])
+                        value = ort.OrtValue.ortvalue_from_numpy(array)
+                        self._values[name, offset, tuple(shape)] = value
+        for name, offset, shape in self._tables.get(role, []):
+            options.add_initializer(name, self._values[name, offset, tuple(shape)])

@@ -79,10 +79,16 @@ from ._adapt_builder import AdaptBuilder, DriftNorm, value_info
 from ._adapt_state import adapt_state, state_next
 from ._adapt_step import inline_decision, reason_of, step_branch
 from ._branch import local_weights_in_branches, names_read, recompute_in_branches
+from ._matvec import one_weight_for_matvecs
 
 
-def adapt_model(step: onnx.ModelProto, config: RealmConfig, source: np.ndarray) -> onnx.ModelProto:
-    """The adapt graph of ``step`` (the validated portable step graph, weights still inside).
+def adapt_model(
+    step: onnx.ModelProto,
+    config: RealmConfig,
+    source: np.ndarray,
+    directory: Path | None = None,
+) -> onnx.ModelProto:
+    """The adapt graph of ``step`` (the validated portable step graph).
 
     Args:
         step: the step graph proto (``realm_export.portable._step``), not modified.
@@ -90,6 +96,8 @@ def adapt_model(step: onnx.ModelProto, config: RealmConfig, source: np.ndarray) 
             (:func:`realm_runtime.contract.adapt_settings`) are ``realm.settings``'s initial
             value.
         source: ``(P,)`` float32, the source values of ``realm.params``.
+        directory: where ``step``'s external data lies, if it has any: weights are compared
+            by value there (:func:`._matvec.one_weight_for_matvecs`).
 
     Returns:
         The model: inputs ``input`` and the state; outputs ``logits``, ``realm.updated``,
@@ -134,6 +142,7 @@ def adapt_model(step: onnx.ModelProto, config: RealmConfig, source: np.ndarray) 
     )
     del graph.value_info[:]
     graph.name = "realm_adapt"
+    one_weight_for_matvecs(model, directory)
     recompute_in_branches(model)
     local_weights_in_branches(graph)
     return model
@@ -242,7 +251,8 @@ def write_adapt(
     Returns:
         The manifest's ``adapt`` section.
     """
-    onnx.save_model(adapt_model(step, config, source), str(directory / ADAPT_MODEL))
+    model = adapt_model(step, config, source, directory)
+    onnx.save_model(model, str(directory / ADAPT_MODEL))
     entries = []
     for s in adapt_state(config, source):
         if s.name == PARAMS_NAME:

@@ -20,6 +20,7 @@ import onnx
 
 from realm_runtime import onnxruntime_module
 from realm_runtime.contract import (
+    ADAPT_MODEL,
     ADAPT_MODEL_KEY,
     ADAPT_STATE_KEY,
     BATCH_KEY,
@@ -46,7 +47,7 @@ from .._errors import UnsupportedModelError
 from .._ort_format import CONVERTER, OPTIMIZATION_STYLE, TARGET_PLATFORM, write_ort_format
 from .._plan import Built, Plan, Traced
 from .._validate import ValidationError, ValidationReport
-from .._weights import save_with_shared_weights
+from .._weights import save_with_shared_weights, shared_table
 from ._adapt import write_adapt
 from ._checks import check_written
 from ._step import PortableGraphs, build_portable_graphs
@@ -95,9 +96,10 @@ def write_portable(plan: Plan, traced: Traced, directory: Path) -> Built:
         onnx.save(inference, str(directory / INFERENCE_MODEL))  # weights.bin went with them
         return Built(directory, section, report)
     section = _portable_section(graphs, report, started) | {WEIGHTS_KEY: weights}
-    # The one adapt graph reads the step graph's weights from the same file.
-    weights["graphs"][ADAPT_MODEL_KEY] = list(weights["graphs"][STEP_MODEL_KEY])
     adapt = _write_adapt(plan, traced, directory, graphs, report)
+    if ERROR_KEY not in adapt:  # it reads the step graph's weights from the same file
+        written = onnx.load(str(directory / ADAPT_MODEL), load_external_data=False)
+        weights["graphs"][ADAPT_MODEL_KEY] = shared_table(written)
     ort_report = None
     if plan.options.ort_format:
         section[ORT_FORMAT_KEY], ort_report = _write_ort_format(
