@@ -140,8 +140,9 @@ fmnist-tables: $(STAMP) data
 # and the README's headline, between their markers): each corruption's whole test split
 # (10,000 samples), 3 seeds, every shipped model; the rows that export run on RealmRuntime
 # (--backend runtime), with Table 4's held-out checkpoints. MEMO, SFT and TTAug step on 64
-# AugMix views a sample in the SDK (about 0.3-0.6 s a sample): 1,000 samples of seed 0 on the
-# ResNet-26-GN. Tens of core-hours: run it from a detached worktree; it goes on where it stopped.
+# AugMix views a sample in the SDK (MEMO near a second a sample, the three rows about 10
+# core-hours): 1,000 samples of seed 0 on the ResNet-26-GN. Tens of core-hours in all: run it
+# from a detached worktree; it goes on where it stopped.
 FMNIST_FULL_ROWS ?= none tent eta eata sar deyo realm realm-guarded
 FMNIST_JOBS      ?= 2
 .PHONY: fmnist-full
