@@ -101,6 +101,14 @@ def test_each_matvec_weight_is_the_a_operand_in_both_directions(artifacts):
     assert len(matvec) == 3, dims
     for name in matvec:
         assert sorted(_readers(model, name)) == [("branch", "Gemm", 0), ("top", "Gemm", 0)]
+    # Each new node keeps the part of the step and the op it computes (the profile's groups).
+    parts = {
+        {p.key: p.value for p in n.metadata_props}.get("realm.part")
+        for g in (model.graph, *(a.g for n in model.graph.node for a in n.attribute if a.g.node))
+        for n in g.node
+        if n.name.startswith("adapt.matvec.")
+    }
+    assert parts == {"forward", "backward"}
     # The pointwise convolution on the 8×8 map is a matrix product: it stays a convolution.
     pointwise = next(n for n, d in dims.items() if d == [20, CHANNELS, 1, 1])
     assert ("top", "Conv", 1) in _readers(model, pointwise)

@@ -113,6 +113,8 @@ def _apply(
             prefix = f"{PREFIX}{k}.{j}."
             nodes, consts = _rewritten(p, weight.name, transposed, prefix, constants, readers)
             graphs[p.graph].initializer.extend(consts)
+            for node in nodes:  # the part of the step and the op it computes, for the profile
+                node.metadata_props.extend(graphs[p.graph].node[p.node].metadata_props)
             replaced[(p.graph, p.node)] = nodes
             replaced.update(((p.graph, i), []) for i in p.layout)
             dropped.add(p.tensor)
