@@ -14,12 +14,12 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
+from helpers import adapt_graphs_side_by_side
 from torch import nn
 
 from realm_export import ExportOptions, export_realm_artifacts
 from realm_export.portable import _adapt
 from realm_runtime import RealmConfig
-from realm_runtime.contract import KNOWN_EMA, KNOWN_NAME
 
 SHAPE = (1, 3, 48, 48)
 
@@ -111,28 +111,10 @@ def test_recomputing_holds_less_and_changes_no_bit(artifacts, monkeypatch):
     assert {produced[v] for v in dropped} >= {"Relu", "Add"}
     assert "Conv" in {produced[v] for v in _outer_reads(again)}
 
-    sessions = []
-    for name, model in (("again", again), ("held", held)):
-        path = artifacts / f"adapt_{name}.onnx"
-        onnx.save_model(model, str(path))
-        sessions.append(ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]))
-    spec = manifest["adapt"]
-    state = {s["input"]: np.load(artifacts / s["initial"]) for s in spec["state"]}
     xs = np.random.default_rng(0).standard_normal((6, *SHAPE)).astype(np.float32)
-    states = [dict(state), dict(state)]
-    updates = 0
-    ema = spec["known"].index(KNOWN_EMA)
-    for x in xs:
-        for st in states:  # no EMA yet: S_div selects every sample, so every step updates
-            st[KNOWN_NAME] = st[KNOWN_NAME].copy()
-            st[KNOWN_NAME][ema] = False
-        outs = []
-        for session, st in zip(sessions, states, strict=True):
-            names = [o.name for o in session.get_outputs()]
-            outs.append(dict(zip(names, session.run(None, {spec["input"]: x, **st}), strict=True)))
+    steps = adapt_graphs_side_by_side(artifacts, {"again": again, "held": held}, xs)
+    for outs in steps:
         for name in outs[0]:
             np.testing.assert_array_equal(outs[0][name], outs[1][name], err_msg=name)
-        updates += bool(outs[0][spec["updated"]])
-        for st in states:
-            st.update({s["input"]: outs[0][s["output"]] for s in spec["state"]})
+    updates = sum(bool(outs[0][manifest["adapt"]["updated"]]) for outs in steps)
     assert updates == len(xs), "the comparison must cover updating steps"

@@ -16,12 +16,12 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
+from helpers import adapt_graphs_side_by_side
 from torch import nn
 
 from realm_export import ExportOptions, export_realm_artifacts
 from realm_export.portable import _adapt
 from realm_runtime import RealmConfig
-from realm_runtime.contract import KNOWN_EMA, KNOWN_NAME
 
 SHAPE = (1, 3, 16, 16)
 CLASSES = 64  # the head's matrix large enough for the shared weights file
@@ -146,24 +146,9 @@ def test_the_rewrite_keeps_every_output_within_float_rounding(artifacts, monkeyp
         n.op_type == "Conv" for n in rewritten.graph.node
     )
 
-    sessions = []
-    for name, model in (("rewritten", rewritten), ("plain", plain)):
-        path = artifacts / f"adapt_{name}.onnx"
-        onnx.save_model(model, str(path))
-        sessions.append(ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]))
-    spec = manifest["adapt"]
-    state = {s["input"]: np.load(artifacts / s["initial"]) for s in spec["state"]}
     xs = np.random.default_rng(0).standard_normal((6, *SHAPE)).astype(np.float32)
-    states = [dict(state), dict(state)]
-    ema = spec["known"].index(KNOWN_EMA)
-    updates = 0
-    for x in xs:
-        outs = []
-        for session, st in zip(sessions, states, strict=True):
-            st[KNOWN_NAME] = st[KNOWN_NAME].copy()
-            st[KNOWN_NAME][ema] = False  # no EMA yet: S_div selects every sample
-            names = [o.name for o in session.get_outputs()]
-            outs.append(dict(zip(names, session.run(None, {spec["input"]: x, **st}), strict=True)))
+    steps = adapt_graphs_side_by_side(artifacts, {"rewritten": rewritten, "plain": plain}, xs)
+    for outs in steps:
         for name, value in outs[0].items():
             other = outs[1][name]
             if value.dtype.kind == "f":
@@ -171,9 +156,7 @@ def test_the_rewrite_keeps_every_output_within_float_rounding(artifacts, monkeyp
                 assert float(np.abs(value - other).max(initial=0.0)) <= 1e-5 * scale, name
             else:
                 np.testing.assert_array_equal(value, other, err_msg=name)
-        updates += bool(outs[0][spec["updated"]])
-        for st, out in zip(states, outs, strict=True):
-            st.update({s["input"]: out[s["output"]] for s in spec["state"]})
+    updates = sum(bool(outs[0][manifest["adapt"]["updated"]]) for outs in steps)
     assert updates == len(xs), "the comparison must cover updating steps"
 
 

@@ -13,6 +13,7 @@ from ._adapt_client import (
     adapt_stream,
     client_source,
 )
+from ._adapt_graphs import adapt_graphs_side_by_side
 from ._artifacts import (
     EXPORTS,
     edit_manifest,
@@ -85,6 +86,7 @@ __all__ = [
     "Tiny",
     "adapt_arrays",
     "adapt_client",
+    "adapt_graphs_side_by_side",
     "adapt_stream",
     "allowed_ties",
     "assert_same_state",
