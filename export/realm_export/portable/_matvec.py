@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 import onnx
@@ -27,7 +26,6 @@ from .._subgraphs import graphs_within
 from ._branch import names_read
 
 PREFIX = "adapt.matvec."
-_P = TypeVar("_P", onnx.NodeProto, onnx.TensorProto)
 # Operators a weight may pass through on its way to the backward's convolution (its transpose).
 _LAYOUT_OPS = frozenset({"Reshape", "Transpose", "Identity"})
 
@@ -84,10 +82,11 @@ def one_weight_for_matvecs(model: onnx.ModelProto, directory: Path | None = None
                 products[t.name] = [p for p in found if p is not None]
     plan: list[tuple[onnx.TensorProto, list[tuple[_Product, bool]]]] = []
     claimed: set[str] = set()
+    values = _Values(constants, directory)
     for weight in model.graph.initializer:
         if weight.name not in products or weight.name in claimed:
             continue
-        aliases = _stored_transposes(weight, products, constants, claimed, directory)
+        aliases = _stored_transposes(weight, products, constants, claimed, values)
         family = {weight.name: False, **aliases}
         kept = [(p, p.transposed != flip) for name, flip in family.items() for p in products[name]]
         top = [p for p, _ in kept if p.graph == 0]
@@ -133,10 +132,9 @@ def _apply(
             graphs[g].node.extend(rebuilt)
     unread = dropped - names_read(model.graph)
     for graph in graphs:
-        kept_tensors = [_copy(t) for t in graph.initializer if t.name not in unread]
-        if len(kept_tensors) != len(graph.initializer):
-            del graph.initializer[:]
-            graph.initializer.extend(kept_tensors)
+        for i in reversed(range(len(graph.initializer))):
+            if graph.initializer[i].name in unread:
+                del graph.initializer[i]
     return len(plan)
 
 
@@ -145,41 +143,54 @@ def _stored_transposes(
     products: dict[str, list[_Product]],
     constants: dict[str, onnx.TensorProto],
     claimed: set[str],
-    directory: Path | None,
+    values: _Values,
 ) -> dict[str, bool]:
     """Other multiplied initializers that hold ``weight``'s matrix: name → whether transposed.
 
     The exporter folds a small weight's transpose into a constant of its own; compared by
     value, it is read as the weight itself and dropped.
     """
-    matrix = _values(weight, directory)
+    matrix = values(weight.name)
     if matrix is None:
         return {}
     out = {}
     for name in products:
-        other = constants[name]
-        if name == weight.name or name in claimed or _numel(other) != matrix.size:
+        if name == weight.name or name in claimed or _numel(constants[name]) != matrix.size:
             continue
-        values = _values(other, directory)
-        if values is None:
+        other = values(name)
+        if other is None:
             continue
-        if values.shape == matrix.shape and np.array_equal(values, matrix):
+        if other.shape == matrix.shape and np.array_equal(other, matrix):
             out[name] = False
-        elif values.shape == matrix.T.shape and np.array_equal(values, matrix.T):
+        elif other.shape == matrix.T.shape and np.array_equal(other, matrix.T):
             out[name] = True
     return out
 
 
-def _values(tensor: onnx.TensorProto, directory: Path | None) -> np.ndarray | None:
-    """The tensor's matrix, or None where its data is in no file at hand."""
-    external = tensor.data_location == TensorProto.EXTERNAL
-    if external and directory is None:
-        return None
-    try:
-        values = numpy_helper.to_array(tensor, base_dir=str(directory) if external else "")
-    except (OSError, ValueError):  # a file that is not there: compared as different
-        return None
-    return values.reshape(_matrix_dims(tensor) or [-1])
+class _Values:
+    """Each initializer's matrix, read at most once (external data from ``directory``)."""
+
+    def __init__(self, constants: dict[str, onnx.TensorProto], directory: Path | None) -> None:
+        self._constants = constants
+        self._directory = directory
+        self._read: dict[str, np.ndarray | None] = {}
+
+    def __call__(self, name: str) -> np.ndarray | None:
+        """The tensor's matrix, or None where its data is in no file at hand."""
+        if name not in self._read:
+            self._read[name] = self._matrix(self._constants[name])
+        return self._read[name]
+
+    def _matrix(self, tensor: onnx.TensorProto) -> np.ndarray | None:
+        external = tensor.data_location == TensorProto.EXTERNAL
+        if external and self._directory is None:
+            return None
+        base = str(self._directory) if external else ""
+        try:
+            values = numpy_helper.to_array(tensor, base_dir=base)
+        except (OSError, ValueError):  # a file that is not there: compared as different
+            return None
+        return values.reshape(_matrix_dims(tensor) or [-1])
 
 
 def _numel(tensor: onnx.TensorProto) -> int:
@@ -421,7 +432,7 @@ def _rewritten(
     return nodes, consts
 
 
-def _copy(proto: _P) -> _P:
-    out = type(proto)()
-    out.CopyFrom(proto)
+def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
+    out = onnx.NodeProto()
+    out.CopyFrom(node)
     return out
