@@ -235,7 +235,11 @@ def test_profile_bench_groups_a_step_by_what_it_computes(capsys):
     # A BatchNorm MobileNetV3: depthwise gradients, hard-swish masks, the norms' backward.
     for group in ("input gradients, depthwise", "activation masks", "norm backward", "update"):
         assert int(rows[group][1]) > 0 and float(rows[group][3]) >= 0, group
-    step_ms = sum(float(r[3]) for r in rows.values())
-    unattributed = float(rows.get("unattributed", [0, 0, 0, 0])[3])
-    assert step_ms > 0 and unattributed < 0.25 * step_ms
+    # Most of the step's nodes, and of the bytes they move, have a group: counted, not timed
+    # (a loaded machine's timings would judge the scheduler).
+    assert sum(float(r[3]) for r in rows.values()) > 0
+    nodes = sum(int(r[1]) for r in rows.values())
+    mbytes = sum(float(r[8]) for r in rows.values())
+    unattributed = rows.get("unattributed", ["", "0", "", "", "", "", "", "", "0"])
+    assert int(unattributed[1]) < 0.1 * nodes and float(unattributed[8]) < 0.25 * mbytes
     assert "forwards**" in printed

@@ -110,19 +110,22 @@ def progress_of(
 _WORKER: dict[str, Any] = {}  # the job and the progress queue of a pool's worker process
 
 
-def _init_worker(job: Job, queue: Any) -> None:
+def _init_worker(job: Job, queue: Any, parent: int) -> None:
     torch.set_num_threads(1)
     _WORKER.update(job=job, queue=queue)
-    _end_with_parent()
+    _end_with_parent(parent)
 
 
-def _end_with_parent() -> None:
-    """End this helper process once the benchmark that started it is gone.
+def _end_with_parent(parent: int) -> None:
+    """End this helper process once the benchmark ``parent`` (its pid) that started it is gone.
 
     A pool's workers (and its queue's manager) outlive a parent killed by a signal it does
     not handle; without this they would go on for an hour with no one to take their runs.
+    The pid comes from the parent: one that died while this process still imported torch
+    has already handed it to another parent, which ``getppid`` here would take for its own.
     """
-    parent = os.getppid()
+    if os.getppid() != parent:
+        os._exit(1)
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -159,7 +162,7 @@ def run_pool(
     order = sorted(range(len(cells)), key=lambda i: -cells[i].weight)
     results: dict[int, StreamRun] = {}
     manager = SyncManager(ctx=context)
-    manager.start(_end_with_parent)
+    manager.start(_end_with_parent, (os.getpid(),))
     with manager:
         reports = manager.Queue()
 
@@ -174,7 +177,10 @@ def run_pool(
                     bar(done, total)
 
         with ProcessPoolExecutor(
-            jobs, mp_context=context, initializer=_init_worker, initargs=(job, reports)
+            jobs,
+            mp_context=context,
+            initializer=_init_worker,
+            initargs=(job, reports, os.getpid()),
         ) as pool:
             futures = {pool.submit(_work, i, cells[i]): i for i in order}
             pending = set(futures)
