@@ -30,6 +30,7 @@ export const MANIFEST_REQUIRED = Object.freeze(["input", "logits_name", "num_cla
 export const PORTABLE_KEY = "portable";
 export const ADAPT_KEY = "adapt";
 export const MEMORY_KEY = "memory";
+export const INFERENCE_KEY = "inference";
 export const BATCH_NORM_KEY = "batch_norm";
 export const DRIFT_CHECK_KEY = "drift_check";
 export const FIT_KEY = "fit";

@@ -60,6 +60,8 @@ def written_files(plan: Plan, built: Built) -> dict[str, Path]:
     """:attr:`ExportInfo.files`: role → path of every file the export wrote."""
     out_dir, portable = plan.out_dir, built.portable
     files = {"inference_model": out_dir / INFERENCE_MODEL, "manifest": out_dir / MANIFEST_NAME}
+    if built.inference.get("graph") is None:  # neither the TorchScript nor the portable forward
+        del files["inference_model"]
     if built.training.written:
         files |= {
             "training_model": out_dir / TRAINING_MODEL,
@@ -115,6 +117,7 @@ def _manifest(plan: Plan, traced: Traced, built: Built) -> Manifest:
         training=_training_section(built),
         adapt=built.adapt,
         memory=built.memory,
+        inference=built.inference,
         drift_check=plan.drift_check,
         fit=dict(plan.options.fit or {}),
         batch_norm=batch_norm_names(traced.source, traced.requires_grad),

@@ -37,6 +37,7 @@ from realm_sdk import RealmAdapter, RealmConfig, select_trainable
 from ._directory import empty_dir, write_manifest, written_files
 from ._drift import fit_drift
 from ._errors import DriftBoundError, MemoryBudgetError, UnsupportedModelError
+from ._inference import checked_inference
 from ._memory import fit_budget, with_memory
 from ._options import ExportOptions
 from ._plan import Built, Plan, Progress, Stages, Traced
@@ -261,21 +262,35 @@ def _trace(model: nn.Module, plan: Plan) -> Traced:
     _check_logits(source, example, plan.shape, plan.config.num_classes)
     extra = [ALPHA_NAME, LAMBDA_NAME] if plan.config.rules.learns_alpha_lambda else []
     requires_grad = [*trainable, *extra]
+    dynamic = plan.options.dynamic_batch
+    # TorchScript's forwards: the inference model (the model's own norms) and the legacy
+    # training graph's base (the export-friendly ones), which stands in for the first where
+    # the exporter has no form of a norm as the model calls it.
+    inference, branches, versions, forward = None, [], {}, None
     try:
-        # TorchScript's forward graph: the inference model and the legacy training graph's base.
-        dynamic = plan.options.dynamic_batch
-        forward, branches = model_to_onnx(source, example, dynamic_batch=dynamic)
-        versions = check_versions(forward)
-        check_trainable_names(forward, trainable)
+        inference, branches = model_to_onnx(source, example, dynamic_batch=dynamic)
+        versions = check_versions(inference)
     except UnsupportedModelError as exc:
-        if not plan.options.portable or plan.training:
-            raise
-        # The portable graph does not need it: the inference model comes from its forward.
-        log.warning("no TorchScript forward graph (the portable graph stands in): %s", exc)
-        fisher = _fisher(source, plan)
-        return Traced(source, example, trainable, requires_grad, None, [], {}, fisher)
+        log.info("the model's own forward does not export (%s): the friendly forms' stands in", exc)
+    if plan.training or inference is None:
+        try:
+            forward, seen = model_to_onnx(source, example, dynamic_batch=dynamic, for_training=True)
+            versions = check_versions(forward)
+            if plan.training:
+                check_trainable_names(forward, trainable)
+        except UnsupportedModelError as exc:
+            if not plan.options.portable or plan.training:
+                raise
+            # The portable graph does not need it: the inference model comes from its forward.
+            log.warning("no TorchScript forward graph (the portable graph stands in): %s", exc)
+            fisher = _fisher(source, plan)
+            return Traced(source, example, trainable, requires_grad, None, [], {}, fisher)
+        if inference is None:
+            inference, branches = forward, seen
     fisher = _fisher(source, plan)
-    return Traced(source, example, trainable, requires_grad, forward, branches, versions, fisher)
+    return Traced(
+        source, example, trainable, requires_grad, forward, branches, versions, fisher, inference
+    )
 
 
 def _fisher(source: nn.Module, plan: Plan) -> dict[str, torch.Tensor] | None:
@@ -385,13 +400,17 @@ def _build(plan: Plan, traced: Traced, directory: Path) -> Built:
         UnsupportedModelError, ValidationError: nothing asked for could be built, or the
             training artifacts failed where they were required.
     """
+    inference, section = checked_inference(plan, traced)
+    traced = dataclasses.replace(traced, inference=inference)
     plan.notify("writing the inference graph")
-    if traced.forward is not None:
-        onnx.save(traced.forward, str(directory / INFERENCE_MODEL))
+    if inference is not None:
+        onnx.save(inference, str(directory / INFERENCE_MODEL))
     built = (
         write_portable(plan, traced, directory) if plan.options.portable else Built(directory, {})
     )
-    built = dataclasses.replace(built, training=_legacy(plan, traced, directory))
+    if not (directory / INFERENCE_MODEL).exists():
+        section = {"graph": None, "reason": section.get("reason", "")}
+    built = dataclasses.replace(built, training=_legacy(plan, traced, directory), inference=section)
     if ERROR_KEY in built.portable:
         _portable_missing(plan, built, traced.branches)
     return built

@@ -77,11 +77,13 @@ class Traced:
     example: torch.Tensor  # the traced input, of the export shape
     trainable: list[str]  # the SDK's norm parameters
     requires_grad: list[str]  # those, then α and λ where the method learns them
-    forward: onnx.ModelProto | None  # the TorchScript forward graph; None: it failed
+    forward: onnx.ModelProto | None  # the legacy training graph's base; None: not asked for
     branches: list[str]  # where the tracer froze data-dependent control flow
-    versions: dict[str, int]  # IR version and opset of the forward graph
+    versions: dict[str, int]  # IR version and opset of the TorchScript graphs
     # λ_F·F by adapted tensor, computed once from the clean images (EATA); None: no such state.
     fisher: dict[str, torch.Tensor] | None = None
+    # The model's own forward, its norms as they are (unchecked); None: TorchScript failed.
+    inference: onnx.ModelProto | None = None
 
 
 @dataclass(frozen=True)
@@ -94,5 +96,6 @@ class Built:
     ort_report: ValidationReport | None = None
     adapt: dict[str, Any] = field(default_factory=dict)  # the manifest's adapt section, if written
     memory: dict[str, Any] = field(default_factory=dict)  # the measured updating peak, if asked
+    inference: dict[str, Any] = field(default_factory=dict)  # which graph inference_model.onnx is
     # The legacy training artifacts, or why they are missing: set by the build stage.
     training: TrainingOutcome = field(default_factory=lambda: TrainingOutcome(error="not tried"))

@@ -1,13 +1,15 @@
-"""The TorchScript forward graph: the inference model, and the legacy training graph's base.
+"""The TorchScript forward graphs: the inference model, and the legacy training graph's base.
 
-``torch.onnx.export`` with the norms of :func:`._layers.export_friendly_norms`, every
-parameter kept as a named initializer, checked against what onnxruntime 1.19.2 loads. The
-portable pipeline writes it as ``inference_model.onnx``; :mod:`.legacy` puts REALM's loss
-on it for onnxruntime-training.
+``torch.onnx.export`` with every parameter kept as a named initializer, checked against what
+onnxruntime 1.19.2 loads. The inference model keeps the model's own norm ops (ONNX Runtime
+folds a BatchNorm into the convolution before it); the legacy training graph's base takes
+the norms of :func:`._layers.export_friendly_norms`, which onnxruntime-training
+differentiates, and :mod:`.legacy` puts REALM's loss on it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import warnings
 from collections.abc import Sequence
@@ -27,7 +29,7 @@ MAX_OPSET = 21
 
 
 def model_to_onnx(
-    model: nn.Module, example: torch.Tensor, *, dynamic_batch: bool
+    model: nn.Module, example: torch.Tensor, *, dynamic_batch: bool, for_training: bool = False
 ) -> tuple[onnx.ModelProto, list[str]]:
     """Export the forward pass with every parameter kept as a named initializer.
 
@@ -41,6 +43,8 @@ def model_to_onnx(
         model: the classifier, in eval mode.
         example: an input of the export shape.
         dynamic_batch: make the batch axis symbolic.
+        for_training: the legacy training graph's base (the export-friendly norms, every
+            ``LayerNormalization`` with its three outputs); otherwise the inference model.
 
     Returns:
         The forward graph (input ``input``, output ``logits``), and the places where the
@@ -49,7 +53,8 @@ def model_to_onnx(
     """
     buffer = io.BytesIO()
     axes = {INPUT_NAME: {0: "batch"}, LOGITS_NAME: {0: "batch"}} if dynamic_batch else None
-    with export_friendly_norms(), torch.no_grad(), warnings.catch_warnings(record=True) as seen:
+    norms = export_friendly_norms() if for_training else contextlib.nullcontext()
+    with norms, torch.no_grad(), warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")  # recorded, not shown: the exporter is noisy
         try:
             torch.onnx.export(
@@ -89,7 +94,8 @@ def model_to_onnx(
     feeds = [i for i in proto.graph.input if i.name not in initializers]
     del proto.graph.input[:]
     proto.graph.input.extend(feeds)
-    declare_layer_norm_outputs(proto)
+    if for_training:
+        declare_layer_norm_outputs(proto)
     return proto, branches
 
 

@@ -37,6 +37,7 @@ from ._names import (
     FILE_KEY,
     FIT_KEY,
     FORWARD_MODEL_KEY,
+    INFERENCE_KEY,
     LAYOUT_KEY,
     MANIFEST_NAME,
     MANIFEST_REQUIRED,
@@ -85,6 +86,7 @@ class Manifest:
     training: dict[str, Any] = field(default_factory=dict)  # legacy artifacts: written, or why not
     adapt: dict[str, Any] = field(default_factory=dict)  # the one adapt graph and its state
     memory: dict[str, Any] = field(default_factory=dict)  # measured updating peak; {}: none
+    inference: dict[str, Any] = field(default_factory=dict)  # inference_model.onnx's graph, check
     drift_check: dict[str, Any] = field(default_factory=dict)  # max_drift fitted; {}: not asked
     fit: dict[str, Any] = field(default_factory=dict)  # what `realm fit` chose by; {}: no fit
     batch_norm: list[str] = field(default_factory=list)  # BatchNorm's trainable tensors
@@ -109,6 +111,7 @@ class Manifest:
             "training": self.training,
             ADAPT_KEY: self.adapt,
             MEMORY_KEY: self.memory,
+            INFERENCE_KEY: self.inference,
             DRIFT_CHECK_KEY: self.drift_check,
             FIT_KEY: self.fit,
             BATCH_NORM_KEY: self.batch_norm,
@@ -146,6 +149,7 @@ class Manifest:
             "training": dict,
             ADAPT_KEY: dict,
             MEMORY_KEY: dict,
+            INFERENCE_KEY: dict,
             DRIFT_CHECK_KEY: dict,
             FIT_KEY: dict,
         }
@@ -209,6 +213,7 @@ class Manifest:
             training=dict(data.get("training", {})),
             adapt=dict(data.get(ADAPT_KEY, {})),
             memory=dict(data.get(MEMORY_KEY, {})),
+            inference=dict(data.get(INFERENCE_KEY, {})),
             drift_check=dict(data.get(DRIFT_CHECK_KEY, {})),
             fit=dict(data.get(FIT_KEY, {})),
             batch_norm=list(batch_norm),

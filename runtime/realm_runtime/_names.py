@@ -67,6 +67,7 @@ MANIFEST_REQUIRED = (
 PORTABLE_KEY = "portable"  # the portable graphs' section (or its "error")
 ADAPT_KEY = "adapt"  # the one adapt graph's section (or its "error")
 MEMORY_KEY = "memory"  # the measured updating peak, and the budget it was chosen for
+INFERENCE_KEY = "inference"  # inference_model.onnx: which graph it is, its logits against torch
 BATCH_NORM_KEY = "batch_norm"  # the trainable tensors of BatchNorm layers (lr_batch_norm's)
 DRIFT_CHECK_KEY = "drift_check"  # the worst case inside each max_drift tried, and the one chosen
 FIT_KEY = "fit"  # what `realm fit` measured to choose this configuration: data, rule, table

@@ -94,10 +94,18 @@ def _check_artifacts(info, model, config, tmp_path):
         proto = onnx.load(str(info.files[role]))
         opset = max(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
         assert proto.ir_version <= 10 and opset <= 21, role
-        # No norm op that would train on batch statistics or lacks a gradient (SPEC §7).
         ops = {n.op_type for n in proto.graph.node}
+        if role == "inference_model":  # the model's own norms, BatchNorm on its running stats
+            for node in proto.graph.node:
+                if node.op_type == "BatchNormalization":
+                    assert all(a.i == 0 for a in node.attribute if a.name == "training_mode")
+            continue
+        # No norm op that would train on batch statistics or lacks a gradient (SPEC §7).
         assert not ops & {"BatchNormalization", "InstanceNormalization", "GroupNormalization"}
     assert manifest.validation["passed"] is True
+    inference = manifest.inference
+    assert inference["graph"] == "torchscript" and inference["validation"]["passed"] is True
+    assert inference["validation"]["batch_sizes"] == [1, 2]
     assert manifest.validation["logits_max_abs_diff"] <= 1e-4
     _check_portable(info, manifest)
     assert not list(tmp_path.glob(".*partial*"))

@@ -78,7 +78,7 @@ def write_portable(plan: Plan, traced: Traced, directory: Path) -> Built:
     """
     started = time.perf_counter()
     try:
-        graphs, inference, weights, report = _built_and_checked(plan, traced, directory, lean=True)
+        graphs, weights, report = _built_and_checked(plan, traced, directory, lean=True)
         if report is not None and not report.passed:
             raise ValidationError(report.summary(), report)
     except UnsupportedModelError as exc:
@@ -86,14 +86,14 @@ def write_portable(plan: Plan, traced: Traced, directory: Path) -> Built:
     except Exception as exc:  # the lean translation's graph refused or wrong: the public one
         log.info("the lean ONNX translation failed validation (%s); retrying with torch.onnx", exc)
         try:
-            graphs, inference, weights, report = _built_and_checked(
-                plan, traced, directory, lean=False
-            )
+            graphs, weights, report = _built_and_checked(plan, traced, directory, lean=False)
         except UnsupportedModelError as again:
             return Built(directory, {ERROR_KEY: str(again)})
     if report is not None and not report.passed:
         section = _discard_portable(directory, report)
-        onnx.save(inference, str(directory / INFERENCE_MODEL))  # weights.bin went with them
+        (directory / INFERENCE_MODEL).unlink(missing_ok=True)
+        if traced.inference is not None:  # not the portable forward that just failed
+            onnx.save(traced.inference, str(directory / INFERENCE_MODEL))  # weights.bin went
         return Built(directory, section, report)
     section = _portable_section(graphs, report, started) | {WEIGHTS_KEY: weights}
     adapt = _write_adapt(plan, traced, directory, graphs, report)
@@ -110,12 +110,11 @@ def write_portable(plan: Plan, traced: Traced, directory: Path) -> Built:
 
 def _built_and_checked(
     plan: Plan, traced: Traced, directory: Path, *, lean: bool
-) -> tuple[PortableGraphs, onnx.ModelProto, dict[str, Any], ValidationReport | None]:
+) -> tuple[PortableGraphs, dict[str, Any], ValidationReport | None]:
     """Build the portable graphs, write them with the inference model, and validate them.
 
     Returns:
-        The graphs, the inference model, the shared weights' table and the report (None
-        where validation is off).
+        The graphs, the shared weights' table and the report (None where validation is off).
 
     Raises:
         UnsupportedModelError: the graphs could not be built.
@@ -130,7 +129,7 @@ def _built_and_checked(
         fisher=traced.fisher,
     )
     # The inference model: the TorchScript forward, else the portable forward bound to θ0.
-    inference = traced.forward if traced.forward is not None else _standalone(graphs)
+    inference = traced.inference if traced.inference is not None else _standalone(graphs)
     roles = {STEP_MODEL_KEY: graphs.step, FORWARD_MODEL_KEY: graphs.forward}
     names = dict(_PORTABLE_FILES)
     if plan.options.standalone_inference:
@@ -143,12 +142,7 @@ def _built_and_checked(
         check_written(directory / names[role])
     np.save(directory / SOURCE_PARAMS, graphs.source, allow_pickle=False)
     what = "portable step graph"
-    return (
-        graphs,
-        inference,
-        weights,
-        _check_graphs(plan, traced, directory, graphs, what, _PORTABLE_FILES),
-    )
+    return graphs, weights, _check_graphs(plan, traced, directory, graphs, what, _PORTABLE_FILES)
 
 
 def _write_adapt(

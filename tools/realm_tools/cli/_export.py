@@ -291,6 +291,18 @@ def run_export(args: argparse.Namespace) -> int:
     if result.portable_validation is not None and result.portable_error is None:
         print("validation against the PyTorch reference (portable step graph):")
         print(result.portable_validation.table())
+    inference = result.manifest.inference
+    if "validation" in inference:
+        v = inference["validation"]
+        sizes = ", ".join(str(b) for b in v["batch_sizes"])
+        print(f"validation against the PyTorch reference (inference graph, {inference['graph']}):")
+        print(
+            f"  logits max abs {v['logits_max_abs_diff']:.3g} (tolerance "
+            f"{v['logits_tolerance']:.0e}), {v['inputs']} inputs of batch {sizes}"
+        )
+    if inference.get("reason"):
+        stand_in = f"the {inference['graph']} stands in" if inference.get("graph") else "none"
+        print(f"inference graph: {inference['reason']}; {stand_in}")
     adapt = result.manifest.adapt
     for figures, what in zip(
         adapt.get("validation", []), ("", ", entropy cut opened"), strict=False
