@@ -24,15 +24,17 @@ def assert_same_state(a, b, tol: Mapping[str, float]) -> None:
     """Two RealmRuntimes hold the same adaptation state, within ``tol`` (parity's keys).
 
     Parameters, α and EMA absolutely; λ relative to its scale (it grows under C = 1);
-    momentum buffers relative to each buffer's largest entry (sums of raw gradients); the
-    counters exactly.
+    momentum buffers relative to the largest entry of any buffer (sums of raw gradients: a
+    buffer of a zero-initialised norm is far below the others, and float32 rounds it at the
+    step's scale, not its own, as the parity suite judges it); the counters exactly.
     """
     for name, value in a.trainable_parameters().items():
         np.testing.assert_allclose(
             b.trainable_parameters()[name], value, rtol=0, atol=tol["params"], err_msg=name
         )
-    for name, value in a.momentum_buffers().items():
-        scale = max(float(np.abs(value).max()), 1e-12)
+    buffers = a.momentum_buffers()
+    scale = max([float(np.abs(v).max()) for v in buffers.values()] + [1e-12])
+    for name, value in buffers.items():
         got = np.abs(b.momentum_buffers()[name] - value).max() / scale
         assert got <= tol["momentum"], (name, got)
     sa, sb = a.state, b.state
