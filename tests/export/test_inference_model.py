@@ -4,8 +4,6 @@ forward bound to the source parameters stands in, and the manifest says which an
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -13,7 +11,6 @@ import pytest
 import torch
 from torch import nn
 
-import realm_export._export as export_stage
 from realm_export import ExportOptions, export_realm_artifacts
 from realm_runtime import load_manifest
 from realm_sdk import RealmConfig
@@ -65,19 +62,30 @@ def test_the_inference_graph_keeps_the_model_s_batch_norm_and_any_batch(tmp_path
     np.testing.assert_allclose(_logits(path, x), expected, atol=1e-5)
 
 
-def test_a_torchscript_graph_that_disagrees_gives_way_to_the_portable_forward(
-    tmp_path, monkeypatch
-):
-    model = _model()
-    exporter = export_stage.model_to_onnx
+class _OnnxSaysOtherwise(torch.autograd.Function):
+    """The identity in torch; its ONNX form (what the TorchScript exporter writes) adds 0.5."""
 
-    def shifted(source: nn.Module, example: torch.Tensor, **kwargs):
-        wrong = copy.deepcopy(source)
-        with torch.no_grad():
-            wrong.fc.bias += 0.5  # a graph that computes something else than the model
-        return exporter(wrong, example, **kwargs)
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
 
-    monkeypatch.setattr(export_stage, "model_to_onnx", shifted)
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return grad
+
+    @staticmethod
+    def symbolic(g, x):
+        return g.op("Add", x, g.op("Constant", value_t=torch.tensor(0.5)))
+
+
+class _Misexported(_ConvBn):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _OnnxSaysOtherwise.apply(super().forward(x))
+
+
+def test_a_torchscript_graph_that_disagrees_gives_way_to_the_portable_forward(tmp_path):
+    torch.manual_seed(0)
+    model = _Misexported().eval()
     export_realm_artifacts(model, tmp_path / "a", ExportOptions(config=CFG, input_shape=SHAPE))
     section = load_manifest(tmp_path / "a").inference
     assert section["graph"] == "portable forward"
