@@ -19,11 +19,10 @@ import numpy as np
 import onnx
 import torch
 
-from realm_runtime import RealmRuntime, onnxruntime_module
 from realm_runtime.contract import INPUT_NAME
 
 from ._plan import Plan, Traced
-from ._validate import LOGITS_RTOL, logits_floor, validation_batch
+from ._validate import LOGITS_RTOL, logits_floor, quiet_session, validation_batch
 
 log = logging.getLogger("realm_export")
 
@@ -76,7 +75,7 @@ def _compare(plan: Plan, traced: Traced) -> dict[str, Any]:
         inputs += validation_batch(
             (2, *plan.shape[1:]), 1, seed=plan.options.seed + 2, extra_batch=False
         )
-    session = _session(traced.inference)
+    session = quiet_session(traced.inference.SerializeToString())  # its weights inside it
     worst, tolerance, exact_error = 0.0, 0.0, 0.0
     for x in inputs:
         (logits,) = session.run(None, {INPUT_NAME: x})
@@ -103,13 +102,3 @@ def _float32_error(traced: Traced, x: np.ndarray, expected: np.ndarray) -> float
     with torch.no_grad():
         exact = copy.deepcopy(traced.source).double()(torch.from_numpy(x).double()).numpy()
     return float(np.abs(expected.astype(np.float64) - exact).max())
-
-
-def _session(model: onnx.ModelProto) -> Any:
-    """A quiet ``InferenceSession`` on the in-memory model (its weights are inside it)."""
-    ort = onnxruntime_module()
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    for key, value in RealmRuntime.DEFAULT_SESSION_CONFIG.items():
-        options.add_session_config_entry(key, value)
-    return ort.InferenceSession(model.SerializeToString(), options)

@@ -331,14 +331,14 @@ def validation_batch(
     ]
 
 
-def quiet_session(path: Path) -> Any:
-    """A plain ``InferenceSession`` on ``path``, its warnings off (the figures speak)."""
+def quiet_session(model: Path | bytes) -> Any:
+    """A plain ``InferenceSession`` on a file or a serialised model, its warnings off."""
     ort = onnxruntime_module()
     options = ort.SessionOptions()
     options.log_severity_level = 3
     for key, value in RealmRuntime.DEFAULT_SESSION_CONFIG.items():  # no spinning between runs
         options.add_session_config_entry(key, value)
-    return ort.InferenceSession(str(path), options)
+    return ort.InferenceSession(model if isinstance(model, bytes) else str(model), options)
 
 
 def sample_weights(batch: int) -> np.ndarray:
