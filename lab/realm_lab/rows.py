@@ -66,6 +66,9 @@ ROWS: dict[str, Row] = {
 QUALITY_DEFAULT = (NO_ADAPT.key, TENT.name, ETA.name, REALM.name, REALM_RUNTIME.key)
 STREAMS_DEFAULT = (NO_ADAPT.key, TENT.name, ETA.name, SAR.name, REALM.name, REALM_GUARDED.key)
 ENDLESS_DEFAULT = (NO_ADAPT.key, REALM_GUARDED.key, ETA.name, RDUMB.key)
+# The models the full-length protocol runs the AugMix rows on (64 views a sample: tens of
+# core-hours a model, so one model).
+VIEWS_MODELS = ("resnet26_gn",)
 # The methods whose filters the frame attacker models (DeYO's PLPD cut it does not), each run
 # with and without its guardrails.
 FRAME_METHODS = (TENT.name, ETA.name, SAR.name, REALM.name)

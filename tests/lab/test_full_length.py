@@ -101,13 +101,44 @@ def test_the_readme_headline_says_where_realm_loses_and_marks_short_rows(tmp_pat
         tmp_path / "o" / "m-views" / "runs.jsonl",
         {f"episodic/{c}/s0/memo": _run(72.0, samples=1000) for c in CORRUPTIONS},
     )
-    text = readme_headline(["m", "later"], tmp_path / "o", CORRUPTIONS)
+    text = readme_headline(["m", "later"], tmp_path / "o", CORRUPTIONS, views_models=["m"])
     # MEMO's one seed is by design; the rows compared have all three.
     assert "REALM gains 4.0 points over not adapting; EATA is ahead of it by 1.0." in text
     assert "- Not complete yet: later." in text
     row = next(line for line in text.splitlines() if line.startswith("| m |"))
     # Every row of Table 1 has a column, made or not; seed means (+1); MEMO ran short.
     assert row == "| m | 71.0 | … | 72.0† | … | … | … | 76.0 | … | … | 75.0 | … | 20 |"
+    later = next(line for line in text.splitlines() if line.startswith("| later |"))
+    # The AugMix rows are not planned on a model outside views_models: "–", not "not yet".
+    assert later == "| later | … | – | – | – | … | … | … | … | … | … | … | 0 |"
+    assert "– not on this model: 64 AugMix views a sample, run on m only" in text
+
+
+def test_a_row_the_plan_leaves_out_says_so_and_one_still_missing_says_not_yet(tmp_path):
+    _complete(tmp_path, {"none": 70.0, "realm": 74.0})
+    runs = tmp_path / "o"
+    for views_models, memo in (([], "not on this model"), (["m"], "not yet")):
+        page = full_length_page(
+            ["m"], runs, tmp_path / "s", tmp_path / "out", CORRUPTIONS, views_models
+        )
+        lines = {line.split(" | ")[0]: line for line in page.splitlines() if line.startswith("| ")}
+        assert memo in lines["| MEMO"] and memo in lines["| SFT"] and memo in lines["| TTAug"]
+        assert "not yet" in lines["| SAR"]  # not an AugMix row: planned on every model
+    text = readme_headline(["m"], runs, CORRUPTIONS, views_models=[])
+    assert "REALM gains 4.0 points over not adapting." in text  # three seeds each: no caveat
+
+
+def test_the_headline_names_the_row_that_has_fewer_seeds(tmp_path):
+    _complete(tmp_path, {"realm": 74.0, "eata": 70.0})
+    runs = tmp_path / "o" / "m" / "runs.jsonl"
+    extra = [
+        json.dumps({"label": f"episodic/{c}/s0/none", "config": None, "run": _run(60.0, 10_000)})
+        for c in CORRUPTIONS
+    ]
+    runs.write_text(runs.read_text() + "\n".join(extra) + "\n")
+    text = readme_headline(["m"], tmp_path / "o", CORRUPTIONS)
+    assert "REALM gains 15.0 points over not adapting" in text
+    assert "(so far: no-adapt on 1 of 3 seeds)" in text
 
 
 def test_the_command_writes_its_blocks_into_the_pages_and_nothing_where_a_marker_is_missing(

@@ -19,13 +19,14 @@ import numpy as np
 
 from realm_runtime.methods import BY_NAME, REALM
 
-from ..rows import NO_ADAPT, REALM_GUARDED, ROWS, in_table_order
+from ..rows import NO_ADAPT, REALM_GUARDED, ROWS, VIEWS_MODELS, in_table_order
 
 PAPER_TABLE = Path(__file__).with_name("data") / "realm_paper_table1.csv"
 FIGURE_CORRUPTIONS = ("gaussian_noise", "snow")  # the paper's Fig. 3 and 4
 BASELINE = REALM.name  # the row the headline compares every other with
 PLAN_SAMPLES, PLAN_SEEDS = 10_000, 3  # the protocol's stream length and seed count
 SHORT = "†"  # marks a row that ran shorter or on fewer seeds than the protocol
+UNPLANNED = "–"  # a row the plan does not run on this model (an AugMix row elsewhere)
 # Table 1's rows: the source, every method of the registry, REALM with its guardrails.
 TABLE1_ROWS = tuple(in_table_order([NO_ADAPT.key, *BY_NAME, REALM_GUARDED.key]))
 
@@ -109,10 +110,30 @@ def _shape_note(cells: Cells, row: str) -> str:
     return f"{length} × seeds {','.join(map(str, sorted(seeds)))}, {'/'.join(sorted(backends))}"
 
 
+def unplanned_rows(model: str, views_models: Sequence[str]) -> frozenset[str]:
+    """The rows of Table 1 the plan does not run on ``model``: the AugMix rows elsewhere."""
+    if model in views_models:
+        return frozenset()
+    return frozenset(r for r in TABLE1_ROWS if r in BY_NAME and BY_NAME[r].augments)
+
+
+def _unplanned_note(views_models: Sequence[str]) -> str:
+    where = ", ".join(views_models) or "no model"
+    return f"not on this model: 64 AugMix views a sample, run on {where} only"
+
+
 def table1(
-    cells: Cells, corruptions: Sequence[str], short: Cells | None, paper: dict[str, Any]
+    cells: Cells,
+    corruptions: Sequence[str],
+    short: Cells | None,
+    paper: dict[str, Any],
+    unplanned: frozenset[str] = frozenset(),
+    views_models: Sequence[str] = VIEWS_MODELS,
 ) -> list[str]:
-    """Table 1 at full length: a row per method, the 1,000-sample average and the paper's."""
+    """Table 1 at full length: a row per method, the 1,000-sample average and the paper's.
+
+    A row in ``unplanned`` that has no runs says so instead of "not yet".
+    """
     head = ["method", *[c.replace("_", " ") for c in corruptions], "average"]
     lines = [
         "| " + " | ".join([*head, "at 1,000", "paper (CIFAR-10-C)", "ran"]) + " |",
@@ -120,7 +141,11 @@ def table1(
     ]
     for row in in_table_order(list({*TABLE1_ROWS, *cells.rows()})):
         if row not in cells.runs:
-            lines.append(f"| {_label(row)} | " + "… | " * (len(head) + 1) + "not yet |")
+            if row in unplanned:
+                cols = f"{UNPLANNED} | " * (len(head) + 1)
+                lines.append(f"| {_label(row)} | {cols}{_unplanned_note(views_models)} |")
+            else:
+                lines.append(f"| {_label(row)} | " + "… | " * (len(head) + 1) + "not yet |")
             continue
         avg = _row_average(cells, row, corruptions)
         at_1000 = _row_average(short, row, corruptions) if short is not None else None
@@ -246,7 +271,11 @@ def _short_of_plan(cells: Cells, row: str) -> bool:
 
 
 def doc_tables(
-    models: Sequence[str], runs_home: Path, short_home: Path, corruptions: Sequence[str]
+    models: Sequence[str],
+    runs_home: Path,
+    short_home: Path,
+    corruptions: Sequence[str],
+    views_models: Sequence[str] = VIEWS_MODELS,
 ) -> str:
     """Table 1 at full length for each model, for docs/fmnist.md's generated block."""
     paper = paper_rows()
@@ -260,17 +289,30 @@ def doc_tables(
         lines += [
             f"**{model}** ({_count(cells)} runs kept):",
             "",
-            *table1(cells, corruptions, short if short.runs else None, paper),
+            *table1(
+                cells,
+                corruptions,
+                short if short.runs else None,
+                paper,
+                unplanned_rows(model, views_models),
+                views_models,
+            ),
             "",
         ]
     return "\n".join(lines)
 
 
-def readme_headline(models: Sequence[str], runs_home: Path, corruptions: Sequence[str]) -> str:
+def readme_headline(
+    models: Sequence[str],
+    runs_home: Path,
+    corruptions: Sequence[str],
+    views_models: Sequence[str] = VIEWS_MODELS,
+) -> str:
     """The README's answer from the full-length table: each row's average, then REALM's place.
 
-    A row not complete yet prints ``…``; one that ran shorter or on fewer seeds than the
-    protocol carries ``†``. The sentences compare only complete rows.
+    A row not complete yet prints ``…``, one the plan does not run on the model ``–``; one
+    that ran shorter or on fewer seeds than the protocol carries ``†``. The sentences compare
+    only complete rows.
     """
     per_model = {m: model_cells(m, runs_home) for m in models}
     rows = in_table_order(list({*TABLE1_ROWS, *(r for c in per_model.values() for r in c.runs)}))
@@ -282,11 +324,13 @@ def readme_headline(models: Sequence[str], runs_home: Path, corruptions: Sequenc
     waiting: list[str] = []  # models whose REALM or no-adapt row is not complete
     for model, cells in per_model.items():
         averages = {r: _row_average(cells, r, corruptions) for r in rows}
+        unplanned = unplanned_rows(model, views_models)
         cols = []
         for r in rows:
             avg = averages[r]
             mark = SHORT if r in cells.runs and _short_of_plan(cells, r) else ""
-            cols.append(f"{np.mean(avg):.1f}{mark}" if avg else "…")
+            empty = UNPLANNED if r in unplanned and r not in cells.runs else "…"
+            cols.append(f"{np.mean(avg):.1f}{mark}" if avg else empty)
         lines.append(f"| {model} | " + " | ".join(cols) + f" | {_count(cells)} |")
         placed = _place(model, {r: a for r, a in averages.items() if a})
         if placed is None:
@@ -298,7 +342,7 @@ def readme_headline(models: Sequence[str], runs_home: Path, corruptions: Sequenc
             *lines,
             "",
             f"{SHORT} ran shorter or on fewer seeds than 10,000 × 3 (the page's `ran` column); "
-            "… not complete yet.",
+            f"… not complete yet; {UNPLANNED} {_unplanned_note(views_models)}.",
             "",
             *said,
             *([f"- Not complete yet: {', '.join(waiting)}."] if waiting else []),
@@ -328,9 +372,11 @@ def _place(model: str, per_seed: dict[str, list[float]]) -> str | None:
             text += f"; {_label(best)} is ahead of it by {-gap:.1f}"
         else:
             text += f"; the best other row, {_label(best)}, is {gap:.1f} behind it"
-    seeds = min(len(per_seed[r]) for r in compared)
-    if seeds < PLAN_SEEDS:
-        text += f" (so far on {seeds} of {PLAN_SEEDS} seeds)"
+    short = [
+        f"{_label(r)} on {len(per_seed[r])}" for r in compared if len(per_seed[r]) < PLAN_SEEDS
+    ]
+    if short:
+        text += f" (so far: {', '.join(short)} of {PLAN_SEEDS} seeds)"
     return text + "."
 
 
@@ -340,6 +386,7 @@ def full_length_page(
     short_home: Path,
     out_dir: Path,
     corruptions: Sequence[str],
+    views_models: Sequence[str] = VIEWS_MODELS,
 ) -> str:
     """The page: for each model, its tables and figures from the kept runs."""
     paper = paper_rows()
@@ -363,7 +410,14 @@ def full_length_page(
             "",
             f"{count} runs kept, {seconds / 3600:.1f} core-hours (one thread each).",
             "",
-            *table1(cells, corruptions, short if short.runs else None, paper),
+            *table1(
+                cells,
+                corruptions,
+                short if short.runs else None,
+                paper,
+                unplanned_rows(model, views_models),
+                views_models,
+            ),
             "",
             *headline(cells, corruptions),
             "",

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..rows import VIEWS_MODELS
 from ._args import runs_folder
 
 MODELS = ("resnet26_gn", "mobilenetv3_bn", "vit_ln")  # the shipped Fashion-MNIST models
@@ -25,6 +26,12 @@ def add_full_length_parser(benches: Any) -> None:
     p.add_argument("--models", nargs="+", default=list(MODELS))
     p.add_argument("--out", default="docs/fmnist-full", help="the page's folder")
     p.add_argument("--short", default="docs/fmnist", help="the 1,000-sample tables' folder")
+    p.add_argument(
+        "--views-models",
+        nargs="*",
+        default=list(VIEWS_MODELS),
+        help="the models the AugMix rows (TTAug, MEMO, SFT) run on; the others' say so",
+    )
     p.add_argument(
         "--doc",
         default="docs/fmnist.md",
@@ -69,7 +76,8 @@ def run_full_length(args: argparse.Namespace) -> int:
         except ValueError as e:
             print(e, file=sys.stderr)
             return 2
-    page = full_length_page(args.models, runs, short, out, CIFAR_C_CORRUPTIONS)
+    views = args.views_models
+    page = full_length_page(args.models, runs, short, out, CIFAR_C_CORRUPTIONS, views)
     if "runs kept" not in page:
         print(f"no runs under {runs}: run make fmnist-full first", file=sys.stderr)
         return 2
@@ -77,9 +85,9 @@ def run_full_length(args: argparse.Namespace) -> int:
     print(f"written: {out / 'README.md'}")
     for path, name in blocks:
         text = (
-            doc_tables(args.models, runs, short, CIFAR_C_CORRUPTIONS)
+            doc_tables(args.models, runs, short, CIFAR_C_CORRUPTIONS, views)
             if name == TABLES
-            else readme_headline(args.models, runs, CIFAR_C_CORRUPTIONS)
+            else readme_headline(args.models, runs, CIFAR_C_CORRUPTIONS, views)
         )
         write_block(path, name, text)
         print(f"written: {path} ({name})")
