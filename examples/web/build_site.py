@@ -167,6 +167,7 @@ def export_task(task: DemoTask, out: Path, *, preset: str, method: str) -> None:
             config=config,
             input_shape=task.input_shape,
             training=False,  # the page runs the portable adapt graph only
+            clean_images=task.clean_state() if config.rules.clean_state else None,
             overwrite=True,
             model_info=task.model_info,
             preprocessing=task.preprocessing,

@@ -476,6 +476,25 @@ def test_default_page_adapts_fashion_beside_no_adapt(default_site, server, tmp_p
     assert shot.stat().st_size > 0
 
 
+def test_site_exports_a_method_that_reads_clean_images_from_the_task_s_own(
+    tmp_path, monkeypatch
+):
+    """EATA's Fisher needs clean images: the site takes the task's, never a stream's."""
+    _deps()
+    monkeypatch.setenv("REALM_DATA", str(tmp_path / "nowhere"))
+    monkeypatch.setattr("realm_tools.data._fashion.DEBIAN_DIR", tmp_path / "debian")
+    site = build_site.build(
+        tmp_path / "site", methods=("eata",), limit=5, cache_dir=str(tmp_path / "cache")
+    )
+    manifest = json.loads((site / "artifacts" / "realm.json").read_text())
+    assert manifest["config"]["method"] == "eata"
+    meta = json.loads((site / "stream" / "stream.json").read_text())
+    x = np.fromfile(site / "stream" / "stream.f32", dtype="<f4").reshape(-1, *meta["shape"])
+    runtime = RealmRuntime(site / "artifacts", threads=1)
+    results = [runtime.adapt(np.ascontiguousarray(x[i : i + 1])) for i in range(5)]
+    assert runtime.state.samples == 5 and all(np.isfinite(r.logits).all() for r in results)
+
+
 def test_site_runs_the_digits_where_fashion_mnist_is_missing(tmp_path, monkeypatch):
     """The digits model and stream instead, and the page is told why (no browser needed)."""
     _deps()

@@ -26,6 +26,9 @@ class DemoTask:
     default_corruptions: tuple[str, ...]  # what the demo streams unless told otherwise
     stream: Callable[[str, int, int], tuple[np.ndarray, np.ndarray]]  # (name, severity, seed)
     clean: Callable[[int], tuple[np.ndarray, np.ndarray]]  # seed -> the clean stream
+    # Clean images of the app's own, as the model takes them, that no stream shows: what a
+    # method's set-up reads (EATA's Fisher information).
+    clean_state: Callable[[], np.ndarray]
     input_shape: tuple[int, int, int, int]  # (1, C, H, W)
     preprocessing: dict[str, list]  # mean, std, input size: written into the manifest
     model_info: dict[str, Any]  # the manifest's model description
@@ -41,10 +44,15 @@ def fashion_task(
     Raises:
         FileNotFoundError: Fashion-MNIST is not installed (the message says how to get it).
     """
-    from ..data import fashion_preprocessing, load_fmnistc
+    from ..data import fashion_normalise, fashion_preprocessing, load_fashion_mnist, load_fmnistc
     from ..models import fashion_model
 
     data = load_fmnistc(data_dir, cache_dir=cache_dir)
+
+    def clean_state() -> np.ndarray:
+        # The validation split: training images the model never trained on, in no stream.
+        images, _ = load_fashion_mnist(data_dir).split("val")
+        return fashion_normalise(images)
 
     def clean(seed: int) -> tuple[np.ndarray, np.ndarray]:
         x, y = data.clean()
@@ -60,6 +68,7 @@ def fashion_task(
         default_corruptions=FASHION_CORRUPTIONS,
         stream=lambda c, s, seed: data.stream(c, s, seed=seed, limit=samples),
         clean=clean,
+        clean_state=clean_state,
         input_shape=data.input_shape,
         preprocessing=fashion_preprocessing(),
         model_info={"name": "fmnist_resnet26_gn", "source": "realm_tools.fashion_model"},
@@ -81,6 +90,8 @@ def digits_task(cache_dir: str | os.PathLike[str] | None = ".cache") -> DemoTask
         default_corruptions=DIGITS_CORRUPTIONS,
         stream=lambda c, s, seed: data.stream(c, s, seed=seed),
         clean=lambda seed: data.stream("clean", 5, seed=seed),
+        # The digits have no split beside train and test: the clean test split, as the lab's.
+        clean_state=lambda: data.stream("clean", 1, seed=0)[0],
         input_shape=(1, 1, IMAGE_SIZE, IMAGE_SIZE),
         preprocessing=digits_preprocessing(data),
         model_info={"name": "digits", "source": "realm_tools.train_digits_model"},
