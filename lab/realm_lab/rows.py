@@ -4,7 +4,7 @@ A row is what a benchmark runs on a stream and a table prints on a line. Every m
 ``realm_runtime.methods`` is a row of its own name, read from the method registry, so a new
 method file gives every bench a new row. Four rows are not methods but ways of running one:
 the source model alone (no-adapt), REALM with its guardrails, REALM through ``RealmRuntime``
-(an export) and RDumb (EATA reset to the source at a fixed period). This file is the one
+(an export) and RDumb (ETA reset to the source at a fixed period). This file is the one
 place those rows, and each bench's default selection of rows, are named.
 
     >>> from realm_lab.rows import RDUMB, row_named

@@ -1,7 +1,7 @@
 """The endless setting: a million samples of changing corruptions through ``RealmRuntime``.
 
 Rows (RDumb's comparison, Press et al., NeurIPS 2023): no adaptation; REALM with its default
-guardrails; EATA as its paper runs it; RDumb, that EATA reset to the source every 1000
+guardrails; ETA as EATA's paper runs it (no Fisher); RDumb, that ETA reset to the source every 1000
 samples. The source model is exported once per method; each row runs in its own torch-free
 process (``realm_lab.workers.endless``), which rebuilds the same stream from its seed.
 """

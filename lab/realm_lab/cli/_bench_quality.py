@@ -109,7 +109,7 @@ def add_quality_parser(bench: Any) -> None:
         help="long-running streams instead of the episodic table: continual, mixed, "
         "gradual, correlated, long, junk-* (or all, with episodic); writes streams.md. "
         f"{CCC_SETTING}: a million samples of changing corruptions through RealmRuntime "
-        "(no-adapt, REALM + guardrails, EATA, RDumb; the first seed); writes ccc.md",
+        "(no-adapt, REALM + guardrails, ETA, RDumb; the first seed); writes ccc.md",
     )
     quality.add_argument(
         "--set",
@@ -119,7 +119,7 @@ def add_quality_parser(bench: Any) -> None:
         metavar="FIELD=VALUE",
         help="--settings: RealmConfig fields every adapting row gets, a variant of the preset "
         "(e.g. lr=0.0003125 freeze_last_block=true: SAR's reading of the CIFAR settings); "
-        f"with {CCC_SETTING}, REALM's row only (EATA and RDumb run their paper's)",
+        f"with {CCC_SETTING}, REALM's row only (ETA and RDumb run their paper's)",
     )
     quality.add_argument("--passes", type=int, default=4, help="--settings continual: passes")
     quality.add_argument(

@@ -2,7 +2,7 @@
 
 The task (:func:`demo_task`) is the shipped ResNet-26-GN on Fashion-MNIST-C where the dataset
 is installed, the digits model otherwise. :func:`run_demo` adapts it online with the PyTorch
-reference SDK (no-adapt, Tent, EATA, REALM) on corrupted test streams;
+reference SDK (no-adapt, Tent, ETA, REALM) on corrupted test streams;
 :func:`run_runtime_demo` exports it and runs the same stream through the torch-free
 ``RealmRuntime``, writing the stream for the edge apps (``realm_tools.data.write_stream_folder``).
 :func:`export_digits_artifacts` is the one digits export the tests use.
