@@ -168,6 +168,19 @@ def table1(
     return lines
 
 
+def _model_table1(
+    model: str,
+    cells: Cells,
+    short: Cells,
+    corruptions: Sequence[str],
+    paper: dict[str, Any],
+    views_models: Sequence[str],
+) -> list[str]:
+    """One model's Table 1: its 1,000-sample runs where it has any, its plan's gaps named."""
+    unplanned = unplanned_rows(model, views_models)
+    return table1(cells, corruptions, short if short.runs else None, paper, unplanned, views_models)
+
+
 def table4(cells: Cells) -> list[str]:
     """Table 4: the model after N samples scored on the stream's held-out tail."""
     out: list[str] = []
@@ -289,14 +302,7 @@ def doc_tables(
         lines += [
             f"**{model}** ({_count(cells)} runs kept):",
             "",
-            *table1(
-                cells,
-                corruptions,
-                short if short.runs else None,
-                paper,
-                unplanned_rows(model, views_models),
-                views_models,
-            ),
+            *_model_table1(model, cells, short, corruptions, paper, views_models),
             "",
         ]
     return "\n".join(lines)
@@ -410,14 +416,7 @@ def full_length_page(
             "",
             f"{count} runs kept, {seconds / 3600:.1f} core-hours (one thread each).",
             "",
-            *table1(
-                cells,
-                corruptions,
-                short if short.runs else None,
-                paper,
-                unplanned_rows(model, views_models),
-                views_models,
-            ),
+            *_model_table1(model, cells, short, corruptions, paper, views_models),
             "",
             *headline(cells, corruptions),
             "",
