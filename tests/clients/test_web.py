@@ -476,9 +476,7 @@ def test_default_page_adapts_fashion_beside_no_adapt(default_site, server, tmp_p
     assert shot.stat().st_size > 0
 
 
-def test_site_exports_a_method_that_reads_clean_images_from_the_task_s_own(
-    tmp_path, monkeypatch
-):
+def test_site_exports_a_method_that_reads_clean_images_from_the_task_s_own(tmp_path, monkeypatch):
     """EATA's Fisher needs clean images: the site takes the task's, never a stream's."""
     _deps()
     monkeypatch.setenv("REALM_DATA", str(tmp_path / "nowhere"))
