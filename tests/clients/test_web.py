@@ -192,6 +192,23 @@ def _web_version() -> str:
     return json.loads(package.read_text())["version"]
 
 
+def _site_stream(site: Path) -> tuple[dict, np.ndarray]:
+    """A built site's stream: its stream.json and its samples, (N, C, H, W) float32."""
+    meta = json.loads((site / "stream" / "stream.json").read_text())
+    x = np.fromfile(site / "stream" / "stream.f32", dtype="<f4").reshape(-1, *meta["shape"])
+    return meta, x
+
+
+def _digits_site(tmp_path: Path, monkeypatch, method: str) -> Path:
+    """A site built for ``method`` where Fashion-MNIST is hidden: the digits, 5 samples."""
+    _deps()
+    monkeypatch.setenv("REALM_DATA", str(tmp_path / "nowhere"))
+    monkeypatch.setattr("realm_tools.data._fashion.DEBIAN_DIR", tmp_path / "debian")
+    return build_site.build(
+        tmp_path / "site", methods=(method,), limit=5, cache_dir=str(tmp_path / "cache")
+    )
+
+
 def _browser_runs() -> list:
     """Every method on WASM; on WebGPU (software-rendered here, several times slower) REALM in
     the fast tier and the other methods in the slow one, to keep `make test` in its budget."""
@@ -220,8 +237,7 @@ def test_browser_adapts_like_the_runtime(case, ep, sites, server, tmp_path):
     log, summary = run["log"], run["summary"]
     assert len(log) == count
 
-    meta = json.loads((site / "stream" / "stream.json").read_text())
-    x = np.fromfile(site / "stream" / "stream.f32", dtype="<f4").reshape(-1, *meta["shape"])
+    _, x = _site_stream(site)
     runtime = RealmRuntime(site / "artifacts", backend="onnx-steps", threads=1)
     tol = BROWSER_TOLERANCES
     for i, step in enumerate(log):
@@ -450,10 +466,8 @@ def test_default_page_adapts_fashion_beside_no_adapt(default_site, server, tmp_p
     assert run["model"] == "fmnist_resnet26_gn"
     assert len(run["log"]) == DEFAULT_STREAM and run["summary"]["counters"]["updates"] > 0
 
-    meta = json.loads((default_site / "stream" / "stream.json").read_text())
+    meta, x = _site_stream(default_site)
     assert meta["note"] == "" and "Fashion-MNIST" in meta["task"]
-    x = np.fromfile(default_site / "stream" / "stream.f32", dtype="<f4")
-    x = x.reshape(-1, *meta["shape"])
     labels = np.array(meta["labels"])
     with torch.no_grad():
         source = fashion_model("resnet26_gn")(torch.from_numpy(x)).argmax(1).numpy()
@@ -478,16 +492,10 @@ def test_default_page_adapts_fashion_beside_no_adapt(default_site, server, tmp_p
 
 def test_site_exports_a_method_that_reads_clean_images_from_the_task_s_own(tmp_path, monkeypatch):
     """EATA's Fisher needs clean images: the site takes the task's, never a stream's."""
-    _deps()
-    monkeypatch.setenv("REALM_DATA", str(tmp_path / "nowhere"))
-    monkeypatch.setattr("realm_tools.data._fashion.DEBIAN_DIR", tmp_path / "debian")
-    site = build_site.build(
-        tmp_path / "site", methods=("eata",), limit=5, cache_dir=str(tmp_path / "cache")
-    )
+    site = _digits_site(tmp_path, monkeypatch, "eata")
     manifest = json.loads((site / "artifacts" / "realm.json").read_text())
     assert manifest["config"]["method"] == "eata"
-    meta = json.loads((site / "stream" / "stream.json").read_text())
-    x = np.fromfile(site / "stream" / "stream.f32", dtype="<f4").reshape(-1, *meta["shape"])
+    _, x = _site_stream(site)
     runtime = RealmRuntime(site / "artifacts", threads=1)
     results = [runtime.adapt(np.ascontiguousarray(x[i : i + 1])) for i in range(5)]
     assert runtime.state.samples == 5 and all(np.isfinite(r.logits).all() for r in results)
@@ -495,18 +503,12 @@ def test_site_exports_a_method_that_reads_clean_images_from_the_task_s_own(tmp_p
 
 def test_site_runs_the_digits_where_fashion_mnist_is_missing(tmp_path, monkeypatch):
     """The digits model and stream instead, and the page is told why (no browser needed)."""
-    _deps()
-    monkeypatch.setenv("REALM_DATA", str(tmp_path / "nowhere"))
-    monkeypatch.setattr("realm_tools.data._fashion.DEBIAN_DIR", tmp_path / "debian")
-    site = build_site.build(
-        tmp_path / "site", methods=("tent",), limit=5, cache_dir=str(tmp_path / "cache")
-    )
-    meta = json.loads((site / "stream" / "stream.json").read_text())
+    site = _digits_site(tmp_path, monkeypatch, "tent")
+    meta, x = _site_stream(site)
     assert "Running the digits instead" in meta["note"]
     assert meta["prep"]["native"] == 8  # a picture of your own: the digits' preprocessing
     manifest = json.loads((site / "artifacts" / "realm.json").read_text())
     assert manifest["model"]["name"] == "digits" and manifest["config"]["method"] == "tent"
-    x = np.fromfile(site / "stream" / "stream.f32", dtype="<f4").reshape(-1, *meta["shape"])
     runtime = RealmRuntime(site / "artifacts", threads=1)
     assert meta["source_top1"] == [int(runtime.predict(x[i : i + 1]).argmax()) for i in range(5)]
     methods = json.loads((site / "site.json").read_text())["methods"]
