@@ -22,7 +22,7 @@ import torch
 from realm_runtime.contract import INPUT_NAME
 
 from ._plan import Plan, Traced
-from ._validate import LOGITS_RTOL, logits_floor, quiet_session, validation_batch
+from ._validate import logits_floor, logits_tolerance, quiet_session, validation_batch
 
 log = logging.getLogger("realm_export")
 
@@ -83,7 +83,7 @@ def _compare(plan: Plan, traced: Traced) -> dict[str, Any]:
             expected = traced.source(torch.from_numpy(x)).numpy()
         deviation = float(np.abs(logits - expected).max())
         worst = max(worst, deviation)
-        tolerance = max(tolerance, plan.options.atol + LOGITS_RTOL * float(np.abs(expected).max()))
+        tolerance = max(tolerance, logits_tolerance(plan.options.atol, expected))
         if deviation > tolerance:  # an ill-conditioned net: no float32 run lands nearer
             exact_error = max(exact_error, _float32_error(traced, x, expected))
     tolerance = max(tolerance, logits_floor(plan.options.atol, exact_error))

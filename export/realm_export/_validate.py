@@ -43,6 +43,11 @@ SPREAD_FACTOR = 3.0
 SPREAD_MAX_SCALE = 100.0  # the most the spread grows to match the graph's forward deviation
 
 
+def logits_tolerance(atol: float, reference: np.ndarray) -> float:
+    """The logits' tolerance near torch's ``reference``: ``atol + LOGITS_RTOL · max|ref|``."""
+    return atol + LOGITS_RTOL * float(np.abs(reference).max())
+
+
 def logits_floor(atol: float, reference_error: float) -> float:
     """The least a logits tolerance may be: ``atol + SPREAD_FACTOR ·`` torch's own float32 error.
 
@@ -111,9 +116,7 @@ class ValidationReport:
         """
         logits_t, loss_t, grads_t = reference
         self.logits_max_abs = max(self.logits_max_abs, float(np.abs(logits - logits_t).max()))
-        self.logits_tolerance = max(
-            self.logits_tolerance, self.atol + LOGITS_RTOL * float(np.abs(logits_t).max())
-        )
+        self.logits_tolerance = max(self.logits_tolerance, logits_tolerance(self.atol, logits_t))
         self.loss_max_abs = max(self.loss_max_abs, abs(float(loss) - loss_t))
         for name, rel in self.relative(grads, grads_t, loss_t).items():
             diff = float(np.abs(grads[name] - grads_t[name]).max())

@@ -42,7 +42,7 @@ from realm_runtime.contract import (
 )
 from realm_sdk import RealmAdapter, RealmConfig, decision_margin
 
-from .._validate import LOGITS_RTOL, logits_floor, quiet_session
+from .._validate import logits_floor, logits_tolerance, quiet_session
 
 # The adapt graph's parameters after k steps, against the reference's: relative to how far the
 # reference moved them. The step graph's gradients pass within grad_rtol of torch's, or within
@@ -129,7 +129,7 @@ def validate_adapt(
         model: the source model (copied, not modified).
         config: the export's configuration.
         inputs: float32 arrays of shape ``(1, *input)``.
-        atol: tolerance on logits (plus ``LOGITS_RTOL`` of their scale).
+        atol: tolerance on logits, plus ``LOGITS_RTOL`` of their scale (``logits_tolerance``).
         grad_rtol: the step graph's relative gradient tolerance.
         logits_spread: torch's own float32 error on this model's logits, where the step
             graph's validation measured it (``ValidationReport.logits_spread``): the logits'
@@ -180,9 +180,7 @@ def validate_adapt(
             if np.isfinite(want).all():
                 got = out[section[ADAPT_LOGITS_KEY]]
                 report.logits_max_abs = max(report.logits_max_abs, float(np.abs(got - want).max()))
-                report.logits_tol = max(
-                    report.logits_tol, atol + LOGITS_RTOL * float(np.abs(want).max()), floor
-                )
+                report.logits_tol = max(report.logits_tol, logits_tolerance(atol, want), floor)
             theirs = _flat_params(adapter, config)
             moved = max(float(np.abs(theirs - source).max()), 1e-12)
             error = float(np.abs(state[PARAMS_NAME] - theirs).max()) / moved
