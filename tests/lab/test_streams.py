@@ -442,6 +442,36 @@ def test_a_run_log_keeps_runs_made_before_a_setting_existed_while_it_holds_its_d
     assert not log.holds("a", {"lr": 0.005, "other": 1}, defaults)  # no default known
 
 
+def test_a_kept_run_at_another_batch_norm_rate_counts_only_where_the_model_has_none(
+    shift, tmp_path
+):
+    """REALM's preset sets lr_batch_norm; a run kept before it named none is the same run on
+    a model without BatchNorm (reused), and another one on a model with it (run again)."""
+    import json
+
+    import torch
+
+    from realm_lab.bench import RunLog, streams_fingerprint
+    from realm_tools.models import DigitsGNNet
+
+    settings = StreamSettings(passes=1, limit=10)
+    common = dict(settings=["episodic"], seeds=[0], corruptions=DOMAINS[:1], methods=["realm"])
+    for stages, reused in ((0, True), (1, False)):
+        torch.manual_seed(0)
+        model = DigitsGNNet(batch_norm_stages=stages).eval()  # untrained: reuse is all judged
+        mark = streams_fingerprint(
+            shift, model, corruptions=DOMAINS[:1], preset="cifar", stream_settings=settings
+        )
+        path = tmp_path / f"stages{stages}.jsonl"
+        bench_streams(shift, model, **common, stream_settings=settings, log=RunLog(path, mark))
+        head, run = (json.loads(line) for line in path.read_text().splitlines())
+        assert run["config"]["lr_batch_norm"] == 0.001  # the preset's, so the test bites
+        del run["config"]["lr_batch_norm"]  # as runs kept before the preset set it
+        path.write_text(f"{json.dumps(head)}\n{json.dumps(run)}\n")
+        bench_streams(shift, model, **common, stream_settings=settings, log=RunLog(path, mark))
+        assert len(path.read_text().splitlines()) == (2 if reused else 3)
+
+
 def test_an_eata_row_estimates_its_fisher_on_the_clean_split(shift, digits_model):
     """EATA needs clean images: the digits' clean split gives them, and its row runs beside
     ETA's (with λ_F = 1 the two may well agree; here only that it ran and updated)."""

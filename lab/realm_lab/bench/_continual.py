@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import tempfile
 from collections.abc import Callable, Sequence
@@ -23,6 +24,7 @@ from torch import nn
 
 from realm_runtime import RealmConfig
 from realm_runtime.methods import method_named
+from realm_sdk import batch_norm_names, norm_affine_names
 from realm_tools.data import JUNK, ShiftDataset, StreamSettings
 from realm_tools.models import weights_digest
 
@@ -144,10 +146,13 @@ def bench_streams(
     }
     kept = log.done if log is not None else {}
     defaults = config_defaults()
+    # BatchNorm's own rate steps nothing on a model without BatchNorm: runs at any rate are one.
+    batch_norm = bool(batch_norm_names(source, norm_affine_names(source)))
+    normal = functools.partial(comparable_config, batch_norm=batch_norm)
     todo = [
         c
         for c in cells
-        if log is None or not log.holds(c.label, configs[c.method], defaults, comparable_config)
+        if log is None or not log.holds(c.label, configs[c.method], defaults, normal)
     ]
 
     def keep(cell: Cell, run: StreamRun) -> StreamRun:

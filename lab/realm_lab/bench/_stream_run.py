@@ -118,11 +118,16 @@ def _concerns(key: str, rules: Method) -> bool:
     return not owners or rules in owners
 
 
-def comparable_config(config: Any) -> Any:
+def comparable_config(config: Any, batch_norm: bool = True) -> Any:
     """A kept run's configuration as it is compared: its method's settings among the fields.
 
     Reads both the current layout (settings under the method's name) and the flat one of
     runs kept before it, which named every method's settings.
+
+    Args:
+        config: a run's configuration as kept (JSON-ready), or None.
+        batch_norm: whether the model has BatchNorm layers; without them ``lr_batch_norm``
+            steps nothing, and runs at any value of it are the same run.
     """
     if not isinstance(config, dict) or config.get("method") not in BY_NAME:
         return config
@@ -132,6 +137,8 @@ def comparable_config(config: Any) -> Any:
         for k, v in config.items()
         if k not in BY_NAME and (not setting_owners(k) or rules in setting_owners(k))
     }
+    if not batch_norm:
+        out.pop("lr_batch_norm", None)
     own = config.get(rules.name)
     return {**out, **own} if isinstance(own, dict) else out
 
