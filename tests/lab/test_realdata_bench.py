@@ -154,8 +154,15 @@ def test_cli_streams_count_only_the_runs_they_reused(cifar_root, tmp_path, capsy
     argv += ["--settings", "continual", "--seeds", "0", "--limit", "4", "--passes", "1"]
     argv += ["--out", str(tmp_path / "s"), "--no-progress"]
     assert main(argv) == 0
+    # The page names the CPU its runs were made on, where they came from another machine.
+    log = tmp_path / "s" / "runs.jsonl"
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    lines[1:] = [{**line, "cpu": "Another CPU (family 99)"} for line in lines[1:]]
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines))
     assert main(argv) == 0
     assert "; 2 runs came from an earlier invocation" in capsys.readouterr().out
+    page = (tmp_path / "s" / "streams.md").read_text()
+    assert "core-minutes (one torch thread each), on Another CPU (family 99)." in page
     # Another configuration of REALM's row: that run is done again, no-adapt's is reused.
     assert main([*argv, "--set", "lr=0.004"]) == 0
     said = capsys.readouterr().out

@@ -128,11 +128,13 @@ def bench_streams_command(
     reused = sum(1 for label, run in prior.items() if log.done.get(label) is run)  # not rerun
     timed = [r["seconds"] for r in log.done.values() if r.get("seconds")]
     kept = sum(timed) / 60
+    cpus = sorted({cpu for cpu in log.cpus.values() if cpu})  # the runs', not this machine's
     took = (
         f"This invocation took {minutes:.1f} min with {args.jobs} job(s)"
         + (f"; {reused} runs came from an earlier invocation" if reused else "")
         + f". The {len(timed)} of {len(log.done)} runs that kept their time took "
-        f"{kept:.0f} core-minutes (one torch thread each)."
+        f"{kept:.0f} core-minutes (one torch thread each)"
+        + (f", on {'; '.join(cpus)}." if cpus else ".")
     )
     tables = took + "\n\n" + streams_tables(runs)
     print(tables)
@@ -156,7 +158,7 @@ def bench_streams_command(
         "minutes": round(minutes, 2),
         "core_minutes": round(kept, 1),  # every run's own time, reused runs included
         "source_sha256": fingerprint["source_sha256"],
-        "cpus": sorted(set(log.cpus.values())),  # more than one where a stopped run went on
+        "cpus": cpus,  # more than one where a stopped run went on
     }
     write_atomic(runs_dir / "streams.json", streams_to_json(runs, record))
     write_atomic(
