@@ -30,6 +30,7 @@ from ._loss import entropy
 from ._margin import decision_margin, prediction_cosines
 from ._params import (
     batch_norm_names,
+    has_batch_norm,
     last_block_patterns,
     norm_affine_names,
     norm_layer_types,
@@ -56,6 +57,7 @@ __all__ = [
     "eata_loss",
     "entropy",
     "fisher_information",
+    "has_batch_norm",
     "last_block_patterns",
     "norm_affine_names",
     "norm_layer_types",

@@ -316,3 +316,17 @@ def select_trainable(
             "adapt_stages, or freeze_last_block=False)."
         )
     return selected
+
+
+def has_batch_norm(model: nn.Module) -> bool:
+    """Whether a norm affine parameter of ``model`` is a BatchNorm's with running statistics.
+
+    Only on such a model does ``RealmConfig.lr_batch_norm`` step anything.
+
+    Args:
+        model: the classifier.
+
+    Returns:
+        True where ``batch_norm_names(model, norm_affine_names(model))`` is not empty.
+    """
+    return bool(batch_norm_names(model, norm_affine_names(model)))

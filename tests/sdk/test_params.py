@@ -10,6 +10,7 @@ from realm_sdk import (
     RealmAdapter,
     RealmConfig,
     batch_norm_names,
+    has_batch_norm,
     last_block_patterns,
     norm_affine_names,
     select_trainable,
@@ -153,6 +154,8 @@ def test_batch_norm_names_are_the_ones_with_running_statistics():
     names = norm_affine_names(model)
     assert batch_norm_names(model, names) == ["0.weight", "0.bias", "2.weight", "2.bias"]
     assert batch_norm_names(model, ["2.bias", "1.weight", "0.weight"]) == ["2.bias", "0.weight"]
+    assert has_batch_norm(model)
+    assert not has_batch_norm(nn.Sequential(*model[1:2], *model[3:]))
 
 
 def test_the_mixed_digits_model_has_both_families():

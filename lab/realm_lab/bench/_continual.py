@@ -24,7 +24,7 @@ from torch import nn
 
 from realm_runtime import RealmConfig
 from realm_runtime.methods import method_named
-from realm_sdk import batch_norm_names, norm_affine_names
+from realm_sdk import has_batch_norm
 from realm_tools.data import JUNK, ShiftDataset, StreamSettings
 from realm_tools.models import weights_digest
 
@@ -147,8 +147,7 @@ def bench_streams(
     kept = log.done if log is not None else {}
     defaults = config_defaults()
     # BatchNorm's own rate steps nothing on a model without BatchNorm: runs at any rate are one.
-    batch_norm = bool(batch_norm_names(source, norm_affine_names(source)))
-    normal = functools.partial(comparable_config, batch_norm=batch_norm)
+    normal = functools.partial(comparable_config, batch_norm=has_batch_norm(source))
     todo = [
         c
         for c in cells

@@ -28,7 +28,7 @@ from tqdm import tqdm
 from realm_export import ExportOptions, export_realm_artifacts
 from realm_lab.data import CCCSettings
 from realm_runtime import Guardrails, RealmConfig, RealmRuntime
-from realm_sdk import batch_norm_names, norm_affine_names
+from realm_sdk import has_batch_norm
 from realm_tools.data import ShiftDataset
 from realm_tools.models import weights_digest
 
@@ -228,7 +228,7 @@ def bench_endless(
         guarded = [r.key for r in chosen if r.guarded] or [REALM_GUARDED.key]
         variant = {k: [repr(sorted(overrides.items()))] for k in guarded} if overrides else {}
         # BatchNorm's own rate is in REALM's defaults: a row run at another is not this one.
-        if batch_norm_names(source, norm_affine_names(source)):
+        if has_batch_norm(source):
             for key in exported:
                 if configs[key].batch_norm_lr is not None:
                     rate = f"lr_batch_norm={configs[key].batch_norm_lr!r}"
