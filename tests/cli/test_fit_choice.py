@@ -18,6 +18,7 @@ from realm_tools.fit import (
     choose,
     halving,
     schedule_cost,
+    shortened,
 )
 
 COST = dict(streams=30, seconds_per_sample=0.01, workers=2)
@@ -44,6 +45,20 @@ def test_a_stream_too_short_or_a_budget_too_small_gives_no_schedule() -> None:
 def test_lengths_stop_at_what_a_stream_holds() -> None:
     plan = halving(35, max_length=100, budget_s=1e9, **COST)
     assert plan[-1].length == 100 and plan[-1].candidates == FINALISTS
+
+
+def test_rounds_behind_the_plan_are_cut_together_to_fit_and_never_below_the_last_run() -> None:
+    plan = halving(35, max_length=6000, budget_s=600, **COST)
+    rest = plan[1:]
+    assert shortened(rest, floor=plan[0].length, budget_s=600, **COST) == rest  # fits: kept
+    cut = shortened(rest, floor=plan[0].length, budget_s=60, **COST)
+    assert schedule_cost(cut, **COST) <= 60 < schedule_cost(rest, **COST)
+    assert all(
+        c.candidates == r.candidates and c.length < r.length for c, r in zip(cut, rest, strict=True)
+    )
+    assert all(c.length >= plan[0].length for c in cut)
+    nothing = shortened(rest, floor=plan[0].length, budget_s=-1, **COST)
+    assert [r.length for r in nothing] == [plan[0].length] * len(rest)
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -103,8 +104,9 @@ def test_each_round_keeps_the_best_on_longer_streams(bench, tmp_path):
     pool = candidates("cifar", 10, bound=0.02, batch_norm=False, adapt_stages=None, tiers=1)
     plan = [Round(len(pool), 20), Round(2, 50)]
     journal = Journal(tmp_path / "j.jsonl", "x")
-    rounds = run_rounds(bench, ["a", "b"], pool, plan, journal, workers=2)
-    first, last = rounds
+    searched = run_rounds(bench, ["a", "b"], pool, plan, journal, workers=2)
+    first, last = searched.rounds
+    assert searched.plan == plan and searched.per_sample > 0  # no deadline: run as planned
     assert len(first) == len(pool) + 1 and len(last) == 3  # not adapting runs beside each
     assert [s.mean for s in first] == sorted((s.mean for s in first), reverse=True)
     kept = [s.candidate for s in first if s.candidate.config is not None][:2]
@@ -220,13 +222,31 @@ def test_the_defaults_join_the_final_round_whatever_the_halving_kept(bench, tmp_
     rounds = run_rounds(
         bench, ["a", "b"], pool[:3], plan, Journal(tmp_path / "j.jsonl", "x"), workers=1,
         carried=(carried,),
-    )  # fmt: skip
+    ).rounds  # fmt: skip
     first, last = rounds
     assert carried.key not in {s.candidate.key for s in first}
     assert carried.key in {s.candidate.key for s in last} and len(last) == 3
     again = run_rounds(
         bench, ["a", "b"], pool[:3], plan, Journal(tmp_path / "k.jsonl", "x"), workers=1,
         carried=pool[:3],
-    )  # fmt: skip
+    ).rounds  # fmt: skip
     keys = [s.candidate.key for s in again[-1]]
     assert len(keys) == len(set(keys))  # one already kept is not run twice
+
+
+def test_a_search_behind_its_plan_shortens_its_later_rounds_and_still_weighs_the_defaults(
+    bench, tmp_path
+):
+    pool = candidates("cifar", 10, bound=0.02, batch_norm=False, adapt_stages=None, tiers=1)
+    plan = [Round(4, 16), Round(2, 48)]
+    told: list[str] = []
+    searched = run_rounds(
+        bench, ["a", "b"], pool[:4], plan, Journal(tmp_path / "j.jsonl", "x"), workers=1,
+        carried=(pool[4],), notify=told.append, deadline=time.perf_counter(),
+    )  # fmt: skip
+    first, last = searched.rounds
+    assert searched.plan == [Round(4, 16), Round(2, 16)]  # no time left: the first's length
+    assert [s.length for s in last] == [16] * 4 and pool[4].key in {s.candidate.key for s in last}
+    kept = {s.candidate.key for s in first if s.candidate.config is not None}
+    assert {s.candidate.key for s in last} - {pool[4].key, NO_ADAPT_CANDIDATE.key} <= kept
+    assert len(told) == 1 and "shortened to 16 samples a stream" in told[0]

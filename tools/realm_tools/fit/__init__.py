@@ -13,15 +13,16 @@ against the model
     >>> data = read_images("clean.npz", input_shape=(1, 1, 32, 32), num_classes=10)
 """
 
+from ._budget import FitBudgetError
 from ._candidates import NO_ADAPT_CANDIDATE, Candidate, candidates, default_config
 from ._data import AppImages, FitInputError, app_images, read_images
-from ._fit import FitBudgetError, FitResult, fit_realm_artifacts
+from ._fit import FitResult, fit_realm_artifacts
 from ._options import MIN_IMAGES, SEVERITIES, FitOptions, FitRule
 from ._pool import Bench, Job, Journal, clean_accuracy, fork_runs_autograd, run_jobs
 from ._report import rule_costs
 from ._rule import Choice, Measured, Verdict, choose
-from ._schedule import FINALISTS, MIN_LENGTH, Round, halving, schedule_cost
-from ._search import Standing, run_rounds
+from ._schedule import FINALISTS, MIN_LENGTH, Round, halving, schedule_cost, shortened
+from ._search import Searched, Standing, run_rounds
 from ._streams import StreamImages, StreamKey, build_stream, normalise
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "Journal",
     "Measured",
     "Round",
+    "Searched",
     "Standing",
     "StreamImages",
     "StreamKey",
@@ -62,4 +64,5 @@ __all__ = [
     "run_jobs",
     "run_rounds",
     "schedule_cost",
+    "shortened",
 ]

@@ -29,10 +29,17 @@ from realm_export import (
 )
 from realm_export.bound import BoundLadder, NormBall, climb_bounds
 from realm_runtime.measure import cpu_name
-from realm_runtime.methods import EXPORTED
 from realm_sdk import RealmAdapter, RealmConfig, batch_norm_names, select_trainable
 
-from ..bench import run_online
+from ._budget import (
+    CALIBRATION_SAMPLES,
+    SAFETY,
+    SHARES,
+    long_stream_length,
+    price_sample,
+    time_left,
+    too_small,
+)
 from ._candidates import NO_ADAPT_CANDIDATE, Candidate, candidates, default_config
 from ._data import FitInputError
 from ._options import SEVERITIES, FitOptions
@@ -40,24 +47,17 @@ from ._pool import Bench, Job, Journal, clean_accuracy, default_workers, run_job
 from ._proof import prove
 from ._report import write_report
 from ._rule import Measured, choose
-from ._schedule import halving, least_cost
+from ._schedule import halving
 from ._search import run_rounds
 from ._streams import FIELD, StreamKey, build_stream, normalise, shifted_keys
 
-SHARES = {"search": 0.6, "long": 0.15, "proof": 0.25}  # of the time left after the exports
-CALIBRATION_SAMPLES = 12  # samples each method steps to price one sample
 CLEAN_IMAGES = 256  # the most clean images the drift search and the clean check read
 CLEAN_IMAGES_LONG = 512  # with LONG_FIT minutes or more: the worst case found is less noisy
 LONG_FIT = 10.0  # minutes of budget from which the drift search reads CLEAN_IMAGES_LONG
 DRIFT_FINER = (0.5, 0.25, 0.125)  # of DriftCheck's smallest bound, tried where that one fails
 DRIFT_SHARE = 0.2  # of the budget, the most the drift search may take before stopping
-SAFETY = 1.2  # a sample priced this much dearer than measured: later rounds hold dearer methods
 
 Progress = Callable[[str, int], Callable[[int], None]]
-
-
-class FitBudgetError(FitInputError):
-    """The time given cannot measure even one configuration; says how much would."""
 
 
 @dataclass(frozen=True)
@@ -126,9 +126,9 @@ def fit_realm_artifacts(
     bench = Bench(model, streams, options.mean, options.std, clean, clean_y)
 
     say("pricing one sample of each method")
-    per_sample = _price(bench, keys[-1].name, options)
+    per_sample = price_sample(bench, keys[-1].name, options)
     if budget < 3 * per_sample * CALIBRATION_SAMPLES * len(keys):
-        raise _too_small(
+        raise too_small(
             time.perf_counter() - began, per_sample, len(keys), len(search_x), workers, 0.0
         )
 
@@ -194,7 +194,7 @@ def fit_realm_artifacts(
     own_worst = next((t["worst_accuracy"] for t in bounds_tried if t["bound"] == own), None)
     default = Candidate("defaults (REALM, preset)", config0, 0)
 
-    left = budget - (time.perf_counter() - began) - export_s
+    left = time_left(budget, began, export_s)
     fingerprint = _fingerprint(model, options, stages, ladder.chosen)
     journal = Journal(work / "journal.jsonl", fingerprint)
     rounds, finalists, long_runs, plan, long_length = [], [], {}, [], 0
@@ -230,7 +230,7 @@ def fit_realm_artifacts(
                 search_streams = tried
                 break
         if plan is None:
-            raise _too_small(
+            raise too_small(
                 time.perf_counter() - began,
                 per_sample,
                 len(severity5),
@@ -239,7 +239,7 @@ def fit_realm_artifacts(
                 export_s,
             )
         say(f"searching {len(pool)} configurations in {len(plan)} rounds on {workers} workers")
-        rounds = run_rounds(
+        searched = run_rounds(
             bench,
             search_streams,
             pool,
@@ -249,10 +249,14 @@ def fit_realm_artifacts(
             progress=progress,
             notify=once,
             carried=(default,),
+            deadline=time.perf_counter() + left * SHARES["search"],
         )
+        rounds = searched.rounds
+        # What the search paid, where dearer than priced, sizes the long stream and the proof.
+        per_sample = max(per_sample, searched.per_sample / SAFETY)
         finalists = [s for s in rounds[-1] if s.candidate.config is not None]
         long_streams = [k for k in streams if k.startswith("field/")] + search_streams
-        long_length = _long_length(
+        long_length = long_stream_length(
             budget, began, export_s, per_sample, finalists, long_streams, len(search_x), workers
         )
         say("the long stream: every shifted stream in turn, then the clean accuracy")
@@ -275,7 +279,7 @@ def fit_realm_artifacts(
     choice = choose(measured, no_adapt=no_adapt, source_clean=source_clean, rule=options.rule)
 
     say("proving the choice on the held-out images")
-    left = budget - (time.perf_counter() - began) - export_s
+    left = time_left(budget, began, export_s)
     proof = prove(
         model,
         options,
@@ -397,52 +401,6 @@ def _clean(options: FitOptions, config: RealmConfig) -> np.ndarray | None:
     return normalise(options.data.images[:size], options.mean, options.std)
 
 
-def _price(bench: Bench, stream: str, options: FitOptions) -> float:
-    """Seconds one adapting sample costs one worker: the mean over the methods at the preset."""
-    x = normalise(bench.streams[stream].images[:CALIBRATION_SAMPLES], bench.mean, bench.std)
-    y = bench.streams[stream].labels[:CALIBRATION_SAMPLES]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        costs = []
-        for c in candidates(
-            options.preset,
-            options.num_classes,
-            bound=1.0,
-            batch_norm=False,
-            adapt_stages=None,
-            tiers=1,
-        ):
-            assert c.config is not None
-            adapter = RealmAdapter(copy.deepcopy(bench.model), c.config, clean_images=bench.clean)
-            run_online(adapter, x[:2], y[:2], alpha_lambda=False)  # first calls warm up
-            began = time.perf_counter()
-            run_online(adapter, x, y, alpha_lambda=False)
-            costs.append((time.perf_counter() - began) / len(x))
-    finally:
-        torch.set_num_threads(threads)
-    return float(np.mean(costs))
-
-
-def _too_small(
-    spent: float, per_sample: float, streams: int, length: int, workers: int, export_s: float
-) -> FitBudgetError:
-    """The sentence for a budget that cannot measure each method once, with what would."""
-    search = least_cost(
-        len(EXPORTED),
-        streams=streams,
-        max_length=length,
-        seconds_per_sample=per_sample * SAFETY,
-        workers=workers,
-    )
-    least = spent + export_s + search / SHARES["search"]
-    return FitBudgetError(
-        f"the time given cannot measure each method once here: one sample costs "
-        f"{per_sample * 1e3:.1f} ms, an export {export_s:.0f} s, the set-up took {spent:.0f} s; "
-        f"give at least --minutes {least / 60:.1f}"
-    )
-
-
 def _warn(sentence: str) -> None:
     warnings.warn(sentence, RuntimeWarning, stacklevel=2)
 
@@ -508,21 +466,3 @@ def _fingerprint(
     settings = [options.mean, options.std, options.preset, options.seed, stages, bound]
     h.update(json.dumps(settings, default=str).encode())
     return h.hexdigest()
-
-
-def _long_length(
-    budget: float,
-    began: float,
-    export_s: float,
-    per_sample: float,
-    finalists: list[Any],
-    streams: list[str],
-    most: int,
-    workers: int,
-) -> int:
-    """Samples of each stream in the long stream: what its share of the time left allows."""
-    left = budget - (time.perf_counter() - began) - export_s
-    share = left * SHARES["long"] / (SHARES["long"] + SHARES["proof"])
-    parallel = min(workers, max(len(finalists), 1))
-    per_stream = share * parallel / (per_sample * SAFETY * len(streams) * max(len(finalists), 1))
-    return int(max(8, min(most, per_stream)))

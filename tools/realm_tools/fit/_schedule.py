@@ -66,6 +66,55 @@ def halving(
     return rounds(low)
 
 
+def shortened(
+    rest: list[Round],
+    *,
+    floor: int,
+    streams: int,
+    seconds_per_sample: float,
+    workers: int,
+    budget_s: float,
+    carried: int = 0,
+) -> list[Round]:
+    """The rounds still to run, their lengths cut together until they fit ``budget_s``.
+
+    None falls below ``floor`` (the length the last round ran: its results there are kept,
+    so a round at ``floor`` only runs what joins it); where nothing fits, every round is at
+    ``floor``. Rounds that already fit come back as they were.
+
+    Args:
+        rest: the plan's rounds not run yet.
+        floor: samples per stream of the round last run.
+        streams: shifted streams each configuration runs on per round.
+        seconds_per_sample: what one adapting sample costs one worker, as measured so far.
+        workers: processes measuring at once.
+        budget_s: seconds left to the search.
+        carried: configurations that join the final round.
+    """
+    last = rest[-1].length
+
+    def at(final: int) -> list[Round]:
+        return [Round(r.candidates, max(floor, r.length * final // last)) for r in rest]
+
+    def fits(plan: list[Round]) -> bool:
+        cost = schedule_cost(
+            plan,
+            streams=streams,
+            seconds_per_sample=seconds_per_sample,
+            workers=workers,
+            carried=carried,
+        )
+        return cost <= budget_s
+
+    if fits(rest):
+        return list(rest)
+    low, high = floor, last
+    while low < high:  # the cost grows with the final length: the largest that fits
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fits(at(middle)) else (low, middle - 1)
+    return at(low)
+
+
 def _rounds(count: int, first: int, max_length: int) -> list[Round]:
     """Halving from ``count`` configurations on ``first`` samples down to the finalists."""
     sizes = [count]

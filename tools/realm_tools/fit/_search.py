@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -9,7 +10,7 @@ import numpy as np
 
 from ._candidates import NO_ADAPT_CANDIDATE, Candidate
 from ._pool import Bench, Job, Journal, run_jobs
-from ._schedule import Round
+from ._schedule import Round, shortened
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,15 @@ class Standing:
     length: int  # samples of each stream
     mean: float  # mean over the streams of the online accuracy, in percent
     per_stream: tuple[float, ...]  # each stream's, in the order of the streams given
+
+
+@dataclass(frozen=True)
+class Searched:
+    """The search as it ran: each round's standings and what a sample cost in it."""
+
+    rounds: list[list[Standing]]  # each round's standings, best first, not adapting among them
+    plan: list[Round]  # the rounds as run: later ones shortened where the search fell behind
+    per_sample: float  # seconds an adapting sample cost a worker, by the wall clock; 0: none ran
 
 
 def run_rounds(
@@ -33,18 +43,41 @@ def run_rounds(
     progress: Callable[[str, int], Callable[[int], None]] | None = None,
     notify: Callable[[str], None] | None = None,
     carried: Sequence[Candidate] = (),
-) -> list[list[Standing]]:
+    deadline: float | None = None,
+) -> Searched:
     """Run ``plan``'s rounds: each keeps its best ``plan[r + 1].candidates`` for the next.
 
     Not adapting runs beside every round, at the round's length, for the rule's floor;
-    ``carried`` (the defaults) join the final round, so the rule always weighs them.
+    ``carried`` (the defaults) join the final round, so the rule always weighs them. Where
+    a round ran slower than the plan was priced (the machine shared, say), the rounds after
+    it are shortened to end by ``deadline`` (a ``time.perf_counter()`` reading).
 
     Returns:
-        Each round's standings, best first, not adapting among them.
+        The rounds' standings, the plan as run and the cost of a sample measured.
     """
     alive = list(pool)
-    rounds = []
-    for number, step in enumerate(plan):
+    rounds: list[list[Standing]] = []
+    plan = list(plan)
+    measured = 0.0
+    for number in range(len(plan)):
+        if deadline is not None and measured > 0 and number > 0:
+            rest = shortened(
+                plan[number:],
+                floor=plan[number - 1].length,
+                streams=len(streams),
+                seconds_per_sample=measured,
+                workers=workers,
+                budget_s=deadline - time.perf_counter(),
+                carried=len(carried),
+            )
+            if rest != plan[number:] and notify is not None:
+                notify(
+                    f"the search runs behind its plan (a sample costs {measured * 1e3:.0f} ms "
+                    f"here now): rounds {number + 1}-{len(plan)} shortened to "
+                    f"{', '.join(str(r.length) for r in rest)} samples a stream"
+                )
+            plan[number:] = rest
+        step = plan[number]
         everyone = (NO_ADAPT_CANDIDATE, *alive)
         if number + 1 == len(plan):
             known = {c.key for c in everyone}
@@ -54,15 +87,23 @@ def run_rounds(
         if progress is not None:
             total = int(sum(j.weight for j in jobs))
             tell = progress(f"round {number + 1}/{len(plan)}: {len(alive)} configurations", total)
-        for _ in run_jobs(bench, jobs, journal, workers=workers, progress=tell, notify=notify):
-            pass
+        began, adapted = time.perf_counter(), 0
+        ran = run_jobs(bench, jobs, journal, workers=workers, progress=tell, notify=notify)
+        for results in ran:
+            adapted += sum(f["samples"] for k, f in results.items() if not _not_adapting(k))
+        if adapted:  # the wall clock: what sharing the machine costs is in it
+            measured = (time.perf_counter() - began) * workers / adapted
         standings = [_standing(c, streams, step.length, journal) for c in everyone]
         standings.sort(key=lambda s: -s.mean)  # stable: a tie keeps the registry's order
         rounds.append(standings)
         if number + 1 < len(plan):
             keep = plan[number + 1].candidates
             alive = [s.candidate for s in standings if s.candidate.config is not None][:keep]
-    return rounds
+    return Searched(rounds, plan, measured)
+
+
+def _not_adapting(key: str) -> bool:
+    return key.endswith(f"|{NO_ADAPT_CANDIDATE.key}")
 
 
 def _standing(candidate: Candidate, streams: list[str], length: int, journal: Journal) -> Standing:
