@@ -56,10 +56,8 @@ def price_sample(bench: Bench, stream: str, options: FitOptions) -> float:
     return float(np.mean(costs))
 
 
-def too_small(
-    spent: float, per_sample: float, streams: int, length: int, workers: int, export_s: float
-) -> FitBudgetError:
-    """The sentence for a budget that cannot measure each method once, with what would."""
+def least_left(per_sample: float, streams: int, length: int, workers: int) -> float:
+    """Seconds a fit needs past its set-up and exports: the cheapest search, at its share."""
     search = least_cost(
         len(EXPORTED),
         streams=streams,
@@ -67,7 +65,14 @@ def too_small(
         seconds_per_sample=per_sample * SAFETY,
         workers=workers,
     )
-    least = spent + export_s + search / SHARES["search"]
+    return search / SHARES["search"]
+
+
+def too_small(
+    spent: float, per_sample: float, streams: int, length: int, workers: int, export_s: float
+) -> FitBudgetError:
+    """The sentence for a budget that cannot measure each method once, with what would."""
+    least = spent + export_s + least_left(per_sample, streams, length, workers)
     return FitBudgetError(
         f"the time given cannot measure each method once here: one sample costs "
         f"{per_sample * 1e3:.1f} ms, an export {export_s:.0f} s, the set-up took {spent:.0f} s; "

@@ -35,6 +35,7 @@ from ._budget import (
     CALIBRATION_SAMPLES,
     SAFETY,
     SHARES,
+    least_left,
     long_stream_length,
     price_sample,
     time_left,
@@ -141,6 +142,18 @@ def fit_realm_artifacts(
             shutil.rmtree(work, ignore_errors=True)
         raise
     export_s = time.perf_counter() - export_began
+    severity5 = [k.name for k in keys if k.severity == max(SEVERITIES)]
+    floor_s = least_left(per_sample, len(severity5), len(search_x), workers)
+    if time_left(budget, began, export_s) < floor_s:  # said now, not after the drift search
+        shutil.rmtree(work, ignore_errors=True)
+        raise too_small(
+            time.perf_counter() - began,
+            per_sample,
+            len(severity5),
+            len(search_x),
+            workers,
+            export_s,
+        )
     stages = preflight.manifest.config.get("adapt_stages")
     config0 = dataclasses.replace(config0, adapt_stages=stages)
 
@@ -152,8 +165,9 @@ def fit_realm_artifacts(
     check = DriftCheck(images=clean, labels=clean_y, allowed_drop=options.rule.worst_drop)
     ball = NormBall(copy.deepcopy(model), names)
 
-    def out_of_time() -> bool:
-        return time.perf_counter() - drift_began > budget * DRIFT_SHARE
+    def out_of_time() -> bool:  # its share spent, or the search's least would no longer fit
+        spent = time.perf_counter() - drift_began
+        return spent > budget * DRIFT_SHARE or time_left(budget, began, export_s) < floor_s
 
     def climb(bounds: Sequence[float]) -> BoundLadder:
         return climb_bounds(
@@ -202,7 +216,6 @@ def fit_realm_artifacts(
     search_streams = [k.name for k in keys]
     if ladder.chosen is not None:
         batch_norm = bool(batch_norm_names(model, names))
-        severity5 = [k.name for k in keys if k.severity == max(SEVERITIES)]
         for tiers, tried in [
             (3, search_streams),
             (2, search_streams),
