@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 
 import numpy as np
 import pytest
 import torch
 
+from realm_export.bound import climb_bounds
 from realm_lab.attack import (
     SHAPES,
     FrameAttacker,
@@ -55,6 +57,23 @@ def test_the_search_stays_in_the_ball_and_finds_a_loss(digits):
     assert small.source_accuracy == large.source_accuracy > 90  # the shipped digits model
     # A ball 50× wider holds parameters far worse on the clean images.
     assert large.drop > 10 and large.drop > small.drop
+
+
+def test_a_deadline_cuts_the_restarts_and_the_climb_after_their_first(digits):
+    ball = NormBall(digits.model, digits.names)
+    settings = SearchSettings(steps=8, restarts=3, eval_every=4)
+    images, labels = digits.images[:200], digits.labels[:200]
+    now = time.perf_counter()
+    cut = worst_case(ball, images, labels, 0.05, settings, deadline=now)
+    whole = worst_case(ball, images, labels, 0.05, settings, deadline=now + 3600)
+    assert len(cut.per_restart) == 1 and len(whole.per_restart) == 3
+    assert cut.per_restart[0] == whole.per_restart[0]  # the first restart runs alike
+    ladder = climb_bounds(
+        ball, images, labels, [0.001, 0.002, 0.004], allowed_drop=100.0, search=settings,
+        seed=0, deadline=time.perf_counter(),
+    )  # fmt: skip
+    assert [t["bound"] for t in ladder.tried] == [0.001] and ladder.chosen == 0.001
+    assert len(ladder.tried[0]["per_restart"]) == 1
 
 
 def test_bad_settings_and_names_are_refused_in_one_sentence(digits):

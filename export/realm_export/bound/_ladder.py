@@ -9,6 +9,7 @@ loses more than allowed.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,7 +39,7 @@ def climb_bounds(
     search: SearchSettings,
     seed: int,
     notify: Callable[[str], None] | None = None,
-    stop: Callable[[], bool] | None = None,
+    deadline: float | None = None,
 ) -> BoundLadder:
     """Search each bound from the smallest up; stop at the first that loses more than allowed.
 
@@ -51,19 +52,24 @@ def climb_bounds(
         search: how hard each bound is searched.
         seed: of the random starts and minibatches.
         notify: told the bound being searched, before each search.
-        stop: asked before each bound after the first; True ends the climb there (out of
-            time), keeping the largest allowed so far.
+        deadline: a ``time.perf_counter()`` reading: a bound after the first is searched only
+            where, priced as the last one, it ends by then (the climb keeps the largest
+            allowed so far), and each search's restarts after its first likewise.
     """
     images = np.ascontiguousarray(images, dtype=np.float32)
     labels = np.asarray(labels, dtype=np.int64)
     tried: list[dict[str, Any]] = []
-    chosen, start = None, None
+    chosen, start, took = None, None, 0.0
     for bound in bounds:
-        if tried and stop is not None and stop():
+        if tried and deadline is not None and time.perf_counter() + took > deadline:
             break
         if notify is not None:
             notify(f"drift check: the worst case inside max_drift {bound:g}")
-        found = worst_case(ball, images, labels, bound, search, seed=seed, start=start)
+        began = time.perf_counter()
+        found = worst_case(
+            ball, images, labels, bound, search, seed=seed, start=start, deadline=deadline
+        )
+        took = time.perf_counter() - began
         tried.append({**found.to_dict(), "drop": found.drop})
         log.info(
             "drift check: max_drift %g: source %.2f %%, worst found %.2f %% (−%.2f points, "

@@ -179,6 +179,7 @@ def worst_case(
     seed: int = 0,
     shape: str = "l2",
     start: Tensor | None = None,
+    deadline: float | None = None,
 ) -> WorstCase:
     """Search the set of size ``bound`` around θ0 for the θ of lowest accuracy on ``images``.
 
@@ -197,6 +198,9 @@ def worst_case(
         shape: of :data:`SHAPES`.
         start: θ − θ0 to start one more restart from (projected into the set), such as the
             worst point of a smaller set of the same shape, which this one contains.
+        deadline: a ``time.perf_counter()`` reading: a restart after the first runs only
+            where, priced as the mean so far, it ends by then (``per_restart`` says how many
+            ran).
     """
     settings = settings or SearchSettings()
     if not bound > 0:
@@ -219,6 +223,9 @@ def worst_case(
         return score
 
     for restart in range(settings.restarts + (start is not None)):
+        now = time.perf_counter()
+        if restart and deadline is not None and now + (now - started) / restart > deadline:
+            break
         kind = LOSSES[restart % len(LOSSES)]
         delta = torch.zeros_like(ball.theta0)
         lowest = math.inf

@@ -165,9 +165,11 @@ def fit_realm_artifacts(
     check = DriftCheck(images=clean, labels=clean_y, allowed_drop=options.rule.worst_drop)
     ball = NormBall(copy.deepcopy(model), names)
 
-    def out_of_time() -> bool:  # its share spent, or the search's least would no longer fit
-        spent = time.perf_counter() - drift_began
-        return spent > budget * DRIFT_SHARE or time_left(budget, began, export_s) < floor_s
+    # The drift search ends at its share, or where the search's cheapest schedule begins.
+    drift_ends = min(drift_began + budget * DRIFT_SHARE, began + budget - export_s - floor_s)
+
+    def out_of_time() -> bool:
+        return time.perf_counter() >= drift_ends
 
     def climb(bounds: Sequence[float]) -> BoundLadder:
         return climb_bounds(
@@ -179,7 +181,7 @@ def fit_realm_artifacts(
             search=check.search,
             seed=options.seed,
             notify=say,
-            stop=out_of_time,
+            deadline=drift_ends,
         )
 
     ladder = climb(check.bounds)
@@ -202,6 +204,7 @@ def fit_realm_artifacts(
             search=check.search,
             seed=options.seed,
             notify=say,
+            deadline=drift_ends,
         ).tried
     source_clean = clean_accuracy(bench)
     worst = {t["bound"]: t["worst_accuracy"] for t in ladder.tried}
