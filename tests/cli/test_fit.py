@@ -148,7 +148,7 @@ def test_a_fit_chooses_proves_and_exports_what_the_runtime_loads(tmp_path, capsy
     def args(minutes: float) -> list[str]:
         return [*_fit_args(out, minutes=minutes), "--data", str(tmp_path / "val.npz")]
 
-    # On the slowest CPU met, unshared, the fit's own floor is over 3.5 minutes.
+    # Near the fit's own floor on the slowest CPU met, unshared (docs/fit.md).
     minutes = _minutes_here(args, capsys, at_least=5.0)
     assert main(args(minutes)) == 0
     report = json.loads((out / "fit.json").read_text())
