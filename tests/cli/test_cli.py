@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import HANG_S
 
 from realm_tools.cli import main
 
@@ -32,7 +33,7 @@ def test_demo_runs_end_to_end(tmp_path):
         capture_output=True,
         text=True,
         check=True,
-        timeout=600,
+        timeout=HANG_S,
     ).stdout
     assert "gaussian_noise" in out and "average" in out
     row = next(line for line in out.splitlines() if line.startswith("gaussian_noise"))

@@ -26,6 +26,7 @@ from ._artifacts import (
 from ._data import needs_fashion_mnist
 from ._hypothesis import FAST, FULL, json_values, tiers
 from ._processes import (
+    HANG_S,
     NODE_APP,
     ROOT,
     RUNTIME_VENV,
@@ -74,6 +75,7 @@ __all__ = [
     "FAST",
     "FIXED_PIXEL",
     "FULL",
+    "HANG_S",
     "LOGITS_ATOL",
     "MOMENTUM_RTOL",
     "NODE_APP",

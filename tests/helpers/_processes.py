@@ -14,6 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIME_VENV = ROOT / ".venv-runtime"
+# A hang guard for a whole command, not a speed check: a shared CPU runs it many times slower.
+HANG_S = 1800
 
 
 def _run(cmd, **kw):
