@@ -35,6 +35,7 @@ from ._budget import (
     CALIBRATION_SAMPLES,
     SAFETY,
     SHARES,
+    FitBudgetError,
     least_left,
     long_stream_length,
     price_sample,
@@ -144,16 +145,14 @@ def fit_realm_artifacts(
     export_s = time.perf_counter() - export_began
     severity5 = [k.name for k in keys if k.severity == max(SEVERITIES)]
     floor_s = least_left(per_sample, len(severity5), len(search_x), workers)
+
+    def short_of_time() -> FitBudgetError:  # tier 1 on the severity-5 streams cannot run
+        spent = time.perf_counter() - began
+        return too_small(spent, per_sample, len(severity5), len(search_x), workers, export_s)
+
     if time_left(budget, began, export_s) < floor_s:  # said now, not after the drift search
         shutil.rmtree(work, ignore_errors=True)
-        raise too_small(
-            time.perf_counter() - began,
-            per_sample,
-            len(severity5),
-            len(search_x),
-            workers,
-            export_s,
-        )
+        raise short_of_time()
     stages = preflight.manifest.config.get("adapt_stages")
     config0 = dataclasses.replace(config0, adapt_stages=stages)
 
@@ -246,14 +245,7 @@ def fit_realm_artifacts(
                 search_streams = tried
                 break
         if plan is None:
-            raise too_small(
-                time.perf_counter() - began,
-                per_sample,
-                len(severity5),
-                len(search_x),
-                workers,
-                export_s,
-            )
+            raise short_of_time()
         say(f"searching {len(pool)} configurations in {len(plan)} rounds on {workers} workers")
         searched = run_rounds(
             bench,
