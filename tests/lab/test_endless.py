@@ -103,6 +103,11 @@ def test_the_command_runs_every_row_through_the_runtime_and_writes_the_plot(tmp_
     assert "none: " in out and out.count(" (kept)\n") == 1 and "realm-guarded: " in out
     variant = json.loads((tmp_path / "ccc.json").read_text())
     assert variant["meta"]["overrides"] == {"lr": "0.001"}
+    assert variant["meta"]["title"].endswith("(seed 4); REALM lr=0.001")
+    # the plot drawn again from the kept runs is the plot the bench drew
+    (tmp_path / "again").mkdir()
+    assert main(["replot", "--runs", str(tmp_path), "--out", str(tmp_path / "again")]) == 0
+    assert (tmp_path / "again" / "ccc.png").read_bytes() == (tmp_path / "ccc.png").read_bytes()
     assert variant["rows"][1]["windows"] != rows["realm-guarded"]["windows"]
     assert main([*argv, "--set", "nope=1"]) == 2
     assert "do not fit RealmConfig" in capsys.readouterr().err

@@ -109,6 +109,12 @@ def run_endless(
     header = run_header(
         "The endless stream (CCC-style), through RealmRuntime", sys.argv, program="realm-lab"
     )
+    model = f" {args.model}" if args.model else ""  # the plot names what ran, as ccc.md does
+    variant = f"; REALM {' '.join(args.overrides)}" if args.overrides else ""
+    title = (
+        f"{args.dataset}{model}: {rows[0].samples:,} samples of changing corruptions "
+        f"(seed {seed}){variant}"
+    )
     meta = {
         "cpu": cpu_name(),
         "overrides": {k: str(v) for k, v in overrides.items()},
@@ -117,17 +123,11 @@ def run_endless(
         "split": args.split,
         "settings": dataclasses.asdict(settings),
         "window": args.window,
+        "model": args.model,
+        "title": title,  # what `realm-lab replot` draws the plot again with
     }
-    model = f" {args.model}" if args.model else ""  # the plot names what ran, as ccc.md does
-    variant = f"; REALM {' '.join(args.overrides)}" if args.overrides else ""
     write_atomic(out / "ccc.md", header + f"CPU: {cpu_name()}, one thread per row\n\n" + text)
     write_atomic(runs / "ccc.json", endless_to_json(cal, rows, meta))
-    plot_endless(
-        rows,
-        args.window,
-        out / "ccc.png",
-        f"{args.dataset}{model}: {rows[0].samples:,} samples of changing corruptions "
-        f"(seed {seed}){variant}",
-    )
+    plot_endless(rows, args.window, out / "ccc.png", title)
     print(f"written: {out / 'ccc.md'}, {runs / 'ccc.json'}, {out / 'ccc.png'}")
     return 0

@@ -11,6 +11,7 @@ from ._bench_attack import add_attack_parser
 from ._bench_fit import add_fit_parser
 from ._bench_full import add_full_length_parser
 from ._bench_quality import add_quality_parser
+from ._replot import add_replot_parser
 from ._train import add_train_parser
 
 
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_fit_parser(benches)
     add_full_length_parser(benches)
     add_train_parser(sub)
+    add_replot_parser(sub)
     return parser
 
 

@@ -19,7 +19,7 @@ from ._data import AppImages, FitInputError, app_images, read_images
 from ._fit import FitResult, fit_realm_artifacts
 from ._options import MIN_IMAGES, SEVERITIES, FitOptions, FitRule
 from ._pool import Bench, Job, Journal, clean_accuracy, fork_runs_autograd, run_jobs
-from ._report import rule_costs
+from ._report import report_png, rule_costs
 from ._rule import Choice, Measured, Verdict, choose
 from ._schedule import FINALISTS, MIN_LENGTH, Round, halving, schedule_cost, shortened
 from ._search import Searched, Standing, run_rounds
@@ -60,6 +60,7 @@ __all__ = [
     "halving",
     "normalise",
     "read_images",
+    "report_png",
     "rule_costs",
     "run_jobs",
     "run_rounds",

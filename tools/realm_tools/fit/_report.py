@@ -12,7 +12,7 @@ def write_report(directory: Path, report: dict[str, Any]) -> None:
     """Write the three files into ``directory``, each whole or not at all."""
     _atomic(directory / "fit.json", (json.dumps(report, indent=2, default=str) + "\n").encode())
     _atomic(directory / "fit.md", markdown(report).encode())
-    png = plot(report)
+    png = report_png(report)
     if png is not None:
         _atomic(directory / "fit.png", png)
 
@@ -143,7 +143,7 @@ def rule_costs(report: dict[str, Any]) -> list[str]:
     ]
 
 
-def plot(report: dict[str, Any]) -> bytes | None:
+def report_png(report: dict[str, Any]) -> bytes | None:
     """Grouped bars of the proof per corruption, as PNG bytes (None without matplotlib)."""
     try:
         import matplotlib
