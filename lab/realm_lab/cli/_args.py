@@ -65,6 +65,7 @@ def model_name(args: argparse.Namespace) -> str:
 # The repository the lab lives in: docs/ for tables and plots, lab/runs/ for what made them.
 _REPO = Path(__file__).resolve().parents[3]
 RUNS_HOME = _REPO / "lab" / "runs"
+DOCS_HOME = _REPO / "docs"
 
 
 def runs_folder(out: str | os.PathLike[str]) -> Path:
@@ -75,7 +76,6 @@ def runs_folder(out: str | os.PathLike[str]) -> Path:
     lab), so the same command resumes them; anywhere else, in ``out`` itself.
     """
     target = Path(out).resolve()
-    docs = _REPO / "docs"
-    if target == docs or docs in target.parents:
-        return RUNS_HOME / target.relative_to(docs)
+    if target == DOCS_HOME or DOCS_HOME in target.parents:
+        return RUNS_HOME / target.relative_to(DOCS_HOME)
     return Path(out)

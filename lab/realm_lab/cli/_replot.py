@@ -14,12 +14,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ._args import RUNS_HOME
+from ._args import DOCS_HOME, RUNS_HOME
 
-DOCS = RUNS_HOME.parents[1] / "docs"
-
-# The kept file of each bench that draws plots, and what it draws.
-Drawer = Callable[[Path, Path], list[Path]]
+Drawer = Callable[[Path, Path], list[Path]]  # (kept runs, folder to draw into) -> the plots
 
 
 def _streams(kept: Path, out: Path) -> list[Path]:
@@ -66,6 +63,7 @@ def _fit(kept: Path, out: Path) -> list[Path]:
     return [path]
 
 
+# The kept file of each bench that draws plots, and what draws them again.
 DRAWERS: dict[str, Drawer] = {
     "streams.json": _streams,
     "quality.json": _quality,
@@ -100,7 +98,7 @@ def add_replot_parser(sub: Any) -> None:
         help="folders under lab/runs/ (e.g. continual ccc/fmnist); none: every one",
     )
     p.add_argument("--runs", default=str(RUNS_HOME), help="where the runs are kept")
-    p.add_argument("--out", default=str(DOCS), help="where their plots go, path for path")
+    p.add_argument("--out", default=str(DOCS_HOME), help="where their plots go, path for path")
     p.set_defaults(func=run_replot_command)
 
 
