@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 
+from realm_lab.bench import _endless as endless
 from realm_lab.bench import calibrate
 from realm_lab.cli import main
 from realm_lab.data import CCCSettings, build_ccc_stream, domain_walk
@@ -68,6 +70,33 @@ def test_calibration_picks_each_corruptions_severity_nearest_the_target(digits_s
     assert sorted([*cal.chosen, *cal.left_out]) == sorted(corruptions)
     median = calibrate(predict, digits_shift, corruptions, limit=60)
     assert median.target == float(np.median([median.accuracy[c][5] for c in corruptions]))
+
+
+@pytest.mark.slow
+def test_a_kept_row_is_taken_back_only_for_the_configuration_it_ran(tmp_path, capsys, monkeypatch):
+    argv = [
+        "bench", "quality", "--settings", "ccc", "--length", "300", "--transition", "100",
+        "--window", "100", "--seeds", "4", "--out", str(tmp_path), "--methods", "eta",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    assert "(kept)" not in capsys.readouterr().out
+    first = json.loads((tmp_path / "ccc.json").read_text())["rows"][0]
+    # ETA's defaults changed since (here its rate): the kept row is not ETA's any more.
+    configs = endless._configs
+    monkeypatch.setattr(
+        endless,
+        "_configs",
+        lambda *a: {k: dataclasses.replace(c, lr=c.lr / 2) for k, c in configs(*a).items()},
+    )
+    assert main(argv) == 0
+    assert "eta: " in (out := capsys.readouterr().out) and "(kept)" not in out
+    halved = json.loads((tmp_path / "ccc.json").read_text())["rows"][0]
+    assert not halved["kept"] and halved["windows"] != first["windows"]
+    monkeypatch.undo()
+    # EATA runs here too, exported with its Fisher information on the clean images.
+    assert main([*argv[:-1], "eata"]) == 0
+    row = json.loads((tmp_path / "ccc.json").read_text())["rows"][0]
+    assert row["method"] == "eata" and not row["kept"] and row["updates"] > 0
 
 
 def test_the_command_runs_every_row_through_the_runtime_and_writes_the_plot(tmp_path, capsys):

@@ -28,13 +28,14 @@ from tqdm import tqdm
 from realm_export import ExportOptions, export_realm_artifacts
 from realm_lab.data import CCCSettings
 from realm_runtime import Guardrails, RealmConfig, RealmRuntime
-from realm_sdk import has_batch_norm
+from realm_runtime.methods import method_named
 from realm_tools.data import ShiftDataset
 from realm_tools.models import weights_digest
 
 from ..rows import ENDLESS_DEFAULT, RDUMB, REALM_GUARDED, ROWS, Row
 from ..workers import ENDLESS
 from ..workers.endless import ADAPT, PREDICT, RESET, checkpoint_done
+from ._clean_state import clean_state_images
 
 # Every row runs through RealmRuntime here, torch-free: the rows of the registry but the one
 # that names the runtime (each of the others is that already).
@@ -170,10 +171,10 @@ def bench_endless(
         split: Fashion-MNIST-C's split (``test`` or ``val``), for the workers.
         work_dir: where the artifacts and row files go (a temporary folder if None).
         keep: a folder that keeps each finished row, with what it ran (model, stream,
-            method); a later call with the same takes the row from there instead of running
-            it again. An unfinished row keeps a checkpoint there at every window
-            (``.partial/``), which the same call goes on from: a long run can be split
-            over several calls, or stopped at any moment.
+            method and its whole configuration); a later call with the same takes the row
+            from there instead of running it again. An unfinished row keeps a checkpoint
+            there at every window (``.partial/``), which the same call goes on from: a long
+            run can be split over several calls, or stopped at any moment.
         overrides: RealmConfig fields of REALM's row, a variant of its defaults.
         progress: show a progress bar of the samples every row has done.
         log: receives a line per finished row.
@@ -196,12 +197,16 @@ def bench_endless(
         except (TypeError, ValueError) as exc:  # a field RealmConfig does not have, a bad value
             raise ValueError(f"the overrides {overrides} do not fit RealmConfig: {exc}") from exc
         shape = dataset.input_shape
+        clean = clean_state_images(dataset, exported)  # EATA's Fisher images, where it runs
         for name in exported:
-            export_realm_artifacts(
-                source,
-                work / name,
-                ExportOptions(config=configs[name], input_shape=shape, overwrite=True),
+            needs = method_named(configs[name].method).clean_state
+            options = ExportOptions(
+                config=configs[name],
+                input_shape=shape,
+                overwrite=True,
+                clean_images=clean if needs else None,
             )
+            export_realm_artifacts(source, work / name, options)
         probe = RealmRuntime(work / REALM_GUARDED.key, threads=1)
         corruptions = list(dataset.default_corruptions)
         cal = calibrate(probe.predict, dataset, corruptions, target=target, limit=s.limit)
@@ -224,17 +229,8 @@ def bench_endless(
         if dataset_name == "fmnist-c":
             base += ["--split", split]
         weights = weights_digest(source)
-        # The overrides change REALM's row alone (no-adapt only predicts with the same model).
-        guarded = [r.key for r in chosen if r.guarded] or [REALM_GUARDED.key]
-        variant = {k: [repr(sorted(overrides.items()))] for k in guarded} if overrides else {}
-        # BatchNorm's own rate is in REALM's defaults: a row run at another is not this one.
-        if has_batch_norm(source):
-            for key in exported:
-                if configs[key].batch_norm_lr is not None:
-                    rate = f"lr_batch_norm={configs[key].batch_norm_lr!r}"
-                    variant.setdefault(key, []).append(rate)
         keys = {
-            r.key: _key([_exported(r), _mode(r), *base, weights, *variant.get(r.key, [])])
+            r.key: _key([_exported(r), _mode(r), *base, weights, *_config_part(r, configs)])
             for r in chosen
         }
         rows: dict[str, EndlessRow] = {}
@@ -296,6 +292,17 @@ def bench_endless(
                     shutil.rmtree(partial[method], ignore_errors=True)
         bar.close()
     return cal, [rows[m] for m in methods]
+
+
+def _config_part(row: Row, configs: dict[str, RealmConfig]) -> list[str]:
+    """What a row's kept run depends on besides the stream: its whole configuration.
+
+    A method whose settings change (an override, a new default, a name taken by another
+    method) is then run again rather than taken back; no-adapt only predicts with the source.
+    """
+    if not row.adapts:
+        return []
+    return [json.dumps(configs[_exported(row)].to_dict(), sort_keys=True)]
 
 
 def _key(parts: list[str]) -> str:
