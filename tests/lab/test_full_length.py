@@ -137,8 +137,31 @@ def test_the_headline_names_the_row_that_has_fewer_seeds(tmp_path):
     ]
     runs.write_text(runs.read_text() + "\n".join(extra) + "\n")
     text = readme_headline(["m"], tmp_path / "o", CORRUPTIONS)
-    assert "REALM gains 15.0 points over not adapting" in text
-    assert "(so far: no-adapt on 1 of 3 seeds)" in text
+    # on the seed both ran (REALM's seed 0: 74), not REALM's three against no-adapt's one
+    assert "REALM gains 14.0 points over not adapting" in text
+    assert "(so far compared with no-adapt on 1 of 3 seeds)" in text
+
+
+def test_a_row_that_ran_shorter_is_set_against_realm_on_its_own_streams(tmp_path):
+    _complete(tmp_path, {"none": 70.0, "realm": 80.0})  # 10,000 samples, seeds 0-2
+    views = {f"episodic/{c}/s0/ttaug": _run(90.0, samples=1000) for c in CORRUPTIONS}
+    views |= {f"episodic/{c}/s0/sft": _run(50.0, samples=500) for c in CORRUPTIONS}
+    _log(tmp_path / "o" / "m-views" / "runs.jsonl", views)
+    short = {  # the 1,000-sample table: REALM lower there than over 10,000
+        f"episodic/{c}/s{seed}/realm": _run(65.0 + seed, samples=1000)
+        for c in CORRUPTIONS
+        for seed in (0, 1, 2)
+    }
+    _log(tmp_path / "s" / "m" / "runs.jsonl", short)
+    page = full_length_page(["m"], tmp_path / "o", tmp_path / "s", tmp_path / "out", CORRUPTIONS)
+    # TTAug's seed 0 against REALM's seed 0 of the same length: 65 - 90, not 81 - 90
+    assert "REALM loses to TTAug by 25.0 points on average over the same 1,000-sample" in page
+    assert "streams (seed 0)" in page
+    assert "- SFT: no REALM runs on its streams (500 × seeds 0, runtime)" in page
+    assert "REALM beats no-adapt by 10.0 points on average\n" in page  # the whole protocol
+    text = readme_headline(["m"], tmp_path / "o", CORRUPTIONS, views_models=["m"])
+    # TTAug's higher average is over other streams: not the full-length rows' rival
+    assert "- **m**: REALM gains 10.0 points over not adapting." in text
 
 
 def test_the_command_writes_its_blocks_into_the_pages_and_nothing_where_a_marker_is_missing(

@@ -94,14 +94,58 @@ def _mean_std(values: Sequence[float]) -> str:
     return f"{np.mean(values):.1f} ± {np.std(values):.1f}"
 
 
-def _row_average(cells: Cells, row: str, corruptions: Sequence[str]) -> list[float] | None:
-    """Per seed, the mean over the corruptions; None until every corruption has that seed."""
+def _seed_averages(cells: Cells, row: str, corruptions: Sequence[str]) -> dict[int, float]:
+    """Each seed's mean over the corruptions, for the seeds every corruption has."""
     per_seed: dict[int, list[float]] = {}
     for c in corruptions:
         for seed, run in cells.runs.get(row, {}).get(c, {}).items():
             per_seed.setdefault(seed, []).append(run["accuracy"])
-    full = [float(np.mean(v)) for v in per_seed.values() if len(v) == len(corruptions)]
-    return full or None
+    return {s: float(np.mean(v)) for s, v in sorted(per_seed.items()) if len(v) == len(corruptions)}
+
+
+def _row_average(cells: Cells, row: str, corruptions: Sequence[str]) -> list[float] | None:
+    """Per seed, the mean over the corruptions; None until every corruption has that seed."""
+    return list(_seed_averages(cells, row, corruptions).values()) or None
+
+
+@dataclass(frozen=True)
+class Gap:
+    """REALM's average minus a row's, over the streams both ran."""
+
+    points: float  # REALM's mean minus the row's, over the common seeds
+    seeds: tuple[int, ...]  # the seeds both rows ran whole
+    samples: int | None  # the stream length when it is not the full-length runs' (else None)
+
+    def note(self) -> str:
+        """Where the figure comes from, when it is not the whole protocol."""
+        out = f" over the same {self.samples:,}-sample streams" if self.samples else ""
+        if len(self.seeds) < PLAN_SEEDS:
+            out += f" (seed{'s' if len(self.seeds) > 1 else ''} {','.join(map(str, self.seeds))})"
+        return out
+
+
+def realm_gap(
+    cells: Cells, row: str, corruptions: Sequence[str], short: Cells | None = None
+) -> Gap | None:
+    """REALM against ``row`` on the same streams: the same length, the seeds both ran whole.
+
+    A row that ran shorter than REALM's full-length runs is compared with REALM's runs of its
+    length in ``short`` (the 1,000-sample table's). None: no such streams in common.
+    """
+    theirs = _seed_averages(cells, row, corruptions)
+    lengths = cells.shape(row)[0]
+    samples = None
+    pool = cells
+    if lengths != cells.shape(BASELINE)[0]:
+        if short is None or len(lengths) != 1 or lengths != short.shape(BASELINE)[0]:
+            return None
+        pool, samples = short, next(iter(lengths))
+    mine = _seed_averages(pool, BASELINE, corruptions)
+    common = tuple(s for s in mine if s in theirs)
+    if not common:
+        return None
+    points = float(np.mean([mine[s] for s in common]) - np.mean([theirs[s] for s in common]))
+    return Gap(points, common, samples)
 
 
 def _shape_note(cells: Cells, row: str) -> str:
@@ -213,19 +257,25 @@ def table4(cells: Cells) -> list[str]:
     return out
 
 
-def headline(cells: Cells, corruptions: Sequence[str]) -> list[str]:
-    """REALM's average against every other complete row's, and where it loses."""
-    mine = _row_average(cells, BASELINE, corruptions)
-    if mine is None:
+def headline(cells: Cells, corruptions: Sequence[str], short: Cells | None = None) -> list[str]:
+    """REALM's average against every other complete row's on the same streams, and where it loses.
+
+    A row that ran shorter is set against REALM's runs of its length and seeds (``short``).
+    """
+    if _row_average(cells, BASELINE, corruptions) is None:
         return ["REALM's row is not complete yet: no headline."]
     out = []
     for row in cells.rows():
-        other = _row_average(cells, row, corruptions)
-        if row == BASELINE or other is None:
+        if row == BASELINE or _row_average(cells, row, corruptions) is None:
             continue
-        gap = float(np.mean(mine) - np.mean(other))
-        verb = "beats" if gap > 0 else "loses to"
-        out.append(f"- REALM {verb} {_label(row)} by {abs(gap):.1f} points on average")
+        gap = realm_gap(cells, row, corruptions, short)
+        if gap is None:
+            out.append(f"- {_label(row)}: no REALM runs on its streams ({_shape_note(cells, row)})")
+            continue
+        verb = "beats" if gap.points > 0 else "loses to"
+        out.append(
+            f"- REALM {verb} {_label(row)} by {abs(gap.points):.1f} points on average{gap.note()}"
+        )
     return out
 
 
@@ -318,7 +368,7 @@ def readme_headline(
 
     A row not complete yet prints ``…``, one the plan does not run on the model ``–``; one
     that ran shorter or on fewer seeds than the protocol carries ``†``. The sentences compare
-    only complete rows.
+    complete full-length rows, on the seeds both rows ran.
     """
     per_model = {m: model_cells(m, runs_home) for m in models}
     rows = in_table_order(list({*TABLE1_ROWS, *(r for c in per_model.values() for r in c.runs)}))
@@ -338,7 +388,7 @@ def readme_headline(
             empty = UNPLANNED if r in unplanned and r not in cells.runs else "…"
             cols.append(f"{np.mean(avg):.1f}{mark}" if avg else empty)
         lines.append(f"| {model} | " + " | ".join(cols) + f" | {_count(cells)} |")
-        placed = _place(model, {r: a for r, a in averages.items() if a})
+        placed = _place(model, cells, corruptions)
         if placed is None:
             waiting.append(model)
         else:
@@ -356,33 +406,35 @@ def readme_headline(
     )
 
 
-def _place(model: str, per_seed: dict[str, list[float]]) -> str | None:
-    """REALM against not adapting and the best other complete row, in words.
+def _place(model: str, cells: Cells, corruptions: Sequence[str]) -> str | None:
+    """REALM against not adapting and the best other full-length row, on the same streams.
 
-    ``per_seed``: each complete row's seed averages. None: REALM's or no-adapt's row is not
-    complete.
+    None: REALM's or no-adapt's row is not complete.
     """
-    if BASELINE not in per_seed or NO_ADAPT.key not in per_seed:
+    gain = realm_gap(cells, NO_ADAPT.key, corruptions)
+    if gain is None or gain.samples is not None:
         return None
-    averages = {r: float(np.mean(a)) for r, a in per_seed.items()}
-    mine, compared = averages[BASELINE], [BASELINE, NO_ADAPT.key]
-    gain = mine - averages[NO_ADAPT.key]
-    text = f"- **{model}**: REALM {'gains' if gain >= 0 else 'loses'} {abs(gain):.1f} points "
-    text += "over not adapting"
-    others = {r: a for r, a in averages.items() if r not in compared}
+    text = f"- **{model}**: REALM {'gains' if gain.points >= 0 else 'loses'} "
+    text += f"{abs(gain.points):.1f} points over not adapting"
+    compared = [(NO_ADAPT.key, gain)]
+    others = {}
+    for row in cells.rows():
+        if row in (BASELINE, NO_ADAPT.key) or _row_average(cells, row, corruptions) is None:
+            continue
+        gap = realm_gap(cells, row, corruptions)
+        if gap is not None and gap.samples is None:  # rows that ran shorter: the page has them
+            others[row] = gap
     if others:
-        best = max(others, key=lambda r: others[r])
-        compared.append(best)
-        gap = mine - others[best]
+        best = min(others, key=lambda r: others[r].points)
+        compared.append((best, others[best]))
+        gap = others[best].points
         if gap < 0:
             text += f"; {_label(best)} is ahead of it by {-gap:.1f}"
         else:
             text += f"; the best other row, {_label(best)}, is {gap:.1f} behind it"
-    short = [
-        f"{_label(r)} on {len(per_seed[r])}" for r in compared if len(per_seed[r]) < PLAN_SEEDS
-    ]
+    short = [f"{_label(r)} on {len(g.seeds)}" for r, g in compared if len(g.seeds) < PLAN_SEEDS]
     if short:
-        text += f" (so far: {', '.join(short)} of {PLAN_SEEDS} seeds)"
+        text += f" (so far compared with {', '.join(short)} of {PLAN_SEEDS} seeds)"
     return text + "."
 
 
@@ -418,7 +470,7 @@ def full_length_page(
             "",
             *_model_table1(model, cells, short, corruptions, paper, views_models),
             "",
-            *headline(cells, corruptions),
+            *headline(cells, corruptions, short),
             "",
             "### Table 4: adapting on the first N samples, scored on the held-out rest",
             "",
