@@ -28,7 +28,6 @@ from tqdm import tqdm
 from realm_export import ExportOptions, export_realm_artifacts
 from realm_lab.data import CCCSettings
 from realm_runtime import Guardrails, RealmConfig, RealmRuntime
-from realm_runtime.methods import method_named
 from realm_tools.data import ShiftDataset
 from realm_tools.models import weights_digest
 
@@ -197,14 +196,10 @@ def bench_endless(
         except (TypeError, ValueError) as exc:  # a field RealmConfig does not have, a bad value
             raise ValueError(f"the overrides {overrides} do not fit RealmConfig: {exc}") from exc
         shape = dataset.input_shape
-        clean = clean_state_images(dataset, exported)  # EATA's Fisher images, where it runs
+        clean = clean_state_images(dataset, exported)  # EATA's Fisher images; None: none needs
         for name in exported:
-            needs = method_named(configs[name].method).clean_state
             options = ExportOptions(
-                config=configs[name],
-                input_shape=shape,
-                overwrite=True,
-                clean_images=clean if needs else None,
+                config=configs[name], input_shape=shape, overwrite=True, clean_images=clean
             )
             export_realm_artifacts(source, work / name, options)
         probe = RealmRuntime(work / REALM_GUARDED.key, threads=1)

@@ -411,8 +411,8 @@ def _place(model: str, cells: Cells, corruptions: Sequence[str]) -> str | None:
 
     None: REALM's or no-adapt's row is not complete.
     """
-    gain = realm_gap(cells, NO_ADAPT.key, corruptions)
-    if gain is None or gain.samples is not None:
+    gain = realm_gap(cells, NO_ADAPT.key, corruptions)  # without ``short``: full-length rows
+    if gain is None:
         return None
     text = f"- **{model}**: REALM {'gains' if gain.points >= 0 else 'loses'} "
     text += f"{abs(gain.points):.1f} points over not adapting"
@@ -421,8 +421,8 @@ def _place(model: str, cells: Cells, corruptions: Sequence[str]) -> str | None:
     for row in cells.rows():
         if row in (BASELINE, NO_ADAPT.key) or _row_average(cells, row, corruptions) is None:
             continue
-        gap = realm_gap(cells, row, corruptions)
-        if gap is not None and gap.samples is None:  # rows that ran shorter: the page has them
+        gap = realm_gap(cells, row, corruptions)  # None for a row that ran shorter
+        if gap is not None:
             others[row] = gap
     if others:
         best = min(others, key=lambda r: others[r].points)
