@@ -419,9 +419,9 @@ def _place(model: str, cells: Cells, corruptions: Sequence[str]) -> str | None:
     compared = [(NO_ADAPT.key, gain)]
     others = {}
     for row in cells.rows():
-        if row in (BASELINE, NO_ADAPT.key) or _row_average(cells, row, corruptions) is None:
+        if row in (BASELINE, NO_ADAPT.key):
             continue
-        gap = realm_gap(cells, row, corruptions)  # None for a row that ran shorter
+        gap = realm_gap(cells, row, corruptions)  # None: not complete, or ran shorter
         if gap is not None:
             others[row] = gap
     if others:
